@@ -1,0 +1,53 @@
+// swift-tools-version: 6.0
+//
+// glucose-gateway: a headless Bluetooth LE glucose-meter gateway.
+// Targets depend downward only (see README "Layout"). No outside Swift packages:
+// C libraries come from Debian packages through system-library targets.
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "glucose-gateway",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "glucose-gateway", targets: ["glucose-gateway"]),
+        .library(name: "GlucoseProfile", targets: ["GlucoseProfile"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+
+        .target(name: "GlucoseProfile", swiftSettings: strict),
+        .target(name: "GatewayCore", dependencies: ["GlucoseProfile"], swiftSettings: strict),
+        .target(name: "DBusKit", dependencies: ["CDBus"], swiftSettings: strict),
+        .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .target(name: "SyncEngine", dependencies: ["GatewayCore", "DBusKit"], swiftSettings: strict),
+        .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .target(name: "MeterSimulator", dependencies: ["DBusKit", "BlueZ", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
+        .target(
+            name: "GatewayCLI",
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator"],
+            swiftSettings: strict
+        ),
+        .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
+        .executableTarget(
+            name: "glucose-gateway-bench",
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator", "GatewayCLI"],
+            swiftSettings: strict
+        ),
+
+        .target(name: "TestSupport", dependencies: ["GatewayCore", "GlucoseProfile"], path: "Tests/TestSupport", swiftSettings: strict),
+        .testTarget(name: "GlucoseProfileTests", dependencies: ["GlucoseProfile"], swiftSettings: strict),
+        .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport"], swiftSettings: strict),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,1 @@
+// MeterSimulator module.

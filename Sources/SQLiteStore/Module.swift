@@ -1,0 +1,1 @@
+// SQLiteStore module.

@@ -1,0 +1,1 @@
+// Test support: fakes and helpers shared by the test targets.

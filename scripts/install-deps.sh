@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what glucose-gateway needs to build and run on Debian 12 or Raspberry Pi OS (Bookworm):
+# the C libraries it links, the D-Bus daemon, and (with --test) a Python virtual environment with the
+# outside software the test suite checks the gateway against. Idempotent: installs only what is missing.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+
+packages=(libdbus-1-dev libsqlite3-dev dbus-daemon pkg-config sqlite3 python3 python3-venv)
+[[ $want_test == 1 ]] && packages+=(udev)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}" >&2
+    sudo_cmd=()
+    [[ $(id -u) != 0 ]] && sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v swift >/dev/null 2>&1; then
+    if [[ -x /opt/swift/usr/bin/swift ]]; then
+        export PATH="/opt/swift/usr/bin:$PATH"
+    else
+        echo "error: no Swift toolchain found; install Swift 6 (see README, 'Install on a Raspberry Pi')" >&2
+        exit 69
+    fi
+fi
+
+if [[ $want_test == 1 ]]; then
+    venv="$here/.venv"
+    if [[ ! -x "$venv/bin/python" ]]; then
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" -c 'import bleak, bluezoo, fhir.resources, pytest' 2>/dev/null; then
+        "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/tests/requirements.txt"
+    fi
+fi
