@@ -1,0 +1,47 @@
+/// Kinds of entries in the event log: what an installer reads to learn what happened without a screen.
+public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public static let connected = EventKind(rawValue: "connected")
+    public static let disconnected = EventKind(rawValue: "disconnected")
+    public static let downloadFinished = EventKind(rawValue: "download-finished")
+    public static let error = EventKind(rawValue: "error")
+    public static let clockSkew = EventKind(rawValue: "clock-skew")
+    public static let counterReset = EventKind(rawValue: "counter-reset")
+    public static let network = EventKind(rawValue: "network")
+    public static let paired = EventKind(rawValue: "paired")
+    public static let unpaired = EventKind(rawValue: "unpaired")
+    public var description: String { rawValue }
+}
+
+public struct GatewayEvent: Sendable, Equatable {
+    public var at: UnixMillis
+    public var kind: EventKind
+    public var meterAddress: String?
+    /// A numeric code where one applies (1001/1002 network codes, ATT error, HTTP status).
+    public var code: Int?
+    /// Free text without secrets or health values.
+    public var message: String
+    public init(at: UnixMillis, kind: EventKind, meterAddress: String? = nil, code: Int? = nil, message: String) {
+        self.at = at
+        self.kind = kind
+        self.meterAddress = meterAddress
+        self.code = code
+        self.message = message
+    }
+}
+
+/// The store as the download procedure sees it. SQLiteStore implements it; tests may use a fake.
+public protocol ReadingStore: Sendable {
+    func meter(_ address: String) async throws -> MeterInfo?
+    /// Inserts or replaces the meter's row (identity, time zone, sync bookkeeping).
+    func saveMeter(_ meter: MeterInfo) async throws
+    /// Inserts, in one transaction, each reading not already stored (a reading is unique per meter by
+    /// sequence and user-facing time), together with one outbox row per enabled destination whose
+    /// builder accepts it. Returns how many were new. Raises the meter's highest sequence seen.
+    @discardableResult
+    func insert(_ readings: [NewReading]) async throws -> Int
+    /// The highest sequence number stored for this meter, nil when none.
+    func highestSequence(_ address: String) async throws -> Int?
+    func log(_ event: GatewayEvent) async throws
+}
