@@ -1,0 +1,154 @@
+/// The 7-byte Date Time of the Glucose Service (Base Time of 0x2A18, the user-facing-time filter of
+/// 0x2A52): year uint16 (little-endian), month, day, hours, minutes, seconds. The time has no zone: it is the
+/// meter's wall clock.
+///
+/// Validated on decode and construction: year 1582...9999, month 1...12, day 1...days in that month
+/// (proleptic Gregorian leap years), hours < 24, minutes < 60, seconds < 60. The Date Time characteristic
+/// lets year, month or day be 0 for "not known"; a glucose record cannot be placed in time with such a
+/// value, so the decoders report it as an invalid value naming the part.
+public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public var year: Int
+    public var month: Int
+    public var day: Int
+    public var hour: Int
+    public var minute: Int
+    public var second: Int
+
+    public init?(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+        guard GlucoseDateTime.firstInvalidPart(year: year, month: month, day: day, hour: hour, minute: minute, second: second) == nil
+        else { return nil }
+        self.init(unchecked: year, month, day, hour, minute, second)
+    }
+
+    init(unchecked year: Int, _ month: Int, _ day: Int, _ hour: Int, _ minute: Int, _ second: Int) {
+        self.year = year
+        self.month = month
+        self.day = day
+        self.hour = hour
+        self.minute = minute
+        self.second = second
+    }
+
+    /// Decodes exactly the 7-byte layout (trailing bytes ignored).
+    public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
+        self = try withContiguousBytes(bytes) { (raw) throws(GlucoseDecodingError) -> GlucoseDateTime in
+            var reader = ByteReader(raw)
+            return try reader.dateTime("Date Time")
+        }
+    }
+
+    /// The 7 bytes, year little-endian. Years outside 0...65535 (only reachable by mutating the fields)
+    /// are truncated to 16 bits.
+    public func encoded() -> [UInt8] {
+        let y = UInt16(truncatingIfNeeded: year)
+        return [
+            UInt8(truncatingIfNeeded: y), UInt8(truncatingIfNeeded: y >> 8),
+            UInt8(truncatingIfNeeded: month), UInt8(truncatingIfNeeded: day),
+            UInt8(truncatingIfNeeded: hour), UInt8(truncatingIfNeeded: minute), UInt8(truncatingIfNeeded: second),
+        ]
+    }
+
+    /// ISO 8601 local date-time without zone: `2024-03-05T14:30:00`.
+    public var isoString: String {
+        var s = ""
+        s.reserveCapacity(19)
+        if year < 0 { s += "-" }
+        GlucoseDateTime.pad(&s, abs(year), 4)
+        s += "-"
+        GlucoseDateTime.pad(&s, month, 2)
+        s += "-"
+        GlucoseDateTime.pad(&s, day, 2)
+        s += "T"
+        GlucoseDateTime.pad(&s, hour, 2)
+        s += ":"
+        GlucoseDateTime.pad(&s, minute, 2)
+        s += ":"
+        GlucoseDateTime.pad(&s, second, 2)
+        return s
+    }
+
+    public var description: String { isoString }
+
+    private static func pad(_ s: inout String, _ value: Int, _ width: Int) {
+        let digits = String(value)
+        if digits.count < width { s += String(repeating: "0", count: width - digits.count) }
+        s += digits
+    }
+
+    /// This wall-clock time moved by `minutes` (negative moves back), with day, month and year roll-over
+    /// and leap days of the proleptic Gregorian calendar. Seconds are kept. User-facing time is
+    /// `baseTime.adding(minutes: timeOffset)`.
+    public func adding(minutes: Int) -> GlucoseDateTime {
+        let total = (GlucoseDateTime.daysFromCivil(year, month, day) * 1440) + hour * 60 + minute + minutes
+        let days = total >= 0 ? total / 1440 : (total - 1439) / 1440
+        let minuteOfDay = total - days * 1440
+        let (y, m, d) = GlucoseDateTime.civilFromDays(days)
+        return GlucoseDateTime(unchecked: y, m, d, minuteOfDay / 60, minuteOfDay % 60, second)
+    }
+
+    /// Seconds since 1970-01-01T00:00:00 of the same wall clock (no zone applied).
+    public var secondsSinceEpochAsUTC: Int {
+        GlucoseDateTime.daysFromCivil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
+    }
+
+    public static func < (lhs: GlucoseDateTime, rhs: GlucoseDateTime) -> Bool {
+        (lhs.year, lhs.month, lhs.day, lhs.hour, lhs.minute, lhs.second)
+            < (rhs.year, rhs.month, rhs.day, rhs.hour, rhs.minute, rhs.second)
+    }
+
+    public static func isLeapYear(_ year: Int) -> Bool {
+        year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+    }
+
+    public static func daysInMonth(year: Int, month: Int) -> Int {
+        switch month {
+        case 1, 3, 5, 7, 8, 10, 12: return 31
+        case 4, 6, 9, 11: return 30
+        case 2: return isLeapYear(year) ? 29 : 28
+        default: return 0
+        }
+    }
+
+    struct InvalidPart {
+        var name: StaticString
+        var offset: Int
+        var value: Int
+        var allowed: StaticString
+    }
+
+    @inline(__always)
+    static func firstInvalidPart(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> InvalidPart? {
+        if year < 1582 || year > 9999 { return InvalidPart(name: "year", offset: 0, value: year, allowed: "1582...9999") }
+        if month < 1 || month > 12 { return InvalidPart(name: "month", offset: 2, value: month, allowed: "1...12") }
+        if day < 1 || day > daysInMonth(year: year, month: month) {
+            return InvalidPart(name: "day", offset: 3, value: day, allowed: "the days of its month")
+        }
+        if hour > 23 || hour < 0 { return InvalidPart(name: "hours", offset: 4, value: hour, allowed: "0...23") }
+        if minute > 59 || minute < 0 { return InvalidPart(name: "minutes", offset: 5, value: minute, allowed: "0...59") }
+        if second > 59 || second < 0 { return InvalidPart(name: "seconds", offset: 6, value: second, allowed: "0...59") }
+        return nil
+    }
+
+    // Days since 1970-01-01 in the proleptic Gregorian calendar (H. Hinnant's civil algorithms).
+    static func daysFromCivil(_ year: Int, _ month: Int, _ day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    static func civilFromDays(_ days: Int) -> (Int, Int, Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
+    }
+}
