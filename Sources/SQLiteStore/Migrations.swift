@@ -1,0 +1,143 @@
+/// One schema change. Named, append-only: once shipped, a migration is never edited or reordered; a change
+/// to the schema is a new migration at the end of `Schema.migrations`.
+struct Migration: Sendable {
+    var name: String
+    var sql: String
+}
+
+/// Applies pending migrations. `PRAGMA user_version` holds how many have been applied; the
+/// `schema_migration` table records each one's name and time, for the installer's benefit.
+struct Migrator {
+    var migrations: [Migration]
+
+    /// Brings the database up to date, each migration in its own `BEGIN IMMEDIATE` transaction, so a
+    /// crash or a failure leaves the database at the last complete version.
+    func migrate(_ db: SQLiteConnection, now: Int64) throws {
+        for (index, migration) in migrations.enumerated() {
+            try db.transaction {
+                let version = try currentVersion(db)
+                if version > migrations.count {
+                    throw SQLiteStoreError.schemaTooNew(found: version, supported: migrations.count)
+                }
+                guard version == index else { return }
+                try db.executeScript(migration.sql)
+                try db.execute(
+                    "INSERT INTO schema_migration (version, name, applied_at) VALUES (?, ?, ?)",
+                    [.integer(Int64(index + 1)), .text(migration.name), .integer(now)]
+                )
+                try db.executeScript("PRAGMA user_version = \(index + 1)")
+            }
+        }
+        // Also refuse a newer database when there was nothing to apply.
+        let version = try currentVersion(db)
+        if version > migrations.count {
+            throw SQLiteStoreError.schemaTooNew(found: version, supported: migrations.count)
+        }
+    }
+
+    func currentVersion(_ db: SQLiteConnection) throws -> Int {
+        try db.queryFirst("PRAGMA user_version") { $0.int(0) } ?? 0
+    }
+}
+
+/// The gateway's schema, as its migrations.
+enum Schema {
+    static let migrations: [Migration] = [
+        Migration(name: "1-meters-readings-outbox-events", sql: """
+            CREATE TABLE schema_migration (
+                version INTEGER PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at INTEGER NOT NULL
+            ) STRICT;
+
+            CREATE TABLE meter (
+                address TEXT PRIMARY KEY NOT NULL,
+                name TEXT,
+                manufacturer TEXT,
+                model TEXT,
+                serial TEXT,
+                firmware TEXT,
+                features INTEGER,
+                time_zone TEXT NOT NULL,
+                paired_at INTEGER,
+                unpaired_at INTEGER,
+                highest_sequence INTEGER,
+                last_sync INTEGER,
+                last_seen INTEGER,
+                last_clock_skew_s INTEGER
+            ) STRICT;
+
+            CREATE TABLE reading (
+                id INTEGER PRIMARY KEY,
+                meter TEXT NOT NULL REFERENCES meter(address),
+                sequence INTEGER NOT NULL,
+                base_time TEXT NOT NULL,
+                time_offset_min INTEGER NOT NULL,
+                user_facing_time TEXT NOT NULL,
+                meter_instant INTEGER,
+                instant INTEGER,
+                mgdl REAL,
+                mmoll REAL,
+                special TEXT,
+                unit TEXT NOT NULL,
+                type INTEGER,
+                sample_location INTEGER,
+                sensor_status INTEGER,
+                analyte TEXT NOT NULL,
+                has_context INTEGER NOT NULL,
+                carbohydrate_id INTEGER,
+                carbohydrate_kg REAL,
+                meal INTEGER,
+                tester INTEGER,
+                health INTEGER,
+                exercise_duration_s INTEGER,
+                exercise_intensity_pct INTEGER,
+                medication_id INTEGER,
+                medication_amount REAL,
+                medication_unit TEXT,
+                hba1c_pct REAL,
+                raw_measurement BLOB NOT NULL,
+                raw_context BLOB,
+                received_at INTEGER NOT NULL,
+                exclusion TEXT,
+                UNIQUE (meter, sequence, user_facing_time)
+            ) STRICT;
+            CREATE INDEX reading_by_instant ON reading (instant);
+
+            CREATE TABLE outbox (
+                id INTEGER PRIMARY KEY,
+                destination TEXT NOT NULL,
+                reading_id INTEGER NOT NULL REFERENCES reading(id),
+                idempotency_key TEXT NOT NULL,
+                body BLOB NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'in_flight', 'acknowledged', 'quarantined')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                created_at INTEGER NOT NULL,
+                claimed_at INTEGER,
+                acknowledged_at INTEGER,
+                quarantined_at INTEGER,
+                last_answer TEXT,
+                UNIQUE (destination, reading_id)
+            ) STRICT;
+            CREATE INDEX outbox_queue ON outbox (destination, state, id);
+
+            CREATE TABLE destination_state (
+                destination TEXT PRIMARY KEY NOT NULL,
+                state TEXT NOT NULL,
+                last_error_code INTEGER,
+                last_error_message TEXT,
+                last_error_at INTEGER,
+                last_success_at INTEGER
+            ) STRICT;
+
+            CREATE TABLE event (
+                id INTEGER PRIMARY KEY,
+                at INTEGER NOT NULL,
+                kind TEXT NOT NULL,
+                meter TEXT,
+                code INTEGER,
+                message TEXT NOT NULL
+            ) STRICT;
+            """),
+    ]
+}

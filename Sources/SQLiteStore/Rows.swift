@@ -1,0 +1,113 @@
+import GatewayCore
+
+/// A meter row as stored: the identity and bookkeeping `MeterInfo` carries, plus when it was unpaired.
+public struct MeterRecord: Sendable, Equatable {
+    public var info: MeterInfo
+    /// When `unpair` removed the pairing; nil while paired. Readings of an unpaired meter are kept.
+    public var unpairedAt: UnixMillis?
+    public init(info: MeterInfo, unpairedAt: UnixMillis?) {
+        self.info = info
+        self.unpairedAt = unpairedAt
+    }
+}
+
+enum MeterColumns {
+    static let list = """
+        address, name, manufacturer, model, serial, firmware, features, time_zone, paired_at, unpaired_at,
+        highest_sequence, last_sync, last_seen, last_clock_skew_s
+        """
+
+    static func decode(_ row: SQLiteStatement) -> MeterRecord {
+        var info = MeterInfo(address: row.text(0), timeZone: row.text(7))
+        info.name = row.optionalText(1)
+        info.manufacturer = row.optionalText(2)
+        info.model = row.optionalText(3)
+        info.serial = row.optionalText(4)
+        info.firmware = row.optionalText(5)
+        info.features = row.optionalInt(6)
+        info.pairedAt = row.optionalInt64(8)
+        info.highestSequence = row.optionalInt(10)
+        info.lastSync = row.optionalInt64(11)
+        info.lastSeen = row.optionalInt64(12)
+        info.lastClockSkewSeconds = row.optionalInt(13)
+        return MeterRecord(info: info, unpairedAt: row.optionalInt64(9))
+    }
+}
+
+enum ReadingColumns {
+    /// Every column but the id, in binding order.
+    static let list = """
+        meter, sequence, base_time, time_offset_min, user_facing_time, meter_instant, instant, mgdl, mmoll, special,
+        unit, type, sample_location, sensor_status, analyte, has_context, carbohydrate_id, carbohydrate_kg, meal,
+        tester, health, exercise_duration_s, exercise_intensity_pct, medication_id, medication_amount,
+        medication_unit, hba1c_pct, raw_measurement, raw_context, received_at, exclusion
+        """
+
+    static let insertSQL = """
+        INSERT INTO reading (\(list))
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (meter, sequence, user_facing_time) DO NOTHING
+        """
+
+    static func bind(_ r: NewReading, to statement: SQLiteStatement) throws(SQLiteError) {
+        let c = r.context
+        let values: [SQLiteValue] = [
+            .text(r.meterAddress), .integer(Int64(r.sequence)), .text(r.baseTime), .integer(Int64(r.timeOffsetMinutes)),
+            .text(r.userFacingTime), SQLiteValue(r.meterInstant), SQLiteValue(r.instant), SQLiteValue(r.mgdl),
+            SQLiteValue(r.mmoll), SQLiteValue(r.special), .text(r.unit), SQLiteValue(r.type), SQLiteValue(r.sampleLocation),
+            SQLiteValue(r.sensorStatus), .text(r.analyte.rawValue), .integer(c == nil ? 0 : 1),
+            SQLiteValue(c?.carbohydrateID), SQLiteValue(c?.carbohydrateKg), SQLiteValue(c?.meal), SQLiteValue(c?.tester),
+            SQLiteValue(c?.health), SQLiteValue(c?.exerciseDurationSeconds), SQLiteValue(c?.exerciseIntensityPercent),
+            SQLiteValue(c?.medicationID), SQLiteValue(c?.medicationAmount), SQLiteValue(c?.medicationUnit),
+            SQLiteValue(c?.hba1cPercent), .blob(r.rawMeasurement), SQLiteValue(r.rawContext), .integer(r.receivedAt),
+            SQLiteValue(r.exclusion?.rawValue),
+        ]
+        try statement.bind(values)
+    }
+
+    /// Decodes `SELECT id, <list>`.
+    static func decode(_ row: SQLiteStatement) throws -> StoredReading {
+        guard let analyte = Analyte(rawValue: row.text(15)) else {
+            throw SQLiteStoreError.invalidColumn(table: "reading", column: "analyte")
+        }
+        var context: ReadingContext?
+        if row.int(16) != 0 {
+            var c = ReadingContext()
+            c.carbohydrateID = row.optionalInt(17)
+            c.carbohydrateKg = row.optionalDouble(18)
+            c.meal = row.optionalInt(19)
+            c.tester = row.optionalInt(20)
+            c.health = row.optionalInt(21)
+            c.exerciseDurationSeconds = row.optionalInt(22)
+            c.exerciseIntensityPercent = row.optionalInt(23)
+            c.medicationID = row.optionalInt(24)
+            c.medicationAmount = row.optionalDouble(25)
+            c.medicationUnit = row.optionalText(26)
+            c.hba1cPercent = row.optionalDouble(27)
+            context = c
+        }
+        let reading = NewReading(
+            meterAddress: row.text(1), sequence: row.int(2), baseTime: row.text(3), timeOffsetMinutes: row.int(4),
+            userFacingTime: row.text(5), meterInstant: row.optionalInt64(6), instant: row.optionalInt64(7),
+            mgdl: row.optionalDouble(8), mmoll: row.optionalDouble(9), special: row.optionalText(10), unit: row.text(11),
+            type: row.optionalInt(12), sampleLocation: row.optionalInt(13), sensorStatus: row.optionalInt(14),
+            analyte: analyte, context: context, rawMeasurement: row.blob(28), rawContext: row.optionalBlob(29),
+            receivedAt: row.int64(30), exclusion: row.optionalText(31).map(ExclusionReason.init(rawValue:))
+        )
+        return StoredReading(id: row.int64(0), reading: reading)
+    }
+}
+
+enum OutboxColumns {
+    static let list = "id, destination, reading_id, idempotency_key, body, state, attempts, created_at"
+
+    static func decode(_ row: SQLiteStatement) throws -> OutboxItem {
+        guard let state = OutboxState(rawValue: row.text(5)) else {
+            throw SQLiteStoreError.invalidColumn(table: "outbox", column: "state")
+        }
+        return OutboxItem(
+            id: row.int64(0), destination: DestinationName(rawValue: row.text(1)), readingID: row.int64(2),
+            key: row.text(3), body: row.blob(4), state: state, attempts: row.int(6), createdAt: row.int64(7)
+        )
+    }
+}

@@ -1,0 +1,337 @@
+import GatewayCore
+
+/// The gateway's database: meters, readings, the upload outbox, destination state and the event log,
+/// in one SQLite file (WAL, `synchronous=FULL`, foreign keys on, mode 0600).
+///
+/// An actor over one connection. Its executor is a private serial dispatch queue, so the connection and
+/// its statements never leave one thread at a time and blocking I/O stays off the cooperative pool.
+/// Only Swift values cross the actor boundary.
+public actor SQLiteStore: ReadingStore, OutboxStore {
+    private let executor: DispatchQueueExecutor
+    private let db: SQLiteConnection
+    private let builders: [any OutboxBodyBuilder]
+    private let now: @Sendable () -> UnixMillis
+    /// The database file, or `:memory:`.
+    public nonisolated let path: String
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    /// Opens the database at `path`, creating it (mode 0600) and applying migrations as needed.
+    ///
+    /// - Parameters:
+    ///   - builders: one per enabled destination; `insert` runs each inside the reading's transaction.
+    ///   - busyTimeoutMilliseconds: how long a write waits for another process's lock before failing with
+    ///     a `SQLiteError` whose `isBusy` is true.
+    ///   - now: the clock for outbox and bookkeeping times.
+    public init(
+        path: String,
+        builders: [any OutboxBodyBuilder] = [],
+        busyTimeoutMilliseconds: Int = 5000,
+        now: @escaping @Sendable () -> UnixMillis = systemMillis
+    ) throws {
+        try self.init(path: path, builders: builders, busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now, faults: [])
+    }
+
+    /// As the public initializer, with failures forced at the choke point from the first call on.
+    package init(
+        path: String,
+        builders: [any OutboxBodyBuilder] = [],
+        busyTimeoutMilliseconds: Int = 5000,
+        now: @escaping @Sendable () -> UnixMillis = systemMillis,
+        faults: [SQLiteFault]
+    ) throws {
+        let inMemory = path == ":memory:" || path.isEmpty
+        if !inMemory { try DatabaseFile.prepare(path: path) }
+        let db = try SQLiteConnection(path: path, faults: faults)
+        do {
+            try Self.configure(db, busyTimeoutMilliseconds: busyTimeoutMilliseconds, inMemory: inMemory)
+            try Migrator(migrations: Schema.migrations).migrate(db, now: now())
+            if !inMemory { try DatabaseFile.prepare(path: path) }
+        } catch {
+            db.close()
+            throw error
+        }
+        self.db = db
+        self.path = path
+        self.builders = builders
+        self.now = now
+        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
+    }
+
+    private static func configure(_ db: SQLiteConnection, busyTimeoutMilliseconds: Int, inMemory: Bool) throws {
+        db.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        if !inMemory {
+            let mode = try db.queryFirst("PRAGMA journal_mode = WAL") { $0.text(0) } ?? ""
+            guard mode.lowercased() == "wal" else {
+                throw SQLiteError(code: .error, message: "could not switch the database to WAL (journal mode is \(mode))", sql: "PRAGMA journal_mode = WAL")
+            }
+        }
+        try db.executeScript("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA trusted_schema = OFF;")
+    }
+
+    /// Closes the connection. Later calls throw `SQLiteStoreError.closed`.
+    public func close() {
+        db.close()
+    }
+
+    func openConnection() throws -> SQLiteConnection {
+        guard !db.isClosed else { throw SQLiteStoreError.closed }
+        return db
+    }
+
+    /// Failures to force at the choke point from now on (tests).
+    package func injectFaults(_ faults: [SQLiteFault]) {
+        db.faults.append(contentsOf: faults)
+    }
+
+    /// Runs raw SQL on the store's own connection (tests: pragmas such as `max_page_count`).
+    package func executeForTesting(_ sql: String) throws {
+        try openConnection().executeScript(sql)
+    }
+
+    /// The schema version (`PRAGMA user_version`).
+    public func schemaVersion() throws -> Int {
+        try Migrator(migrations: Schema.migrations).currentVersion(openConnection())
+    }
+
+    /// `PRAGMA integrity_check`: `["ok"]` on a sound database.
+    public func integrityCheck() throws -> [String] {
+        try openConnection().query("PRAGMA integrity_check") { $0.text(0) }
+    }
+
+    // MARK: ReadingStore
+
+    public func meter(_ address: String) throws -> MeterInfo? {
+        try openConnection().queryFirst("SELECT \(MeterColumns.list) FROM meter WHERE address = ? AND unpaired_at IS NULL", [.text(address)]) {
+            MeterColumns.decode($0).info
+        }
+    }
+
+    /// Inserts the meter or updates its row (identity, time zone, bookkeeping), and marks it paired.
+    /// The highest sequence seen never goes down here; use `resetHighestSequence` for that.
+    public func saveMeter(_ meter: MeterInfo) throws {
+        let db = try openConnection()
+        try db.transaction {
+            try db.execute("""
+                INSERT INTO meter (address, name, manufacturer, model, serial, firmware, features, time_zone,
+                    paired_at, unpaired_at, highest_sequence, last_sync, last_seen, last_clock_skew_s)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)
+                ON CONFLICT (address) DO UPDATE SET
+                    name = excluded.name, manufacturer = excluded.manufacturer, model = excluded.model,
+                    serial = excluded.serial, firmware = excluded.firmware, features = excluded.features,
+                    time_zone = excluded.time_zone, paired_at = excluded.paired_at, unpaired_at = NULL,
+                    highest_sequence = max(coalesce(excluded.highest_sequence, meter.highest_sequence), coalesce(meter.highest_sequence, excluded.highest_sequence)),
+                    last_sync = excluded.last_sync, last_seen = excluded.last_seen,
+                    last_clock_skew_s = excluded.last_clock_skew_s
+                """, [
+                    .text(meter.address), SQLiteValue(meter.name), SQLiteValue(meter.manufacturer), SQLiteValue(meter.model),
+                    SQLiteValue(meter.serial), SQLiteValue(meter.firmware), SQLiteValue(meter.features), .text(meter.timeZone),
+                    SQLiteValue(meter.pairedAt), SQLiteValue(meter.highestSequence), SQLiteValue(meter.lastSync),
+                    SQLiteValue(meter.lastSeen), SQLiteValue(meter.lastClockSkewSeconds),
+                ])
+        }
+    }
+
+    /// Inserts each reading not already stored, with one outbox row per builder that accepts it, all in
+    /// one transaction: on any error nothing of the batch is stored. A reading is unique per meter by
+    /// (sequence, user-facing time): a re-sent history adds nothing, a restarted counter adds new rows.
+    /// A reading from a meter without a row gets a minimal row (time zone `UTC`) so it is never refused.
+    @discardableResult
+    public func insert(_ readings: [NewReading]) throws -> Int {
+        guard !readings.isEmpty else { return 0 }
+        let db = try openConnection()
+        let createdAt = now()
+        return try db.transaction {
+            var meters: [String: MeterInfo] = [:]
+            var highest: [String: Int] = [:]
+            var inserted = 0
+            let insertReading = try db.statement(ReadingColumns.insertSQL)
+            let insertOutbox = try db.statement("""
+                INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at)
+                VALUES (?, ?, ?, ?, 'pending', ?)
+                """)
+            for reading in readings {
+                let meter: MeterInfo
+                if let known = meters[reading.meterAddress] {
+                    meter = known
+                } else {
+                    meter = try meterRow(reading.meterAddress, in: db)
+                    meters[reading.meterAddress] = meter
+                }
+                defer { insertReading.reset() }
+                try ReadingColumns.bind(reading, to: insertReading)
+                while try insertReading.step() {}
+                highest[reading.meterAddress] = max(highest[reading.meterAddress] ?? reading.sequence, reading.sequence)
+                guard db.changes == 1 else { continue }
+                inserted += 1
+                let readingID = db.lastInsertRowID
+                for builder in builders {
+                    guard let element = builder.element(for: reading, meter: meter) else { continue }
+                    defer { insertOutbox.reset() }
+                    try insertOutbox.bind(.text(builder.destination.rawValue), at: 1)
+                    try insertOutbox.bind(.integer(readingID), at: 2)
+                    try insertOutbox.bind(.text(element.key), at: 3)
+                    try insertOutbox.bind(.blob(element.body), at: 4)
+                    try insertOutbox.bind(.integer(createdAt), at: 5)
+                    while try insertOutbox.step() {}
+                }
+            }
+            for (address, sequence) in highest {
+                try db.execute(
+                    "UPDATE meter SET highest_sequence = max(coalesce(highest_sequence, ?1), ?1) WHERE address = ?2",
+                    [.integer(Int64(sequence)), .text(address)]
+                )
+            }
+            return inserted
+        }
+    }
+
+    /// The meter's row, paired or not, created minimal when missing (inside the caller's transaction).
+    private func meterRow(_ address: String, in db: SQLiteConnection) throws -> MeterInfo {
+        if let row = try db.queryFirst("SELECT \(MeterColumns.list) FROM meter WHERE address = ?", [.text(address)], MeterColumns.decode) {
+            return row.info
+        }
+        try db.execute("INSERT INTO meter (address, time_zone) VALUES (?, 'UTC')", [.text(address)])
+        return MeterInfo(address: address, timeZone: "UTC")
+    }
+
+    /// The highest sequence seen from this meter (raised by every insert), nil when none.
+    public func highestSequence(_ address: String) throws -> Int? {
+        let db = try openConnection()
+        let recorded = try db.queryFirst("SELECT highest_sequence FROM meter WHERE address = ?", [.text(address)]) { $0.optionalInt(0) }
+        if let recorded, let value = recorded { return value }
+        return try db.queryFirst("SELECT max(sequence) FROM reading WHERE meter = ?", [.text(address)]) { $0.optionalInt(0) } ?? nil
+    }
+
+    public func log(_ event: GatewayEvent) throws {
+        try openConnection().execute(
+            "INSERT INTO event (at, kind, meter, code, message) VALUES (?, ?, ?, ?, ?)",
+            [.integer(event.at), .text(event.kind.rawValue), SQLiteValue(event.meterAddress), SQLiteValue(event.code), .text(event.message)]
+        )
+    }
+
+    // MARK: OutboxStore
+
+    public func claimPending(_ destination: DestinationName, limit: Int) throws -> [OutboxItem] {
+        guard limit > 0 else { return [] }
+        let db = try openConnection()
+        let claimedAt = now()
+        return try db.transaction {
+            let items = try db.query(
+                "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ? AND state = 'pending' ORDER BY id LIMIT ?",
+                [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode
+            )
+            for item in items {
+                try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
+            }
+            return items.map { item in
+                var item = item
+                item.state = .inFlight
+                return item
+            }
+        }
+    }
+
+    /// Marks rows acknowledged (from any state but acknowledged, whose first time is kept).
+    public func acknowledge(_ ids: [Int64], at: UnixMillis) throws {
+        guard !ids.isEmpty else { return }
+        let db = try openConnection()
+        try db.transaction {
+            for id in ids {
+                try db.execute(
+                    "UPDATE outbox SET state = 'acknowledged', acknowledged_at = ? WHERE id = ? AND state <> 'acknowledged'",
+                    [.integer(at), .integer(id)]
+                )
+            }
+        }
+    }
+
+    /// In-flight rows back to pending, one attempt more each.
+    public func release(_ ids: [Int64]) throws {
+        guard !ids.isEmpty else { return }
+        let db = try openConnection()
+        try db.transaction {
+            for id in ids {
+                try db.execute(
+                    "UPDATE outbox SET state = 'pending', attempts = attempts + 1 WHERE id = ? AND state = 'in_flight'",
+                    [.integer(id)]
+                )
+            }
+        }
+    }
+
+    /// Sets a row aside with the server's answer, counting the attempt. Acknowledged rows stay acknowledged.
+    public func quarantine(_ id: Int64, answer: String) throws {
+        try openConnection().execute("""
+            UPDATE outbox SET state = 'quarantined', attempts = attempts + 1, quarantined_at = ?, last_answer = ?
+            WHERE id = ? AND state <> 'acknowledged'
+            """, [.integer(now()), .text(answer), .integer(id)])
+    }
+
+    public func redrive(_ destination: DestinationName) throws -> Int {
+        let db = try openConnection()
+        return try db.transaction {
+            try db.execute("UPDATE outbox SET state = 'pending' WHERE destination = ? AND state = 'quarantined'", [.text(destination.rawValue)])
+            return db.changes
+        }
+    }
+
+    /// In-flight rows back to pending, counting an attempt each (their request may have reached the server).
+    public func requeueInFlight() throws -> Int {
+        let db = try openConnection()
+        return try db.transaction {
+            try db.execute("UPDATE outbox SET state = 'pending', attempts = attempts + 1 WHERE state = 'in_flight'")
+            return db.changes
+        }
+    }
+
+    public func counts(_ destination: DestinationName) throws -> OutboxCounts {
+        let db = try openConnection()
+        var counts = OutboxCounts()
+        let rows = try db.query(
+            "SELECT state, count(*) FROM outbox WHERE destination = ? GROUP BY state", [.text(destination.rawValue)]
+        ) { ($0.text(0), $0.int(1)) }
+        for (state, count) in rows {
+            switch OutboxState(rawValue: state) {
+            case .pending: counts.pending = count
+            case .inFlight: counts.inFlight = count
+            case .acknowledged: counts.acknowledged = count
+            case .quarantined: counts.quarantined = count
+            case nil: throw SQLiteStoreError.invalidColumn(table: "outbox", column: "state")
+            }
+        }
+        counts.oldestUnsent = try db.queryFirst(
+            "SELECT min(created_at) FROM outbox WHERE destination = ? AND state IN ('pending', 'in_flight')",
+            [.text(destination.rawValue)]
+        ) { $0.optionalInt64(0) } ?? nil
+        return counts
+    }
+
+    public func saveDestinationState(_ state: DestinationState) throws {
+        try openConnection().execute("""
+            INSERT INTO destination_state (destination, state, last_error_code, last_error_message, last_error_at, last_success_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (destination) DO UPDATE SET
+                state = excluded.state, last_error_code = excluded.last_error_code,
+                last_error_message = excluded.last_error_message, last_error_at = excluded.last_error_at,
+                last_success_at = excluded.last_success_at
+            """, [
+                .text(state.destination.rawValue), .text(state.state), SQLiteValue(state.lastErrorCode),
+                SQLiteValue(state.lastErrorMessage), SQLiteValue(state.lastErrorAt), SQLiteValue(state.lastSuccessAt),
+            ])
+    }
+
+    public func destinationState(_ destination: DestinationName) throws -> DestinationState? {
+        try openConnection().queryFirst("""
+            SELECT state, last_error_code, last_error_message, last_error_at, last_success_at
+            FROM destination_state WHERE destination = ?
+            """, [.text(destination.rawValue)]) { row in
+            var state = DestinationState(destination: destination, state: row.text(0))
+            state.lastErrorCode = row.optionalInt(1)
+            state.lastErrorMessage = row.optionalText(2)
+            state.lastErrorAt = row.optionalInt64(3)
+            state.lastSuccessAt = row.optionalInt64(4)
+            return state
+        }
+    }
+}
