@@ -1,0 +1,530 @@
+import GatewayCore
+
+/// Reads and validates the config file.
+///
+/// `check(path:)` returns every problem with its line; `load(path:)` returns the typed configuration or
+/// throws a one-line `GatewayFailure` with exit status 78. Relative paths in the file are taken relative to
+/// the file's directory. Secrets never appear in any problem message.
+public enum ConfigLoader {
+    /// Larger config files are refused (a config is a few kilobytes).
+    static let fileLimit = 1 << 20
+    /// Larger secret files are refused.
+    static let secretLimit = 64 << 10
+
+    /// Every problem in the file at `path`; empty when it loads.
+    public static func check(path: String) -> [ConfigProblem] {
+        evaluate(path: path).problems
+    }
+
+    /// The configuration at `path`, or a one-line error (exit 78) naming the first problem's line.
+    public static func load(path: String) throws(GatewayFailure) -> GatewayConfig {
+        let (config, problems) = evaluate(path: path)
+        if let first = problems.first {
+            throw failure(path: path, first: first, count: problems.count)
+        }
+        return config
+    }
+
+    /// The configuration a command runs with: `path` (from `--config` or `GLUCOSE_GATEWAY_CONFIG`) must
+    /// exist; without one, the default path is used when it exists, and built-in defaults otherwise,
+    /// unless `requireFile` is set.
+    public static func load(explicitPath path: String?, requireFile: Bool = false) throws(GatewayFailure) -> GatewayConfig {
+        if let path { return try load(path: path) }
+        let defaultPath = GatewayConfig.defaultPath
+        if !requireFile && !ConfigFiles.exists(defaultPath) {
+            return GatewayConfig()
+        }
+        return try load(path: defaultPath)
+    }
+
+    /// Validates config text as if it were the file at `path` (relative paths resolve against its directory).
+    public static func evaluate(bytes: [UInt8], path: String) -> (config: GatewayConfig, problems: [ConfigProblem]) {
+        var builder = ConfigBuilder(document: ConfigParser.parse(bytes), baseDirectory: ConfigFiles.directory(of: path))
+        var config = builder.build()
+        config.path = path
+        let problems = builder.problems.enumerated()
+            .sorted { ($0.element.line, $0.offset) < ($1.element.line, $1.offset) }
+            .map(\.element)
+        return (config, problems)
+    }
+
+    /// The configuration at `path` (defaults where the file is silent) and every problem found.
+    public static func evaluate(path: String) -> (config: GatewayConfig, problems: [ConfigProblem]) {
+        switch ConfigFiles.read(path, limit: fileLimit) {
+        case .failure(let error):
+            var config = GatewayConfig()
+            config.path = path
+            return (config, [ConfigProblem(line: 0, message: "cannot read config file: \(error.text)")])
+        case .success(let bytes):
+            return evaluate(bytes: bytes, path: path)
+        }
+    }
+
+    static func failure(path: String, first: ConfigProblem, count: Int) -> GatewayFailure {
+        let location = first.line > 0 ? "\(path):\(first.line)" : path
+        var message = "\(location): \(first.message)"
+        if count > 1 {
+            message += " (and \(count - 1) more; run 'glucose-gateway config check \(path)')"
+        }
+        return GatewayFailure(.config, message)
+    }
+}
+
+/// Applies the schema to a parsed document, collecting problems.
+struct ConfigBuilder {
+    /// Known sections and their keys, in documentation order.
+    static let schema: [(section: String, keys: [String])] = [
+        ("gateway", [
+            "database", "adapter", "log_level", "metrics_file", "time_zone", "clock_skew_correction",
+            "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode",
+        ]),
+        ("nightscout", ["enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file"]),
+        ("fhir", ["enabled", "base_url", "subject", "bearer_token", "bearer_token_file", "ca_file"]),
+        ("network", [
+            "retry_count", "network_timeout_ms", "health_check_url", "recovery_mode", "error_bypass",
+            "on_network_error",
+        ]),
+    ]
+
+    private(set) var problems: [ConfigProblem]
+    private var entries: [String: [String: ConfigEntry]] = [:]
+    private var headerLines: [String: Int] = [:]
+    private let baseDirectory: String
+
+    init(document: ConfigDocument, baseDirectory: String) {
+        self.problems = document.problems
+        self.baseDirectory = baseDirectory
+        let known = Dictionary(uniqueKeysWithValues: Self.schema.map { ($0.section, Set($0.keys)) })
+        for header in document.headers {
+            if known[header.name] == nil {
+                problems.append(ConfigProblem(
+                    line: header.line,
+                    message: "unknown section [\(header.name)]" + Self.suggestion(header.name, among: Self.schema.map(\.section))
+                        + " (sections: " + Self.schema.map { "[\($0.section)]" }.joined(separator: ", ") + ")"
+                ))
+            } else if let first = headerLines[header.name] {
+                problems.append(ConfigProblem(line: header.line, message: "section [\(header.name)] is already defined on line \(first)"))
+            } else {
+                headerLines[header.name] = header.line
+            }
+        }
+        for entry in document.entries {
+            guard let keys = known[entry.section] else { continue }  // reported with its header
+            guard keys.contains(entry.key) else {
+                let order = Self.schema.first { $0.section == entry.section }?.keys ?? []
+                problems.append(ConfigProblem(
+                    line: entry.line,
+                    message: "unknown key '\(entry.key)' in [\(entry.section)]" + Self.suggestion(entry.key, among: order)
+                ))
+                continue
+            }
+            if let first = entries[entry.section]?[entry.key] {
+                problems.append(ConfigProblem(line: entry.line, message: "duplicate key '\(entry.key)' in [\(entry.section)] (first set on line \(first.line))"))
+                continue
+            }
+            entries[entry.section, default: [:]][entry.key] = entry
+        }
+    }
+
+    mutating func build() -> GatewayConfig {
+        var config = GatewayConfig()
+        buildGateway(&config.gateway)
+        buildNightscout(&config.nightscout)
+        buildFHIR(&config.fhir)
+        buildNetwork(&config.network, uploadURLs: [
+            ("nightscout.url", config.nightscout.url), ("fhir.base_url", config.fhir.baseURL),
+        ])
+        return config
+    }
+
+    // MARK: sections
+
+    private mutating func buildGateway(_ g: inout GatewaySettings) {
+        let s = "gateway"
+        if let v = path(s, "database") { g.database = v.value }
+        if let v = string(s, "adapter") {
+            if Self.isAdapterName(v.value) { g.adapter = v.value } else {
+                problem(v.line, "\(s).adapter: expected an adapter name such as \"hci0\" or an address such as \"00:1A:7D:DA:71:13\"")
+            }
+        }
+        if let v = string(s, "log_level") {
+            if let level = LogLevel.allCases.first(where: { $0.name == v.value }) { g.logLevel = level } else {
+                problem(v.line, "\(s).log_level: expected one of error, warning, notice, info, debug, got \"\(ConfigParser.clip(v.value))\"")
+            }
+        }
+        if let v = path(s, "metrics_file") { g.metricsFile = v.value }
+        if let v = string(s, "time_zone") {
+            if let message = Self.timeZoneProblem(v.value) { problem(v.line, "\(s).time_zone: \(message)") } else { g.timeZone = v.value }
+        }
+        if let v = bool(s, "clock_skew_correction") { g.clockSkewCorrection = v.value }
+        if let v = integer(s, "clock_skew_threshold_s", in: GatewaySettings.clockSkewThresholdRange) { g.clockSkewThresholdSeconds = v.value }
+        if let v = integer(s, "download_idle_timeout_s", in: GatewaySettings.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
+        if let v = string(s, "scan_mode") {
+            if let mode = ScanMode(rawValue: v.value) { g.scanMode = mode } else {
+                problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\", got \"\(ConfigParser.clip(v.value))\"")
+            }
+        }
+    }
+
+    private mutating func buildNightscout(_ n: inout NightscoutSettings) {
+        let s = "nightscout"
+        let enabled = bool(s, "enabled")
+        let url = httpURL(s, "url")
+        n.url = url?.value
+        n.enabled = enabled?.value ?? (url != nil)
+        n.caFile = existingFile(s, "ca_file")
+
+        // One credential at most: the first one set wins, others are errors.
+        var credential: (key: String, line: Int)?
+        let credentialEntries = ["api_secret", "api_secret_file", "token", "token_file"]
+            .compactMap { entries[s]?[$0] }
+            .sorted { $0.line < $1.line }
+        for entry in credentialEntries {
+            let key = entry.key
+            if let first = credential {
+                problem(entry.line, "\(s).\(key): set only one of api_secret, api_secret_file, token, token_file (\(first.key) is set on line \(first.line))")
+                continue
+            }
+            let secret: Secret?
+            if key.hasSuffix("_file") {
+                secret = secretFile(s, key)
+            } else {
+                secret = inlineSecret(s, key)
+            }
+            credential = (key, entry.line)
+            guard let secret else { continue }
+            if key.hasPrefix("api_secret") && secret.value.count < 12 {
+                problem(entry.line, "\(s).\(key): Nightscout API secrets are at least 12 characters long")
+                continue
+            }
+            n.credential = key.hasPrefix("api_secret") ? .apiSecret(secret) : .token(secret)
+        }
+        if n.enabled {
+            let line = enabled?.line ?? headerLines[s] ?? 0
+            if entries[s]?["url"] == nil {
+                problem(line, "\(s).url is required when [nightscout] is enabled")
+            }
+            if credential == nil {
+                problem(line, "[nightscout] needs one of api_secret, api_secret_file, token or token_file")
+            }
+        }
+    }
+
+    private mutating func buildFHIR(_ f: inout FHIRSettings) {
+        let s = "fhir"
+        let enabled = bool(s, "enabled")
+        f.enabled = enabled?.value ?? false
+        f.baseURL = httpURL(s, "base_url")?.value
+        if let v = string(s, "subject") {
+            if Self.isSubjectReference(v.value) { f.subject = v.value } else {
+                problem(v.line, "\(s).subject: expected a reference such as \"Patient/123\" (Patient, Group, Device or Location; id of 1-64 letters, digits, '-' or '.')")
+            }
+        }
+        f.caFile = existingFile(s, "ca_file")
+        if let inline = entries[s]?["bearer_token"], let file = entries[s]?["bearer_token_file"] {
+            let later = inline.line > file.line ? inline : file
+            let earlier = inline.line > file.line ? file : inline
+            problem(later.line, "\(s).\(later.key): set only one of bearer_token, bearer_token_file (\(earlier.key) is set on line \(earlier.line))")
+        } else if entries[s]?["bearer_token"] != nil {
+            f.bearerToken = inlineSecret(s, "bearer_token")
+        } else if entries[s]?["bearer_token_file"] != nil {
+            f.bearerToken = secretFile(s, "bearer_token_file")
+        }
+        if f.enabled {
+            let line = enabled?.line ?? headerLines[s] ?? 0
+            if entries[s]?["base_url"] == nil { problem(line, "\(s).base_url is required when [fhir] is enabled") }
+            if entries[s]?["subject"] == nil { problem(line, "\(s).subject is required when [fhir] is enabled") }
+        }
+    }
+
+    private mutating func buildNetwork(_ n: inout NetworkSettings, uploadURLs: [(key: String, url: String?)]) {
+        let s = "network"
+        if let v = integer(s, "retry_count", in: NetworkSettings.retryCountRange) { n.retryCount = v.value }
+        if let v = integer(s, "network_timeout_ms", in: NetworkSettings.networkTimeoutRange) { n.networkTimeoutMilliseconds = v.value }
+        if let v = httpURL(s, "health_check_url") {
+            let origin = Self.origin(v.value)
+            if let clash = uploadURLs.first(where: { $0.url.map(Self.origin) == origin }) {
+                problem(v.line, "\(s).health_check_url: must not point at an upload server (same host as \(clash.key)); use a host that tells whether the network is up")
+            } else {
+                n.healthCheckURL = v.value
+            }
+        }
+        if let v = bool(s, "recovery_mode") { n.recoveryMode = v.value }
+        if let v = bool(s, "error_bypass") { n.errorBypass = v.value }
+        if let entry = entries[s]?["on_network_error"] {
+            let command: [String]
+            switch entry.value {
+            case .string(let text): command = [text]
+            case .array(let items): command = items
+            default:
+                problem(entry.line, "\(s).on_network_error: expected a program path (string) or an array of strings, got \(entry.value.typeName)")
+                return
+            }
+            guard let program = command.first, !program.isEmpty else {
+                problem(entry.line, "\(s).on_network_error: the command is empty")
+                return
+            }
+            guard program.hasPrefix("/") else {
+                problem(entry.line, "\(s).on_network_error: the program must be an absolute path, got \"\(ConfigParser.clip(program))\"")
+                return
+            }
+            guard ConfigFiles.isExecutable(program) else {
+                problem(entry.line, "\(s).on_network_error: \(program) is not an executable file")
+                return
+            }
+            n.onNetworkError = command
+        }
+    }
+
+    // MARK: typed getters (each reports a wrong type on the key's line)
+
+    private mutating func problem(_ line: Int, _ message: String) {
+        problems.append(ConfigProblem(line: line, message: ConfigParser.oneLine(message)))
+    }
+
+    private mutating func string(_ section: String, _ key: String) -> (value: String, line: Int)? {
+        guard let entry = entries[section]?[key] else { return nil }
+        guard case .string(let text) = entry.value else {
+            problem(entry.line, "\(section).\(key): expected a string, got \(entry.value.typeName)")
+            return nil
+        }
+        guard !text.isEmpty else {
+            problem(entry.line, "\(section).\(key): must not be empty (remove the line to use the default)")
+            return nil
+        }
+        return (text, entry.line)
+    }
+
+    private mutating func bool(_ section: String, _ key: String) -> (value: Bool, line: Int)? {
+        guard let entry = entries[section]?[key] else { return nil }
+        guard case .boolean(let b) = entry.value else {
+            problem(entry.line, "\(section).\(key): expected true or false, got \(entry.value.typeName)")
+            return nil
+        }
+        return (b, entry.line)
+    }
+
+    private mutating func integer(_ section: String, _ key: String, in range: ClosedRange<Int>) -> (value: Int, line: Int)? {
+        guard let entry = entries[section]?[key] else { return nil }
+        guard case .integer(let i) = entry.value else {
+            problem(entry.line, "\(section).\(key): expected an integer in \(range.lowerBound)..\(range.upperBound), got \(entry.value.typeName)")
+            return nil
+        }
+        guard range.contains(i) else {
+            problem(entry.line, "\(section).\(key): \(i) is out of range \(range.lowerBound)..\(range.upperBound)")
+            return nil
+        }
+        return (i, entry.line)
+    }
+
+    /// A file path, resolved against the config file's directory.
+    private mutating func path(_ section: String, _ key: String) -> (value: String, line: Int)? {
+        guard let v = string(section, key) else { return nil }
+        return (ConfigFiles.resolve(v.value, relativeTo: baseDirectory), v.line)
+    }
+
+    private mutating func existingFile(_ section: String, _ key: String) -> String? {
+        guard let v = path(section, key) else { return nil }
+        guard let info = ConfigFiles.info(v.value) else {
+            problem(v.line, "\(section).\(key): \(v.value) does not exist")
+            return nil
+        }
+        guard info.isRegular else {
+            problem(v.line, "\(section).\(key): \(v.value) is not a regular file")
+            return nil
+        }
+        return v.value
+    }
+
+    private mutating func httpURL(_ section: String, _ key: String) -> (value: String, line: Int)? {
+        guard let v = string(section, key) else { return nil }
+        switch Self.normalizedHTTPURL(v.value) {
+        case .success(let url): return (url, v.line)
+        case .failure(let reason):
+            problem(v.line, "\(section).\(key): \(reason.message)")
+            return nil
+        }
+    }
+
+    private mutating func inlineSecret(_ section: String, _ key: String) -> Secret? {
+        guard let entry = entries[section]?[key] else { return nil }
+        guard case .string(let text) = entry.value else {
+            problem(entry.line, "\(section).\(key): expected a string, got \(entry.value.typeName)")
+            return nil
+        }
+        if let message = Self.secretProblem(text) {
+            problem(entry.line, "\(section).\(key): \(message)")
+            return nil
+        }
+        return Secret(text)
+    }
+
+    /// A secret file: must exist, be a regular file, and give no access to group or others.
+    /// Trailing newlines are trimmed.
+    private mutating func secretFile(_ section: String, _ key: String) -> Secret? {
+        guard let v = path(section, key) else { return nil }
+        let name = "\(section).\(key)"
+        guard let info = ConfigFiles.info(v.value) else {
+            problem(v.line, "\(name): \(v.value) does not exist")
+            return nil
+        }
+        guard info.isRegular else {
+            problem(v.line, "\(name): \(v.value) is not a regular file")
+            return nil
+        }
+        guard info.mode & 0o077 == 0 else {
+            problem(v.line, "\(name): \(v.value) is accessible by group or others (mode \(ConfigFiles.octal(info.mode))); run chmod 600 \(v.value)")
+            return nil
+        }
+        switch ConfigFiles.read(v.value, limit: ConfigLoader.secretLimit) {
+        case .failure(let error):
+            problem(v.line, "\(name): cannot read \(v.value): \(error.text)")
+            return nil
+        case .success(let bytes):
+            var trimmed = bytes[...]
+            while let last = trimmed.last, last == UInt8(ascii: "\n") || last == UInt8(ascii: "\r") {
+                trimmed = trimmed.dropLast()
+            }
+            guard let text = String(validating: trimmed, as: UTF8.self) else {
+                problem(v.line, "\(name): \(v.value) is not valid UTF-8 text")
+                return nil
+            }
+            if let message = Self.secretProblem(text) {
+                problem(v.line, "\(name): the secret in \(v.value) \(message)")
+                return nil
+            }
+            return Secret(text, file: v.value)
+        }
+    }
+
+    // MARK: value rules
+
+    /// Never mentions the secret's text.
+    static func secretProblem(_ text: String) -> String? {
+        if text.isEmpty { return "must not be empty" }
+        if text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            return "must be one line without control characters"
+        }
+        if text.first == " " || text.last == " " { return "must not start or end with a space" }
+        return nil
+    }
+
+    static func isAdapterName(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        if text.hasPrefix("hci") {
+            let digits = bytes.dropFirst(3)
+            return !digits.isEmpty && digits.count <= 3 && digits.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+        }
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        return parts.count == 6 && parts.allSatisfy { $0.count == 2 && $0.allSatisfy(\.isHexDigit) }
+    }
+
+    static func isSubjectReference(_ text: String) -> Bool {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, ["Patient", "Group", "Device", "Location"].contains(String(parts[0])) else { return false }
+        let id = parts[1]
+        return (1...64).contains(id.count)
+            && id.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "-" || $0 == "." }
+    }
+
+    static let zoneDirectory = "/usr/share/zoneinfo"
+
+    /// An IANA name such as "Europe/Berlin"; checked against the zone database when one is installed.
+    static func timeZoneProblem(_ name: String) -> String? {
+        let allowed = name.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "/_+-".unicodeScalars.contains($0))
+        }
+        guard allowed, !name.hasPrefix("/"), !name.split(separator: "/").contains("..") else {
+            return "expected an IANA time zone name such as \"Europe/Berlin\", got \"\(ConfigParser.clip(name))\""
+        }
+        if name == "UTC" { return nil }
+        guard ConfigFiles.info(zoneDirectory)?.isDirectory == true else { return nil }
+        guard ConfigFiles.info(zoneDirectory + "/" + name)?.isRegular == true else {
+            return "unknown time zone \"\(ConfigParser.clip(name))\" (not in \(zoneDirectory))"
+        }
+        return nil
+    }
+
+    struct URLProblem: Error {
+        var message: String
+    }
+
+    /// An `http` or `https` URL with a host, no credentials, query or fragment; the trailing slash dropped.
+    static func normalizedHTTPURL(_ text: String) -> Result<String, URLProblem> {
+        let lower = text.lowercased()
+        let rest: Substring
+        let scheme: String
+        if lower.hasPrefix("https://") {
+            scheme = "https"
+            rest = text.dropFirst(8)
+        } else if lower.hasPrefix("http://") {
+            scheme = "http"
+            rest = text.dropFirst(7)
+        } else {
+            return .failure(URLProblem(message: "expected an http:// or https:// URL"))
+        }
+        if text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
+            return .failure(URLProblem(message: "URL contains spaces or control characters"))
+        }
+        if rest.contains("?") || rest.contains("#") {
+            return .failure(URLProblem(message: "URL must not carry a query or fragment (put credentials in token or api_secret)"))
+        }
+        let authority = rest.prefix { $0 != "/" }
+        if authority.contains("@") {
+            return .failure(URLProblem(message: "URL must not carry a user name or password (use the secret keys)"))
+        }
+        var host = Substring(authority)
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return .failure(URLProblem(message: "malformed IPv6 host in URL")) }
+            let after = host[host.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":"), let port = Int(after.dropFirst()), (1...65_535).contains(port) else {
+                    return .failure(URLProblem(message: "invalid port in URL"))
+                }
+            }
+            host = host[...close]
+        } else if let colon = host.firstIndex(of: ":") {
+            guard let port = Int(host[host.index(after: colon)...]), (1...65_535).contains(port) else {
+                return .failure(URLProblem(message: "invalid port in URL"))
+            }
+            host = host[..<colon]
+        }
+        if host.isEmpty || host == "[]" { return .failure(URLProblem(message: "URL has no host")) }
+        var path = rest.dropFirst(authority.count)
+        while path.hasSuffix("/") { path = path.dropLast() }
+        return .success(scheme + "://" + authority.lowercased() + path)
+    }
+
+    /// The lower-cased host of a normalized URL, for telling servers apart.
+    static func origin(_ url: String) -> String {
+        let rest = url.dropFirst(url.hasPrefix("https://") ? 8 : 7)
+        let authority = String(rest.prefix { $0 != "/" }).lowercased()
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            return String(authority[...close])
+        }
+        return String(authority.prefix { $0 != ":" })
+    }
+
+    /// " (did you mean 'x'?)" for a near miss.
+    static func suggestion(_ word: String, among candidates: [String]) -> String {
+        let best = candidates.map { ($0, editDistance(word, $0)) }.min { $0.1 < $1.1 }
+        guard let best, best.1 <= 2 else { return "" }
+        return " (did you mean '\(best.0)'?)"
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8.prefix(64)), b = Array(b.utf8.prefix(64))
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var previous = Array(0...b.count)
+        var current = [Int](repeating: 0, count: b.count + 1)
+        for i in 1...a.count {
+            current[0] = i
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            swap(&previous, &current)
+        }
+        return previous[b.count]
+    }
+}

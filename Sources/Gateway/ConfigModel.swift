@@ -1,0 +1,171 @@
+import GatewayCore
+
+/// A secret (Nightscout API secret or token, FHIR bearer token). Its text is reachable only through
+/// `value`; printing, interpolating, dumping or mirroring it shows `(secret)`.
+public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public let value: String
+    /// Where it came from: `file` is the secret file's path, nil when written inline in the config.
+    public let file: String?
+
+    public init(_ value: String, file: String? = nil) {
+        self.value = value
+        self.file = file
+    }
+
+    public var description: String { "(secret)" }
+    public var debugDescription: String { "(secret)" }
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
+
+    /// `(set)` or `(set, from FILE)`: what status output may say about a secret.
+    public var summary: String { file.map { "(set, from \($0))" } ?? "(set)" }
+}
+
+/// How the gateway finds meters: BlueZ discovery with a Glucose Service filter, or only meters already
+/// known to BlueZ (paired), connected by profile when they advertise.
+public enum ScanMode: String, Sendable, CaseIterable {
+    case discovery
+    case profile
+}
+
+/// `[gateway]`: the local side.
+public struct GatewaySettings: Sendable, Equatable {
+    public static let defaultDatabase = "/var/lib/glucose-gateway/gateway.sqlite3"
+    public static let clockSkewThresholdRange = 0...86_400
+    public static let downloadIdleTimeoutRange = 5...600
+
+    /// SQLite database with readings, outbox and events.
+    public var database: String = GatewaySettings.defaultDatabase
+    /// Adapter name (`hci0`) or address; nil: the first powered adapter.
+    public var adapter: String?
+    public var logLevel: LogLevel = .info
+    /// Prometheus textfile written after every change; nil: none.
+    public var metricsFile: String?
+    /// IANA zone for meters paired without `--timezone`; nil: the system zone.
+    public var timeZone: String?
+    /// Correct meter times when the meter clock is off by more than the threshold.
+    public var clockSkewCorrection: Bool = true
+    public var clockSkewThresholdSeconds: Int = 120
+    /// A download with no data for this long is abandoned (and retried on the next connection).
+    public var downloadIdleTimeoutSeconds: Int = 30
+    public var scanMode: ScanMode = .discovery
+
+    public init() {}
+}
+
+/// How the gateway proves itself to Nightscout.
+public enum NightscoutCredential: Sendable, Equatable {
+    /// `API_SECRET`, sent as its SHA-1 hex digest in the `api-secret` header.
+    case apiSecret(Secret)
+    /// An access token made in Nightscout's admin tools.
+    case token(Secret)
+
+    public var secret: Secret {
+        switch self {
+        case .apiSecret(let s), .token(let s): s
+        }
+    }
+}
+
+/// `[nightscout]`.
+public struct NightscoutSettings: Sendable, Equatable {
+    /// Default: true when `url` is set.
+    public var enabled: Bool = false
+    /// Site URL, `http` or `https`, without a trailing slash.
+    public var url: String?
+    public var credential: NightscoutCredential?
+    /// PEM bundle to trust instead of the system store.
+    public var caFile: String?
+
+    public init() {}
+}
+
+/// `[fhir]`.
+public struct FHIRSettings: Sendable, Equatable {
+    public var enabled: Bool = false
+    /// FHIR R4 base, without a trailing slash.
+    public var baseURL: String?
+    /// Reference for `Observation.subject`, such as `Patient/123`.
+    public var subject: String?
+    public var bearerToken: Secret?
+    public var caFile: String?
+
+    public init() {}
+}
+
+/// `[network]`: retries, timeouts and recovery.
+public struct NetworkSettings: Sendable, Equatable {
+    public static let retryCountRange = 0...10
+    public static let networkTimeoutRange = 100...10_000
+
+    /// Retries of one upload before it waits for the next round.
+    public var retryCount: Int = 3
+    public var networkTimeoutMilliseconds: Int = 3000
+    /// Probed to tell "network down" from "server down"; never an upload server.
+    public var healthCheckURL: String?
+    /// Replay the outbox automatically when connectivity returns.
+    public var recoveryMode: Bool = true
+    /// Skip (quarantine) an upload the server keeps refusing instead of blocking the queue behind it.
+    public var errorBypass: Bool = false
+    /// Program and arguments run on a network error (code as its last argument); nil: none.
+    public var onNetworkError: [String]?
+
+    public init() {}
+}
+
+/// The whole configuration, typed. Every field has its default, so `GatewayConfig()` is a valid
+/// configuration with no upload destination.
+public struct GatewayConfig: Sendable, Equatable {
+    public static let defaultPath = "/etc/glucose-gateway/glucose-gateway.toml"
+    public static let environmentVariable = "GLUCOSE_GATEWAY_CONFIG"
+
+    /// The file this came from; nil for built-in defaults.
+    public var path: String?
+    public var gateway = GatewaySettings()
+    public var nightscout = NightscoutSettings()
+    public var fhir = FHIRSettings()
+    public var network = NetworkSettings()
+
+    public init() {}
+
+    /// True when at least one upload destination is enabled.
+    public var hasDestination: Bool { nightscout.enabled || fhir.enabled }
+
+    /// Secret-free lines describing the effective configuration, for `config check` and `status`.
+    public func summaryLines() -> [String] {
+        func opt(_ s: String?) -> String { s ?? "(not set)" }
+        var lines: [String] = []
+        lines.append("[gateway]")
+        lines.append("database: \(gateway.database)")
+        lines.append("adapter: \(gateway.adapter ?? "(first powered)")")
+        lines.append("log_level: \(gateway.logLevel.name)")
+        lines.append("metrics_file: \(opt(gateway.metricsFile))")
+        lines.append("time_zone: \(gateway.timeZone ?? "(system)")")
+        lines.append("clock_skew_correction: \(gateway.clockSkewCorrection)")
+        lines.append("clock_skew_threshold_s: \(gateway.clockSkewThresholdSeconds)")
+        lines.append("download_idle_timeout_s: \(gateway.downloadIdleTimeoutSeconds)")
+        lines.append("scan_mode: \(gateway.scanMode.rawValue)")
+        lines.append("[nightscout]")
+        lines.append("enabled: \(nightscout.enabled)")
+        lines.append("url: \(opt(nightscout.url))")
+        switch nightscout.credential {
+        case .apiSecret(let s): lines.append("api_secret: \(s.summary)")
+        case .token(let s): lines.append("token: \(s.summary)")
+        case nil: lines.append("credential: (not set)")
+        }
+        lines.append("ca_file: \(nightscout.caFile ?? "(system)")")
+        lines.append("[fhir]")
+        lines.append("enabled: \(fhir.enabled)")
+        lines.append("base_url: \(opt(fhir.baseURL))")
+        lines.append("subject: \(opt(fhir.subject))")
+        lines.append("bearer_token: \(fhir.bearerToken?.summary ?? "(not set)")")
+        lines.append("ca_file: \(fhir.caFile ?? "(system)")")
+        lines.append("[network]")
+        lines.append("retry_count: \(network.retryCount)")
+        lines.append("network_timeout_ms: \(network.networkTimeoutMilliseconds)")
+        lines.append("health_check_url: \(opt(network.healthCheckURL))")
+        lines.append("recovery_mode: \(network.recoveryMode)")
+        lines.append("error_bypass: \(network.errorBypass)")
+        lines.append("on_network_error: \(network.onNetworkError.map { $0.joined(separator: " ") } ?? "(not set)")")
+        return lines
+    }
+}

@@ -1,0 +1,192 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import GatewayCore
+import Testing
+
+@testable import Gateway
+
+/// Files on disk: the config file itself, secret files and their modes, the shipped example.
+@Suite struct ConfigLoaderTests {
+    /// A fresh directory under /tmp, removed by `remove()`.
+    final class TempDirectory {
+        let path: String
+        init() throws {
+            var template = Array("/tmp/gw-config-test-XXXXXX".utf8CString)
+            let made = template.withUnsafeMutableBufferPointer { buffer -> Bool in
+                guard let base = buffer.baseAddress else { return false }
+                return mkdtemp(base) != nil
+            }
+            guard made else { throw Failure(message: "mkdtemp failed") }
+            path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+
+        @discardableResult
+        func write(_ name: String, _ text: String, mode: mode_t = 0o600) throws -> String {
+            let full = path + "/" + name
+            let fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+            guard fd >= 0 else { throw Failure(message: "open \(full) failed") }
+            defer { close(fd) }
+            let bytes = Array(text.utf8)
+            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            guard written == bytes.count else { throw Failure(message: "short write") }
+            guard chmod(full, mode) == 0 else { throw Failure(message: "chmod failed") }
+            return full
+        }
+
+        func remove() {
+            guard let dir = opendir(path) else { return }
+            while let entry = readdir(dir) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if name != "." && name != ".." { unlink(path + "/" + name) }
+            }
+            closedir(dir)
+            rmdir(path)
+        }
+    }
+
+    struct Failure: Error { var message: String }
+
+    @Test func secretFileIsReadAndTrimmed() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        try dir.write("ns.secret", "0123456789abcdef\n")
+        try dir.write("fhir.token", "bearer-xyz\r\n")
+        let config = try dir.write("gw.toml", """
+        [nightscout]
+        url = "https://ns.example"
+        api_secret_file = "ns.secret"
+        [fhir]
+        enabled = true
+        base_url = "https://fhir.example/r4"
+        subject = "Patient/7"
+        bearer_token_file = "\(dir.path)/fhir.token"
+        """, mode: 0o644)
+        let loaded = try ConfigLoader.load(path: config)
+        #expect(loaded.path == config)
+        #expect(loaded.nightscout.credential == .apiSecret(Secret("0123456789abcdef", file: dir.path + "/ns.secret")))
+        #expect(loaded.fhir.bearerToken?.value == "bearer-xyz")
+        #expect(loaded.summaryLines().contains("api_secret: (set, from \(dir.path)/ns.secret)"))
+        #expect(!loaded.summaryLines().joined().contains("0123456789abcdef"))
+    }
+
+    struct ModeCase: CustomTestStringConvertible, Sendable {
+        var mode: mode_t
+        var accepted: Bool
+        var testDescription: String { "mode " + String(mode, radix: 8) }
+    }
+
+    @Test(arguments: [
+        ModeCase(mode: 0o600, accepted: true), ModeCase(mode: 0o400, accepted: true), ModeCase(mode: 0o700, accepted: true),
+        ModeCase(mode: 0o640, accepted: false), ModeCase(mode: 0o604, accepted: false), ModeCase(mode: 0o644, accepted: false),
+        ModeCase(mode: 0o620, accepted: false), ModeCase(mode: 0o601, accepted: false),
+    ])
+    func secretFileModeIsEnforced(_ c: ModeCase) throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        try dir.write("token", "tok-en\n", mode: c.mode)
+        let config = try dir.write("gw.toml", "[nightscout]\nurl = \"https://ns.example\"\n\ntoken_file = \"token\"\n")
+        let problems = ConfigLoader.check(path: config)
+        if c.accepted {
+            #expect(problems == [])
+        } else {
+            #expect(problems.count == 1)
+            #expect(problems.first?.line == 4)
+            #expect(problems.first?.message.contains("accessible by group or others (mode 0" + String(c.mode, radix: 8) + ")") == true)
+            #expect(problems.first?.message.contains("tok-en") == false)
+        }
+    }
+
+    @Test func missingAndEmptySecretFilesAreRefused() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        try dir.write("empty", "\n")
+        let config = try dir.write("gw.toml", """
+        [nightscout]
+        url = "https://ns.example"
+        token_file = "absent"
+        [fhir]
+        bearer_token_file = "empty"
+        """)
+        let problems = ConfigLoader.check(path: config)
+        #expect(problems.map(\.line) == [3, 5])
+        #expect(problems.first?.message == "nightscout.token_file: \(dir.path)/absent does not exist")
+        #expect(problems.last?.message.contains("must not be empty") == true)
+    }
+
+    @Test func missingConfigFileIsAnError() throws {
+        let problems = ConfigLoader.check(path: "/nonexistent-dir/gw.toml")
+        #expect(problems == [ConfigProblem(line: 0, message: "cannot read config file: does not exist")])
+        #expect(throws: GatewayFailure.self) { try ConfigLoader.load(path: "/nonexistent-dir/gw.toml") }
+        do {
+            _ = try ConfigLoader.load(explicitPath: "/nonexistent-dir/gw.toml")
+            Issue.record("an explicit missing path must fail")
+        } catch {
+            #expect(error.status == .config)
+            #expect(error.message == "/nonexistent-dir/gw.toml: cannot read config file: does not exist")
+        }
+    }
+
+    @Test func aDirectoryIsNotAConfigFile() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        #expect(ConfigLoader.check(path: dir.path).first?.message == "cannot read config file: is not a regular file")
+    }
+
+    @Test func loadThrowsTheFirstProblemWithItsLine() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let config = try dir.write("gw.toml", "[network]\nretry_count = 3\nnetwork_timeout_ms = 50\nbogus = true\n")
+        do {
+            _ = try ConfigLoader.load(path: config)
+            Issue.record("load must fail")
+        } catch {
+            #expect(error.status == .config)
+            #expect(error.message.hasPrefix("\(config):3: network.network_timeout_ms: 50 is out of range 100..10000 (and 1 more"))
+        }
+    }
+
+    /// The shipped example is valid as installed, and documents every key with its default.
+    @Test func shippedExampleIsValidAndDocumentsEveryKey() throws {
+        let example = Self.repositoryRoot() + "/config/glucose-gateway.toml"
+        let (config, problems) = ConfigLoader.evaluate(path: example)
+        #expect(problems == [])
+        #expect(config.gateway == GatewaySettings())
+        #expect(config.network == NetworkSettings())
+        #expect(!config.hasDestination)
+
+        guard case .success(let bytes) = ConfigFiles.read(example, limit: 1 << 20) else {
+            Issue.record("cannot read \(example)")
+            return
+        }
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        for (section, keys) in ConfigBuilder.schema {
+            guard let header = lines.firstIndex(of: "[\(section)]") else {
+                Issue.record("[\(section)] missing from the example")
+                continue
+            }
+            let next = lines[(header + 1)...].firstIndex { $0.hasPrefix("[") } ?? lines.count
+            let body = Array(lines[(header + 1)..<next])
+            for key in keys {
+                guard let at = body.firstIndex(where: { $0.hasPrefix("\(key) = ") || $0.hasPrefix("#\(key) = ") }) else {
+                    Issue.record("\(section).\(key) is not shown in the example")
+                    continue
+                }
+                // The comment block above the key (or above the first key of a shared block) names the default.
+                var start = at
+                while start > 0 && !body[start - 1].isEmpty { start -= 1 }
+                let block = body[start..<at].joined(separator: "\n")
+                #expect(block.contains("Default") || block.contains("Required"), "\(section).\(key) has no documented default")
+            }
+        }
+    }
+
+    static func repositoryRoot(_ file: String = #filePath) -> String {
+        // .../Tests/GatewayTests/ConfigLoaderTests.swift -> ...
+        var path = file
+        for _ in 0..<3 { path = ConfigFiles.directory(of: path) }
+        return path
+    }
+}
