@@ -1,0 +1,197 @@
+import GatewayCore
+import GlucoseProfile
+
+/// Simulated time: every duration of the meter model (notification delay, new-record interval,
+/// advertising bursts, device expiry) is divided by `scale` before sleeping, so tests can compress minutes
+/// into seconds.
+public struct SimulationClock: Sendable {
+    public var scale: Double
+    public init(scale: Double = 1) { self.scale = scale > 0 ? scale : 1 }
+
+    public func sleep(seconds: Double) async throws {
+        let real = seconds / scale
+        guard real > 0 else { return }
+        try await Task.sleep(for: .milliseconds(Int64((real * 1000).rounded(.up))))
+    }
+}
+
+/// What a running meter tells its front end.
+public enum PeripheralEvent: Sendable, Equatable {
+    /// Send a notification (0x2A18, 0x2A34) or indication (0x2A52).
+    case value(GATTUUID, [UInt8])
+    /// The meter drops the link (fault).
+    case dropLink
+    /// Advertising starts or stops.
+    case advertising(Bool)
+    /// A new record was stored.
+    case recordAdded(UInt16)
+}
+
+/// One simulated meter at run time: the `GlucoseServer` state machine plus the clocked parts (pacing of a
+/// procedure's values, new records every N seconds, advertising bursts). Front ends consume `events` and
+/// call in when the peer subscribes, writes, reads or the link changes.
+public actor MeterPeripheral {
+    public nonisolated let address: String
+    public nonisolated let events: AsyncStream<PeripheralEvent>
+    private let continuation: AsyncStream<PeripheralEvent>.Continuation
+    private var server: GlucoseServer
+    private let clock: SimulationClock
+    private var pump: Task<Void, Never>?
+    private var pumpGeneration = 0
+    private var background: [Task<Void, Never>] = []
+    private var advertiseUntil: Task<Void, Never>?
+    public private(set) var isAdvertising = false
+    public private(set) var isLinked = false
+
+    public init(meter: MeterDescription, clock: SimulationClock = SimulationClock()) {
+        address = meter.address
+        server = GlucoseServer(meter: meter)
+        self.clock = clock
+        (events, continuation) = AsyncStream.makeStream(of: PeripheralEvent.self, bufferingPolicy: .unbounded)
+    }
+
+    /// The meter as it is now (records added at run time included).
+    public var meter: MeterDescription { server.meter }
+
+    /// Starts the clocked behaviour: advertising per plan and new records per plan.
+    public func start() {
+        switch server.meter.advertising {
+        case .always:
+            setAdvertising(true)
+        case .off:
+            setAdvertising(false)
+        case .bursts(let on, let off):
+            let clock = self.clock
+            background.append(Task { [weak self] in
+                while !Task.isCancelled {
+                    await self?.setAdvertising(true)
+                    do { try await clock.sleep(seconds: on) } catch { return }
+                    await self?.setAdvertising(false)
+                    do { try await clock.sleep(seconds: off) } catch { return }
+                }
+            })
+        }
+        if let plan = server.meter.newRecords {
+            let clock = self.clock
+            background.append(Task { [weak self] in
+                while !Task.isCancelled {
+                    do { try await clock.sleep(seconds: plan.intervalSeconds) } catch { return }
+                    guard let self else { return }
+                    if await self.addGeneratedRecord(minutesLater: max(1, Int(plan.intervalSeconds / 60))) == nil { return }
+                }
+            })
+        }
+    }
+
+    /// Stops everything and finishes `events`.
+    public func stop() {
+        for t in background { t.cancel() }
+        background.removeAll()
+        pump?.cancel()
+        pump = nil
+        advertiseUntil?.cancel()
+        continuation.finish()
+    }
+
+    // MARK: Advertising
+
+    private func setAdvertising(_ on: Bool) {
+        guard on != isAdvertising else { return }
+        isAdvertising = on
+        continuation.yield(.advertising(on))
+    }
+
+    /// Advertises for `seconds` (simulated), as after a button press; with the `always` plan it changes nothing.
+    public func advertise(seconds: Double) {
+        setAdvertising(true)
+        advertiseUntil?.cancel()
+        if case .always = server.meter.advertising { return }
+        let clock = self.clock
+        advertiseUntil = Task { [weak self] in
+            do { try await clock.sleep(seconds: seconds) } catch { return }
+            await self?.endTemporaryAdvertising()
+        }
+    }
+
+    private func endTemporaryAdvertising() {
+        if case .always = server.meter.advertising { return }
+        setAdvertising(false)
+    }
+
+    // MARK: Records and faults
+
+    public func store(_ record: MeterRecord) {
+        server.store(record)
+        continuation.yield(.recordAdded(record.sequenceNumber))
+        announceNewRecord()
+    }
+
+    @discardableResult
+    public func addGeneratedRecord(minutesLater: Int = 5) -> MeterRecord? {
+        guard let r = server.addGeneratedRecord(minutesLater: minutesLater) else { return nil }
+        continuation.yield(.recordAdded(r.sequenceNumber))
+        announceNewRecord()
+        return r
+    }
+
+    /// A meter with records to send advertises for a while after a measurement.
+    private func announceNewRecord() {
+        if case .always = server.meter.advertising { return }
+        if !isLinked { advertise(seconds: 30) }
+    }
+
+    public var nextSequenceNumber: UInt16 { server.nextSequenceNumber }
+
+    public func setFaults(_ faults: MeterFaults) { server.setFaults(faults) }
+
+    // MARK: Link
+
+    public func linkUp() { isLinked = true }
+
+    public func linkDown() {
+        isLinked = false
+        pump?.cancel()
+        pump = nil
+        pumpGeneration += 1
+        server.linkDown()
+    }
+
+    public func setSubscribed(_ uuid: GATTUUID, _ on: Bool) { server.setSubscribed(uuid, on) }
+
+    public func read(_ uuid: GATTUUID) -> [UInt8]? { server.read(uuid) }
+
+    /// A RACP write. On success the procedure is queued; call `runProcedure()` once the write's response
+    /// has gone out, so the peer sees the write answered before the first notification.
+    public func writeRACP(_ bytes: [UInt8]) throws(GlucoseServer.ATTError) {
+        try server.writeRACP(bytes)
+    }
+
+    public var isProcedureRunning: Bool { server.isProcedureRunning }
+
+    /// Sends the queued values of the running procedure, paced by the notification delay.
+    public func runProcedure() {
+        guard pump == nil else { return }
+        pumpGeneration += 1
+        let generation = pumpGeneration
+        pump = Task { [weak self] in await self?.drain(generation: generation) }
+    }
+
+    private func drain(generation: Int) async {
+        defer { if pumpGeneration == generation { pump = nil } }
+        while !Task.isCancelled, pumpGeneration == generation {
+            let delay = server.meter.faults.notificationDelay
+            if delay > 0 {
+                do { try await clock.sleep(seconds: delay) } catch { return }
+                guard pumpGeneration == generation else { return }
+            }
+            guard let out = server.nextOutput() else { return }
+            switch out {
+            case .value(let uuid, let bytes):
+                continuation.yield(.value(uuid, bytes))
+            case .dropLink:
+                continuation.yield(.dropLink)
+                return
+            }
+        }
+    }
+}
