@@ -131,13 +131,13 @@ public struct GlucoseServer: Sendable {
         case RACPOpCode.reportStoredRecords.rawValue:
             guard subscriptions.contains(.glucoseMeasurement) else { throw .cccdImproperlyConfigured }
             switch select(bytes) {
-            case .failure(let code): queue.append(response(to: opCode, code))
-            case .success(let records): queueReport(records)
+            case .refused(let code): queue.append(response(to: opCode, code))
+            case .records(let records): queueReport(records)
             }
         case RACPOpCode.reportNumberOfStoredRecords.rawValue:
             switch select(bytes) {
-            case .failure(let code): queue.append(response(to: opCode, code))
-            case .success(let records):
+            case .refused(let code): queue.append(response(to: opCode, code))
+            case .records(let records):
                 if records.isEmpty && meter.faults.zeroCountAsNoRecords {
                     queue.append(response(to: opCode, .noRecordsFound))
                 } else {
@@ -218,30 +218,30 @@ public struct GlucoseServer: Sendable {
     }
 
     /// Applies the operator and operand of a report or count request to the stored records.
-    private func select(_ bytes: [UInt8]) -> Result<[MeterRecord], RACPResponseCode> {
-        guard bytes.count >= 2 else { return .failure(.invalidOperator) }
+    private func select(_ bytes: [UInt8]) -> Selection {
+        guard bytes.count >= 2 else { return .refused(.invalidOperator) }
         let op = RACPOperator(rawValue: bytes[1])
         let operand = Array(bytes.dropFirst(2))
         let records = meter.records
         switch op {
         case .null:
-            return .failure(.invalidOperator)
+            return .refused(.invalidOperator)
         case .allRecords, .firstRecord, .lastRecord:
-            guard operand.isEmpty else { return .failure(.invalidOperand) }
-            if op == .allRecords { return .success(records) }
-            if op == .firstRecord { return .success(records.first.map { [$0] } ?? []) }
-            return .success(records.last.map { [$0] } ?? [])
+            guard operand.isEmpty else { return .refused(.invalidOperand) }
+            if op == .allRecords { return .records(records) }
+            if op == .firstRecord { return .records(records.first.map { [$0] } ?? []) }
+            return .records(records.last.map { [$0] } ?? [])
         case .lessThanOrEqual, .greaterThanOrEqual, .withinRange:
             let count = op == .withinRange ? 2 : 1
-            guard let filterType = operand.first else { return .failure(.invalidOperand) }
+            guard let filterType = operand.first else { return .refused(.invalidOperand) }
             let values = Array(operand.dropFirst())
             switch filterType {
             case RACPFilterType.sequenceNumber.rawValue:
-                guard values.count == 2 * count else { return .failure(.invalidOperand) }
+                guard values.count == 2 * count else { return .refused(.invalidOperand) }
                 let a = UInt16(values[0]) | UInt16(values[1]) << 8
                 let b = count == 2 ? UInt16(values[2]) | UInt16(values[3]) << 8 : a
-                if op == .withinRange && a > b { return .failure(.invalidOperand) }
-                return .success(records.filter { r in
+                if op == .withinRange && a > b { return .refused(.invalidOperand) }
+                return .records(records.filter { r in
                     switch op {
                     case .lessThanOrEqual: r.sequenceNumber <= a
                     case .greaterThanOrEqual: r.sequenceNumber >= a
@@ -249,16 +249,16 @@ public struct GlucoseServer: Sendable {
                     }
                 })
             case RACPFilterType.userFacingTime.rawValue:
-                guard meter.supportsTimeFilter else { return .failure(.operandNotSupported) }
-                guard values.count == 7 * count else { return .failure(.invalidOperand) }
-                guard let a = try? GlucoseDateTime(bytes: values.prefix(7)) else { return .failure(.invalidOperand) }
+                guard meter.supportsTimeFilter else { return .refused(.operandNotSupported) }
+                guard values.count == 7 * count else { return .refused(.invalidOperand) }
+                guard let a = try? GlucoseDateTime(bytes: values.prefix(7)) else { return .refused(.invalidOperand) }
                 var b = a
                 if count == 2 {
-                    guard let upper = try? GlucoseDateTime(bytes: values.dropFirst(7)) else { return .failure(.invalidOperand) }
+                    guard let upper = try? GlucoseDateTime(bytes: values.dropFirst(7)) else { return .refused(.invalidOperand) }
                     b = upper
-                    if a.sortKey > b.sortKey { return .failure(.invalidOperand) }
+                    if a.sortKey > b.sortKey { return .refused(.invalidOperand) }
                 }
-                return .success(records.filter { r in
+                return .records(records.filter { r in
                     let t = r.userFacingTime.sortKey
                     switch op {
                     case .lessThanOrEqual: return t <= a.sortKey
@@ -267,12 +267,17 @@ public struct GlucoseServer: Sendable {
                     }
                 })
             default:
-                return .failure(.operandNotSupported)
+                return .refused(.operandNotSupported)
             }
         default:
-            return .failure(.operatorNotSupported)
+            return .refused(.operatorNotSupported)
         }
     }
+}
+
+private enum Selection {
+    case records([MeterRecord])
+    case refused(RACPResponseCode)
 }
 
 extension GlucoseDateTime {

@@ -171,9 +171,10 @@ public enum MeterFile {
             guard let bytes = parseHexBytes(hex) else { throw MeterFileError(o.field("hex"), "must be hex bytes") }
             raw = bytes
         }
-        let context = try o.optionalObject("context").map { (c) throws(MeterFileError) in try context(c, sequence: sequence) }
+        var recordContext: GlucoseMeasurementContext?
+        if let c = try o.optionalObject("context") { recordContext = try Self.context(c, sequence: sequence) }
         return MeterRecord(sequenceNumber: sequence, baseTime: time, timeOffset: offset, result: result, unit: unit,
-                           type: type, sampleLocation: location, sensorStatus: status, context: context,
+                           type: type, sampleLocation: location, sensorStatus: status, context: recordContext,
                            rawMeasurement: raw)
     }
 

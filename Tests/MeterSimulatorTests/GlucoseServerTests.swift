@@ -234,6 +234,7 @@ private func seqOperand(_ v: UInt16) -> [UInt8] { [1, UInt8(v & 0xFF), UInt8(v >
         try s.writeRACP([0x01, 0x01])
         _ = s.nextOutput()
         s.setSubscribed(.glucoseMeasurement, false)
+        s.setSubscribed(.glucoseMeasurementContext, false)
         #expect(drain(&s) == [.value(.recordAccessControlPoint, [6, 0, 1, 1])])
     }
 
@@ -247,7 +248,8 @@ private func seqOperand(_ v: UInt16) -> [UInt8] { [1, UInt8(v & 0xFF), UInt8(v >
 
     @Test func newRecordsContinueTheSequence() throws {
         var s = subscribedServer()
-        let r = try #require(s.addGeneratedRecord(minutesLater: 30))
+        let added = s.addGeneratedRecord(minutesLater: 30)
+        let r = try #require(added)
         #expect(r.sequenceNumber == 9)
         #expect(r.baseTime == time(12, 30))
         #expect(r.timeOffset == 60)
