@@ -335,3 +335,20 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         }
     }
 }
+
+extension SQLiteStore {
+    /// The connection's journal mode, synchronous level and foreign-key switch (tests).
+    package func pragmaValuesForTesting() throws -> [String: String] {
+        let db = try openConnection()
+        var values: [String: String] = [:]
+        for name in ["journal_mode", "synchronous", "foreign_keys"] {
+            values[name] = try db.queryFirst("PRAGMA \(name)") { $0.text(0) }
+        }
+        return values
+    }
+
+    /// Pages in the database file (tests: to set `max_page_count` just above it).
+    package func pageCountForTesting() throws -> Int {
+        try openConnection().queryFirst("PRAGMA page_count") { $0.int(0) } ?? 0
+    }
+}

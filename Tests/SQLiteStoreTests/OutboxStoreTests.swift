@@ -1,0 +1,121 @@
+import GatewayCore
+import Testing
+@testable import SQLiteStore
+
+@Suite struct OutboxStoreTests {
+    private func filledStore(_ path: String, readings: Int) async throws -> SQLiteStore {
+        let store = try SQLiteStore(path: path, builders: [StubBuilder(destination: .nightscout), StubBuilder(destination: .fhir)], now: { 5000 })
+        try await store.insert((1...readings).map { sampleReading(sequence: $0) })
+        return store
+    }
+
+    @Test func claimTakesOldestPendingRowsOfOneDestination() async throws {
+        let store = try await filledStore(":memory:", readings: 5)
+        let first = try await store.claimPending(.nightscout, limit: 3)
+        #expect(first.map(\.state) == [.inFlight, .inFlight, .inFlight])
+        #expect(first.map(\.destination) == [.nightscout, .nightscout, .nightscout])
+        let firstReadings = try await first.asyncMap { try await store.reading(id: $0.readingID)?.reading.sequence }
+        #expect(firstReadings == [1, 2, 3])
+        let second = try await store.claimPending(.nightscout, limit: 3)
+        #expect(second.count == 2)
+        #expect(try await store.claimPending(.nightscout, limit: 3).isEmpty)
+        let counts = try await store.counts(.nightscout)
+        #expect(counts == OutboxCounts(pending: 0, inFlight: 5, acknowledged: 0, quarantined: 0, oldestUnsent: 5000))
+        // The other destination's queue is untouched.
+        #expect(try await store.counts(.fhir).pending == 5)
+        await store.close()
+    }
+
+    @Test func acknowledgeReleaseAndCounts() async throws {
+        let store = try await filledStore(":memory:", readings: 4)
+        let items = try await store.claimPending(.nightscout, limit: 4)
+        try await store.acknowledge([items[0].id, items[1].id], at: 9000)
+        try await store.release([items[2].id, items[3].id])
+        let counts = try await store.counts(.nightscout)
+        #expect(counts.acknowledged == 2)
+        #expect(counts.pending == 2)
+        #expect(counts.inFlight == 0)
+        let again = try await store.claimPending(.nightscout, limit: 10)
+        #expect(again.map(\.id) == [items[2].id, items[3].id])
+        #expect(again.map(\.attempts) == [1, 1])
+        // Retries carry exactly the bytes and key frozen at insert.
+        #expect(again.map(\.body) == [items[2].body, items[3].body])
+        #expect(again.map(\.key) == [items[2].key, items[3].key])
+        try await store.acknowledge(again.map(\.id), at: 9100)
+        #expect(try await store.counts(.nightscout) == OutboxCounts(acknowledged: 4))
+        await store.close()
+    }
+
+    @Test func quarantineKeepsTheAnswerAndRedriveRequeues() async throws {
+        let store = try await filledStore(":memory:", readings: 3)
+        let items = try await store.claimPending(.fhir, limit: 3)
+        try await store.quarantine(items[1].id, answer: "422 Unprocessable Entity: invalid code")
+        try await store.release([items[0].id, items[2].id])
+        #expect(try await store.counts(.fhir).quarantined == 1)
+        let aside = try await store.quarantined(.fhir)
+        #expect(aside.map(\.item.id) == [items[1].id])
+        #expect(aside.first?.answer == "422 Unprocessable Entity: invalid code")
+        // A quarantined row is never claimed again on its own.
+        let claimed = try await store.claimPending(.fhir, limit: 10)
+        #expect(claimed.map(\.id) == [items[0].id, items[2].id])
+        #expect(try await store.redrive(.fhir) == 1)
+        #expect(try await store.redrive(.fhir) == 0)
+        let redriven = try await store.claimPending(.fhir, limit: 10)
+        #expect(redriven.map(\.id) == [items[1].id])
+        #expect(redriven.first?.body == items[1].body)
+        await store.close()
+    }
+
+    @Test func inFlightRowsReturnToPendingAfterARestart() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await filledStore(dir.database, readings: 3)
+        let claimed = try await store.claimPending(.nightscout, limit: 2)
+        #expect(claimed.count == 2)
+        await store.close()
+
+        let reopened = try SQLiteStore(path: dir.database, builders: [StubBuilder(destination: .nightscout)])
+        #expect(try await reopened.counts(.nightscout).inFlight == 2)
+        #expect(try await reopened.requeueInFlight() == 2)
+        #expect(try await reopened.counts(.nightscout) == OutboxCounts(pending: 3, oldestUnsent: 5000))
+        let again = try await reopened.claimPending(.nightscout, limit: 10)
+        #expect(again.map(\.id) == claimed.map(\.id) + [again[2].id])
+        #expect(again.prefix(2).map(\.body) == claimed.map(\.body))
+        await reopened.close()
+    }
+
+    @Test func nothingIsDeletedWhenAcknowledged() async throws {
+        let store = try await filledStore(":memory:", readings: 2)
+        let items = try await store.claimPending(.nightscout, limit: 2)
+        try await store.acknowledge(items.map(\.id), at: 1)
+        #expect(try await store.outboxItems(.nightscout).count == 2)
+        #expect(try await store.readingCount() == 2)
+        await store.close()
+    }
+
+    @Test func destinationStateRoundTrips() async throws {
+        let store = try SQLiteStore(path: ":memory:")
+        #expect(try await store.destinationState(.nightscout) == nil)
+        var state = DestinationState(destination: .nightscout, state: "retrying")
+        state.lastErrorCode = 1002
+        state.lastErrorMessage = "NETWORK_TIMEOUT"
+        state.lastErrorAt = 77
+        try await store.saveDestinationState(state)
+        #expect(try await store.destinationState(.nightscout) == state)
+        state.state = "ok"
+        state.lastErrorCode = nil
+        state.lastSuccessAt = 99
+        try await store.saveDestinationState(state)
+        #expect(try await store.destinationState(.nightscout) == state)
+        #expect(try await store.destinations() == [.nightscout])
+        await store.close()
+    }
+}
+
+extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var out: [T] = []
+        for element in self { out.append(try await transform(element)) }
+        return out
+    }
+}
