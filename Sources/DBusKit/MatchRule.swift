@@ -1,0 +1,89 @@
+/// A bus match rule: which messages a subscription receives.
+///
+/// The rule is installed on the bus with `AddMatch` and also applied locally, so that each subscription
+/// sees only its own messages. Locally a `sender` that is a well-known name (not `:1.x`) is not compared:
+/// messages carry the unique name of the sender, and only the bus knows who owns a well-known name.
+public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
+    public var type: DBusMessage.Kind?
+    public var sender: String?
+    public var interface: String?
+    public var member: String?
+    public var path: String?
+    public var pathNamespace: String?
+    /// `argN` string matches, by argument index.
+    public var arguments: [Int: String]
+
+    public init(
+        type: DBusMessage.Kind? = .signal,
+        sender: String? = nil,
+        interface: String? = nil,
+        member: String? = nil,
+        path: String? = nil,
+        pathNamespace: String? = nil,
+        arguments: [Int: String] = [:]
+    ) {
+        self.type = type
+        self.sender = sender
+        self.interface = interface
+        self.member = member
+        self.path = path
+        self.pathNamespace = pathNamespace
+        self.arguments = arguments
+    }
+
+    /// The rule in the bus's text form, e.g. `type='signal',interface='org.freedesktop.DBus.Properties'`.
+    public var description: String {
+        var parts: [String] = []
+        func add(_ key: String, _ value: String?) {
+            guard let value else { return }
+            // Inside quotes nothing is special except the quote itself, written as '\''.
+            parts.append(key + "='" + value.replacingQuotes() + "'")
+        }
+        if let type {
+            let name = switch type {
+            case .methodCall: "method_call"
+            case .methodReturn: "method_return"
+            case .error: "error"
+            case .signal: "signal"
+            }
+            add("type", name)
+        }
+        add("sender", sender)
+        add("interface", interface)
+        add("member", member)
+        add("path", path)
+        add("path_namespace", pathNamespace)
+        for (index, value) in arguments.sorted(by: { $0.key < $1.key }) {
+            add("arg\(index)", value)
+        }
+        return parts.joined(separator: ",")
+    }
+
+    /// Whether `message` satisfies the rule, as far as it can be checked locally.
+    public func matches(_ message: DBusMessage) -> Bool {
+        if let type, type != message.kind { return false }
+        if let sender, sender.hasPrefix(":"), sender != message.sender { return false }
+        if let interface, interface != message.interface { return false }
+        if let member, member != message.member { return false }
+        if let path, path != message.path { return false }
+        if let pathNamespace {
+            guard let p = message.path else { return false }
+            if pathNamespace != "/" && p != pathNamespace && !p.hasPrefix(pathNamespace + "/") { return false }
+        }
+        for (index, value) in arguments {
+            guard index >= 0, index < message.body.count, case .string(let s) = message.body[index], s == value
+            else { return false }
+        }
+        return true
+    }
+}
+
+extension String {
+    fileprivate func replacingQuotes() -> String {
+        var out = ""
+        for ch in self {
+            if ch == "'" { out += "'\\''" } else { out.append(ch) }
+        }
+        return out
+    }
+}

@@ -1,0 +1,390 @@
+import Testing
+import Foundation
+import TestSupport
+@testable import DBusKit
+
+/// Two connections on a private dbus-daemon: `server` exports objects, `client` calls them.
+final class BusPair: Sendable {
+    let bus: PrivateBus
+    let server: DBusConnection
+    let client: DBusConnection
+
+    init() async throws {
+        bus = try await PrivateBus.start()
+        server = try await DBusConnection.connect(address: bus.address)
+        client = try await DBusConnection.connect(address: bus.address)
+    }
+
+    func close() async {
+        await client.close()
+        await server.close()
+        bus.close()
+    }
+}
+
+/// Fails the test instead of hanging when `body` takes longer than `seconds`.
+func withTimeout<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        guard let first = try await group.next(), let value = first else {
+            group.cancelAll()
+            throw TimeoutError(seconds: seconds)
+        }
+        group.cancelAll()
+        return value
+    }
+}
+
+struct TimeoutError: Error, CustomStringConvertible {
+    var seconds: Double
+    var description: String { "timed out after \(seconds) s" }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct BusIntegrationTests {
+    @Test func callReachesHandlerWithSenderAndArguments() async throws {
+        let pair = try await BusPair()
+        try await pair.server.export(path: "/org/example/Echo", interfaces: [
+            DBusInterface("org.example.Echo", methods: [
+                DBusMethod("Echo", in: "sv", out: "ssv") { call in
+                    [.string(call.sender)] + call.arguments
+                },
+            ]),
+        ])
+        let reply = try await pair.client.call(
+            destination: pair.server.uniqueName, path: "/org/example/Echo", interface: "org.example.Echo",
+            member: "Echo", arguments: [.string("hello"), .variant(.bytes([1, 2, 3]))], timeout: .seconds(5))
+        #expect(reply == [.string(pair.client.uniqueName), .string("hello"), .variant(.bytes([1, 2, 3]))])
+        #expect(pair.client.uniqueName.hasPrefix(":"))
+        await pair.close()
+    }
+
+    @Test func errorsKeepNameAndMessage() async throws {
+        let pair = try await BusPair()
+        try await pair.server.export(path: "/org/bluez/hci0/dev_AA", interfaces: [
+            DBusInterface("org.bluez.Device1", methods: [
+                DBusMethod("Connect") { _ in
+                    throw DBusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+                },
+                DBusMethod("Pair") { _ in throw CancellationError() },
+            ]),
+        ])
+        let dest = pair.server.uniqueName
+        await #expect(throws: DBusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")) {
+            try await pair.client.call(destination: dest, path: "/org/bluez/hci0/dev_AA", interface: "org.bluez.Device1",
+                                       member: "Connect", timeout: .seconds(5))
+        }
+        let other = await #expect(throws: DBusError.self) {
+            try await pair.client.call(destination: dest, path: "/org/bluez/hci0/dev_AA", interface: "org.bluez.Device1",
+                                       member: "Pair", timeout: .seconds(5))
+        }
+        #expect(other?.name == .failed)
+        let unknownMethod = await #expect(throws: DBusError.self) {
+            try await pair.client.call(destination: dest, path: "/org/bluez/hci0/dev_AA", interface: "org.bluez.Device1",
+                                       member: "Nope", timeout: .seconds(5))
+        }
+        #expect(unknownMethod?.name == .unknownMethod)
+        let unknownObject = await #expect(throws: DBusError.self) {
+            try await pair.client.call(destination: dest, path: "/nowhere", interface: "org.bluez.Device1",
+                                       member: "Connect", timeout: .seconds(5))
+        }
+        #expect(unknownObject?.name == .unknownObject)
+        let noService = await #expect(throws: DBusError.self) {
+            try await pair.client.call(destination: "org.bluez", path: "/", interface: nil,
+                                       member: "Ping", timeout: .seconds(5))
+        }
+        #expect(noService?.name == .serviceUnknown)
+        let invalid = await #expect(throws: DBusError.self) {
+            try await pair.client.call(destination: dest, path: "not/a/path", interface: nil, member: "X", timeout: .seconds(5))
+        }
+        #expect(invalid?.name == .invalidArgs)
+        await pair.close()
+    }
+
+    @Test func callTimesOutWithItsOwnTimeout() async throws {
+        let pair = try await BusPair()
+        try await pair.server.export(path: "/slow", interfaces: [
+            DBusInterface("org.example.Slow", methods: [
+                DBusMethod("Sleep") { _ in
+                    try await Task.sleep(for: .seconds(10))
+                    return []
+                },
+            ]),
+        ])
+        let start = ContinuousClock.now
+        let error = await #expect(throws: DBusError.self) {
+            try await pair.client.call(destination: pair.server.uniqueName, path: "/slow", interface: "org.example.Slow",
+                                       member: "Sleep", timeout: .milliseconds(200))
+        }
+        let elapsed = ContinuousClock.now - start
+        #expect(error?.isTimeout == true)
+        // Bounded by the call's own timeout, not by the handler's 10 s.
+        #expect(elapsed < .seconds(5))
+        // The connection still works after a timeout.
+        let names = try await pair.client.call(destination: DBusNames.bus, path: DBusNames.busPath,
+                                               interface: DBusNames.bus, member: "ListNames", timeout: .seconds(5))
+        #expect(names.first?.stringArray?.contains(pair.server.uniqueName) == true)
+        await pair.close()
+    }
+
+    @Test func cancellingTheTaskAbandonsTheCall() async throws {
+        let pair = try await BusPair()
+        try await pair.server.export(path: "/slow", interfaces: [
+            DBusInterface("org.example.Slow", methods: [
+                DBusMethod("Sleep") { _ in
+                    try await Task.sleep(for: .seconds(10))
+                    return []
+                },
+            ]),
+        ])
+        let client = pair.client
+        let dest = pair.server.uniqueName
+        let task = Task {
+            try await client.call(destination: dest, path: "/slow", interface: "org.example.Slow", member: "Sleep",
+                                  timeout: .seconds(30))
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        task.cancel()
+        let result = await task.result
+        guard case .failure(let error as DBusError) = result else {
+            Issue.record("expected a DBusError, got \(result)")
+            await pair.close()
+            return
+        }
+        #expect(error.name == .cancelled)
+        await pair.close()
+    }
+
+    @Test func signalsArriveInOrderAndOnlyWhenMatching() async throws {
+        let pair = try await BusPair()
+        let stream = try await pair.client.subscribe(MatchRule(
+            interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+            pathNamespace: "/org/bluez/hci0", arguments: [0: "org.bluez.GattCharacteristic1"]))
+        let count = 500
+        for i in 0..<count {
+            try await pair.server.emitSignal(
+                path: "/org/bluez/hci0/dev_AA/service0010/char0011", interface: "org.freedesktop.DBus.Properties",
+                member: "PropertiesChanged",
+                arguments: [.string("org.bluez.GattCharacteristic1"), .vardict(["Value": .bytes([UInt8(i & 0xFF), UInt8(i >> 8)])]), .strings([])])
+            if i % 100 == 0 {
+                // Not matching: other interface argument, other path.
+                try await pair.server.emitSignal(
+                    path: "/org/bluez/hci0/dev_AA", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                    arguments: [.string("org.bluez.Device1"), .vardict(["RSSI": .int16(-50)]), .strings([])])
+                try await pair.server.emitSignal(
+                    path: "/org/other", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                    arguments: [.string("org.bluez.GattCharacteristic1"), .vardict([:]), .strings([])])
+            }
+        }
+        let received = try await withTimeout(20) {
+            var values: [Int] = []
+            for await message in stream {
+                guard let bytes = message.body[1].vardict?["Value"]?.bytes, bytes.count == 2 else { continue }
+                values.append(Int(bytes[0]) | Int(bytes[1]) << 8)
+                if values.count == count { break }
+            }
+            return values
+        }
+        #expect(received == Array(0..<count))
+        await pair.close()
+    }
+
+    @Test func directedSignalReachesOnlyItsDestination() async throws {
+        let bus = try await PrivateBus.start()
+        let sender = try await DBusConnection.connect(address: bus.address)
+        let a = try await DBusConnection.connect(address: bus.address)
+        let b = try await DBusConnection.connect(address: bus.address)
+        let rule = MatchRule(interface: "org.example.Ping", member: "Ping")
+        let streamA = try await a.subscribe(rule)
+        let streamB = try await b.subscribe(rule)
+        try await sender.emitSignal(path: "/p", interface: "org.example.Ping", member: "Ping",
+                                    arguments: [.string("to a")], destination: a.uniqueName)
+        try await sender.emitSignal(path: "/p", interface: "org.example.Ping", member: "Ping",
+                                    arguments: [.string("to all")])
+        let firstA = try await withTimeout(5) { () -> [String] in
+            var out: [String] = []
+            for await m in streamA {
+                out.append(m.body.first?.string ?? "")
+                if out.count == 2 { break }
+            }
+            return out
+        }
+        let firstB = try await withTimeout(5) { () -> String? in
+            for await m in streamB { return m.body.first?.string }
+            return nil
+        }
+        #expect(firstA == ["to a", "to all"])
+        #expect(firstB == "to all")
+        #expect(await a.isConnected)
+        await a.close()
+        await b.close()
+        await sender.close()
+        bus.close()
+    }
+
+    @Test func handlerCanCallBackIntoTheCallerWhileTheCallIsPending() async throws {
+        // The shape of BlueZ pairing: the client's Pair is pending while the server calls the client's
+        // agent, and replies only after the agent answered.
+        let pair = try await BusPair()
+        let server = pair.server
+        try await pair.client.export(path: "/agent", interfaces: [
+            DBusInterface("org.bluez.Agent1", methods: [
+                DBusMethod("RequestPasskey", in: "o", out: "u") { call in
+                    #expect(call.arguments == [.objectPath("/org/bluez/hci0/dev_AA")])
+                    return [.uint32(123_456)]
+                },
+            ]),
+        ])
+        try await server.export(path: "/org/bluez/hci0/dev_AA", interfaces: [
+            DBusInterface("org.bluez.Device1", methods: [
+                DBusMethod("Pair") { call in
+                    let answer = try await server.call(
+                        destination: call.sender, path: "/agent", interface: "org.bluez.Agent1",
+                        member: "RequestPasskey", arguments: [.objectPath("/org/bluez/hci0/dev_AA")], timeout: .seconds(5))
+                    guard answer.first?.uint32 == 123_456 else {
+                        throw DBusError(name: "org.bluez.Error.AuthenticationFailed", message: "wrong passkey")
+                    }
+                    return []
+                },
+            ]),
+        ])
+        let reply = try await pair.client.call(destination: server.uniqueName, path: "/org/bluez/hci0/dev_AA",
+                                               interface: "org.bluez.Device1", member: "Pair", timeout: .seconds(10))
+        #expect(reply.isEmpty)
+        await pair.close()
+    }
+
+    @Test func propertiesAndObjectManager() async throws {
+        let pair = try await BusPair()
+        let server = pair.server
+        let client = pair.client
+        try await server.exportObjectManager(at: "/")
+        let added = try await client.subscribe(MatchRule(sender: server.uniqueName, interface: DBusNames.objectManager))
+        let changed = try await client.subscribe(MatchRule(interface: DBusNames.properties, member: "PropertiesChanged"))
+        try await server.export(path: "/org/bluez/hci0", interfaces: [
+            DBusInterface("org.bluez.Adapter1", properties: ["Powered": .bool(false), "Address": .string("00:11:22:33:44:55")],
+                          writableProperties: ["Powered"]) { name, value, _ in
+                guard name == "Powered", value.bool != nil else { throw DBusError(.invalidArgs, "bad value") }
+            },
+        ])
+        let dest = server.uniqueName
+        let objects = try await client.call(destination: dest, path: "/", interface: DBusNames.objectManager,
+                                            member: "GetManagedObjects", timeout: .seconds(5))
+        #expect(objects.first?.managedObjects?["/org/bluez/hci0"]?["org.bluez.Adapter1"]?["Address"] == .string("00:11:22:33:44:55"))
+        let got = try await client.call(destination: dest, path: "/org/bluez/hci0", interface: DBusNames.properties,
+                                        member: "Get", arguments: [.string("org.bluez.Adapter1"), .string("Powered")], timeout: .seconds(5))
+        #expect(got == [.variant(.bool(false))])
+        _ = try await client.call(destination: dest, path: "/org/bluez/hci0", interface: DBusNames.properties, member: "Set",
+                                  arguments: [.string("org.bluez.Adapter1"), .string("Powered"), .variant(.bool(true))], timeout: .seconds(5))
+        let all = try await client.call(destination: dest, path: "/org/bluez/hci0", interface: DBusNames.properties,
+                                        member: "GetAll", arguments: [.string("org.bluez.Adapter1")], timeout: .seconds(5))
+        #expect(all.first?.vardict?["Powered"] == .bool(true))
+        let readOnly = await #expect(throws: DBusError.self) {
+            try await client.call(destination: dest, path: "/org/bluez/hci0", interface: DBusNames.properties, member: "Set",
+                                  arguments: [.string("org.bluez.Adapter1"), .string("Address"), .variant(.string("x"))], timeout: .seconds(5))
+        }
+        #expect(readOnly?.name == .propertyReadOnly)
+        await server.setProperties(path: "/org/bluez/hci0", interface: "org.bluez.Adapter1", ["Powered": .bool(false)])
+        await server.unexport(path: "/org/bluez/hci0")
+
+        let signals = try await withTimeout(5) { () -> [String] in
+            var out: [String] = []
+            for await m in added {
+                out.append("\(m.member ?? "") \(m.body.first?.objectPath ?? "")")
+                if out.count == 2 { break }
+            }
+            return out
+        }
+        #expect(signals == ["InterfacesAdded /org/bluez/hci0", "InterfacesRemoved /org/bluez/hci0"])
+        let changes = try await withTimeout(5) { () -> [Bool] in
+            var out: [Bool] = []
+            for await m in changed {
+                if let powered = m.body[1].vardict?["Powered"]?.bool { out.append(powered) }
+                if out.count == 2 { break }
+            }
+            return out
+        }
+        #expect(changes == [true, false])
+        let introspection = try await client.call(destination: dest, path: "/", interface: DBusNames.introspectable,
+                                                  member: "Introspect", timeout: .seconds(5))
+        #expect(introspection.first?.string?.contains(DBusNames.objectManager) == true)
+        await pair.close()
+    }
+
+    @Test func requestAndReleaseNames() async throws {
+        let pair = try await BusPair()
+        let owners = try await pair.client.nameOwnerChanges(of: "org.bluez")
+        #expect(try await pair.server.requestName("org.bluez") == .primaryOwner)
+        #expect(try await pair.server.requestName("org.bluez") == .alreadyOwner)
+        #expect(try await pair.client.requestName("org.bluez", flags: [.doNotQueue]) == .exists)
+        #expect(try await pair.client.nameOwner(of: "org.bluez") == pair.server.uniqueName)
+        try await pair.server.releaseName("org.bluez")
+        #expect(try await pair.client.nameOwner(of: "org.bluez") == nil)
+        let seen = try await withTimeout(5) { () -> [String] in
+            var out: [String] = []
+            for await change in owners {
+                out.append(change.new)
+                if out.count == 2 { break }
+            }
+            return out
+        }
+        #expect(seen == [pair.server.uniqueName, ""])
+        await pair.close()
+    }
+
+    @Test func busLossIsAnEventNotAnExit() async throws {
+        let pair = try await BusPair()
+        try await pair.server.export(path: "/slow", interfaces: [
+            DBusInterface("org.example.Slow", methods: [
+                DBusMethod("Sleep") { _ in
+                    try await Task.sleep(for: .seconds(30))
+                    return []
+                },
+            ]),
+        ])
+        let client = pair.client
+        let dest = pair.server.uniqueName
+        let stream = try await client.subscribe(MatchRule(interface: "org.example.Nothing"))
+        let lost = client.disconnectEvents()
+        let pending = Task {
+            try await client.call(destination: dest, path: "/slow", interface: "org.example.Slow", member: "Sleep",
+                                  timeout: .seconds(60))
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        pair.bus.kill()
+        try await withTimeout(10) {
+            for await _ in lost { break }
+            for await _ in stream {}
+        }
+        let result = await pending.result
+        guard case .failure(let error as DBusError) = result else {
+            Issue.record("expected a DBusError, got \(result)")
+            await pair.close()
+            return
+        }
+        #expect(error.isDisconnected || error.isTimeout)
+        #expect(await client.isConnected == false)
+        let after = await #expect(throws: DBusError.self) {
+            try await client.call(destination: dest, path: "/", interface: nil, member: "X", timeout: .seconds(1))
+        }
+        #expect(after?.name == .disconnected)
+        // A watcher added after the loss fires at once.
+        try await withTimeout(5) { await client.waitForDisconnect() }
+        await pair.close()
+    }
+
+    @Test func systemBusHonoursTheEnvironment() async throws {
+        let bus = try await PrivateBus.start()
+        setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.address, 1)
+        #expect(DBusConnection.systemBusAddress == bus.address)
+        let connection = try await DBusConnection.system()
+        #expect(connection.uniqueName.hasPrefix(":"))
+        await connection.close()
+        bus.close()
+        let error = await #expect(throws: DBusError.self) { try await DBusConnection.connect(address: bus.address) }
+        #expect(error != nil)
+    }
+}

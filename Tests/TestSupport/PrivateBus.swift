@@ -1,0 +1,111 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// A private `dbus-daemon` with a system-bus style configuration in a temporary directory: anyone may own
+/// any name and send anything, and `max_replies_per_connection` is raised for bursts of calls. It is
+/// stopped by its pid in ``close()`` (or ``kill()`` to simulate losing the bus).
+public final class PrivateBus: Sendable {
+    public struct StartError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// The bus address, `unix:path=…`, for `DBUS_SYSTEM_BUS_ADDRESS` or a direct connect.
+    public let address: String
+    /// The daemon's process id.
+    public let pid: pid_t
+    public let directory: String
+
+    private init(address: String, pid: pid_t, directory: String) {
+        self.address = address
+        self.pid = pid
+        self.directory = directory
+    }
+
+    /// Starts a daemon and waits (up to 10 s) until its socket accepts connections.
+    public static func start() async throws -> PrivateBus {
+        var template = Array("/tmp/gg-bus-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw StartError(description: "mkdtemp failed") }
+        let directory = String(cString: made)
+        let socket = directory + "/bus.sock"
+        let config = """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>system</type>
+          <listen>unix:path=\(socket)</listen>
+          <auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow user="*"/>
+            <allow own="*"/>
+            <allow send_type="method_call"/>
+            <allow send_type="signal"/>
+            <allow send_type="method_return"/>
+            <allow send_type="error"/>
+            <allow send_destination="*"/>
+            <allow receive_type="method_call"/>
+            <allow receive_type="signal"/>
+            <allow receive_type="method_return"/>
+            <allow receive_type="error"/>
+          </policy>
+          <limit name="max_replies_per_connection">100000</limit>
+          <limit name="max_connections_per_user">1000</limit>
+          <limit name="max_match_rules_per_connection">10000</limit>
+        </busconfig>
+        """
+        let configPath = directory + "/bus.conf"
+        guard FileManager.default.createFile(atPath: configPath, contents: Data(config.utf8)) else {
+            throw StartError(description: "cannot write \(configPath)")
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, directory + "/bus.log", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let arguments = ["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + configPath]
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for arg in argv { free(arg) } }
+        var pid: pid_t = 0
+        let status = posix_spawnp(&pid, "dbus-daemon", &actions, nil, &argv, environ)
+        guard status == 0 else { throw StartError(description: "cannot start dbus-daemon: \(String(cString: strerror(status)))") }
+        let bus = PrivateBus(address: "unix:path=" + socket, pid: pid, directory: directory)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if FileManager.default.fileExists(atPath: socket) { return bus }
+            var exitStatus: Int32 = 0
+            if waitpid(pid, &exitStatus, WNOHANG) == pid {
+                throw StartError(description: "dbus-daemon exited with status \(exitStatus)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        bus.close()
+        throw StartError(description: "dbus-daemon did not create its socket in time")
+    }
+
+    /// Stops the daemon (SIGTERM, then SIGKILL after 2 s) and removes its directory. Idempotent.
+    public func close() {
+        stop(signal: SIGTERM)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Kills the daemon at once, as if the bus crashed. The directory stays until ``close()``.
+    public func kill() {
+        stop(signal: SIGKILL)
+    }
+
+    private func stop(signal: Int32) {
+        guard Glibc.kill(pid, 0) == 0 else { return }
+        _ = Glibc.kill(pid, signal)
+        var exitStatus: Int32 = 0
+        for _ in 0..<200 {
+            let r = waitpid(pid, &exitStatus, WNOHANG)
+            if r == pid || r < 0 { return }
+            usleep(10_000)
+        }
+        _ = Glibc.kill(pid, SIGKILL)
+        _ = waitpid(pid, &exitStatus, 0)
+    }
+
+    deinit { close() }
+}
