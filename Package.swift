@@ -19,13 +19,14 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         .target(name: "GlucoseProfile", swiftSettings: strict),
         .target(name: "GatewayCore", dependencies: ["GlucoseProfile"], swiftSettings: strict),
         .target(name: "DBusKit", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
-        .target(name: "SyncEngine", dependencies: ["GatewayCore", "DBusKit"], swiftSettings: strict),
+        .target(name: "SyncEngine", dependencies: ["GatewayCore", "DBusKit", "CCurl"], swiftSettings: strict),
         .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "MeterSimulator", dependencies: ["DBusKit", "BlueZ", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
         .target(
@@ -45,7 +46,7 @@ let package = Package(
         .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore"], swiftSettings: strict),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),

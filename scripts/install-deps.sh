@@ -7,7 +7,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 want_test=0
 [[ "${1:-}" == "--test" ]] && want_test=1
 
-packages=(libdbus-1-dev libsqlite3-dev dbus-daemon pkg-config sqlite3 python3 python3-venv)
+packages=(libdbus-1-dev libsqlite3-dev libcurl4-openssl-dev dbus-daemon pkg-config sqlite3 python3 python3-venv)
 [[ $want_test == 1 ]] && packages+=(udev)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,51 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs the configured `on_network_error` command (through `/bin/sh -c`) with the error in its
+/// environment, so a headless gateway can light an LED or send a text. The command is started and
+/// reaped in the background; it never delays an upload.
+public struct AlertCommand: Sendable {
+    public var command: String
+    public init(command: String) { self.command = command }
+
+    /// Starts the command and returns its pid, or nil when it could not start.
+    @discardableResult
+    public func run(code: Int, message: String, pending: Int) -> pid_t? {
+        var environment: [String] = []
+        var pointer = environ
+        while let entry = pointer.pointee {
+            let text = String(cString: entry)
+            if !text.hasPrefix("GATEWAY_ERROR_CODE=") && !text.hasPrefix("GATEWAY_ERROR_MESSAGE=") && !text.hasPrefix("GATEWAY_PENDING=") {
+                environment.append(text)
+            }
+            pointer += 1
+        }
+        environment += ["GATEWAY_ERROR_CODE=\(code)", "GATEWAY_ERROR_MESSAGE=\(message)", "GATEWAY_PENDING=\(pending)"]
+        let argv = ["/bin/sh", "-c", command]
+        var pid: pid_t = 0
+        let status = withCStrings(argv) { argvPointers in
+            withCStrings(environment) { envPointers in
+                posix_spawn(&pid, "/bin/sh", nil, nil, argvPointers, envPointers)
+            }
+        }
+        guard status == 0 else { return nil }
+        let child = pid
+        DispatchQueue.global().async {
+            var exitStatus: Int32 = 0
+            while waitpid(child, &exitStatus, 0) < 0 && errno == EINTR {}
+        }
+        return child
+    }
+}
+
+private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    pointers.append(nil)
+    defer { for p in pointers { free(p) } }
+    return pointers.withUnsafeBufferPointer { buffer in
+        // posix_spawn takes `char *const[]`; the strings are our own copies and outlive the call.
+        body(buffer.baseAddress!)
+    }
+}

@@ -1,0 +1,80 @@
+import Synchronization
+
+/// What the system says about the network.
+public enum Connectivity: String, Sendable {
+    case up
+    case down
+    case unknown
+}
+
+/// A source of connectivity knowledge: NetworkManager on D-Bus, netlink route changes, or nothing.
+public protocol ConnectivityMonitor: Sendable {
+    /// The current state as last reported; `.unknown` when the source cannot tell.
+    func current() -> Connectivity
+    /// Returns true as soon as connectivity is reported back (an event), false when `timeoutMs` passes
+    /// first. Used by recovery mode instead of spending retries while the network is down.
+    func waitForUp(timeoutMs: Int) async -> Bool
+}
+
+/// A monitor fed by any number of event sources; each `report` wakes the waiters on `.up`.
+public final class ConnectivityHub: ConnectivityMonitor {
+    private struct Waiter {
+        let id: UInt64
+        let continuation: CheckedContinuation<Bool, Never>
+    }
+    private struct State {
+        var connectivity: Connectivity = .unknown
+        var waiters: [Waiter] = []
+        var nextID: UInt64 = 0
+        /// Bumped on every `.up` report, so an event between a failure and the wait is not missed.
+        var upEvents: UInt64 = 0
+    }
+    private let state = Mutex(State())
+
+    public init(initial: Connectivity = .unknown) {
+        state.withLock { $0.connectivity = initial }
+    }
+
+    public func current() -> Connectivity { state.withLock { $0.connectivity } }
+
+    /// The number of `.up` events so far.
+    public var upEventCount: UInt64 { state.withLock { $0.upEvents } }
+
+    public func report(_ connectivity: Connectivity) {
+        let woken: [Waiter] = state.withLock { s in
+            s.connectivity = connectivity
+            guard connectivity == .up else { return [] }
+            s.upEvents += 1
+            let list = s.waiters
+            s.waiters.removeAll()
+            return list
+        }
+        for w in woken { w.continuation.resume(returning: true) }
+    }
+
+    public func waitForUp(timeoutMs: Int) async -> Bool {
+        let id: UInt64 = state.withLock { s in
+            s.nextID += 1
+            return s.nextID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                state.withLock { $0.waiters.append(Waiter(id: id, continuation: continuation)) }
+                Task {
+                    try? await Task.sleep(for: .milliseconds(max(0, timeoutMs)))
+                    self.resume(id, with: false)
+                }
+            }
+        } onCancel: {
+            self.resume(id, with: false)
+        }
+    }
+
+    private func resume(_ id: UInt64, with value: Bool) {
+        let waiter: Waiter? = state.withLock { s in
+            guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return s.waiters.remove(at: i)
+        }
+        waiter?.continuation.resume(returning: value)
+    }
+}

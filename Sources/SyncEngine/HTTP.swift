@@ -1,0 +1,69 @@
+/// One HTTP exchange as the destinations see it. Bodies are bytes; nothing here logs.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+    /// Connect timeout.
+    public var connectTimeoutMs: Int
+    /// Whole-exchange timeout (connect, send, wait for and read the answer).
+    public var timeoutMs: Int
+    /// PEM file of a private CA to trust instead of the system store.
+    public var caFile: String?
+
+    public init(method: String, url: String, headers: [(String, String)] = [], body: [UInt8] = [],
+                connectTimeoutMs: Int, timeoutMs: Int, caFile: String? = nil) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.connectTimeoutMs = connectTimeoutMs
+        self.timeoutMs = timeoutMs
+        self.caFile = caFile
+    }
+}
+
+public struct HTTPResponse: Sendable, Equatable {
+    public var status: Int
+    /// Header names in lower case.
+    public var headers: [String: String]
+    public var body: [UInt8]
+    public init(status: Int, headers: [String: String] = [:], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// A failure with no HTTP answer. Messages name the kind of failure, never the URL or a header.
+public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// No answer in time. `connected` tells whether the connection was established (then the server
+    /// may have received and committed the request: an ambiguous outcome).
+    case timedOut(connected: Bool)
+    case resolveFailed
+    case connectionRefused
+    /// No route to the network or host.
+    case unreachable
+    /// The connection broke after it was established (reset, closed without an answer).
+    case connectionLost
+    case tls(String)
+    case cancelled
+    case other(String)
+
+    public var description: String {
+        switch self {
+        case .timedOut(let connected): connected ? "no answer before the timeout" : "connect timed out"
+        case .resolveFailed: "host name not resolved"
+        case .connectionRefused: "connection refused"
+        case .unreachable: "network unreachable"
+        case .connectionLost: "connection closed without an answer"
+        case .tls(let text): "TLS: \(text)"
+        case .cancelled: "cancelled"
+        case .other(let text): text
+        }
+    }
+}
+
+public protocol HTTPClient: Sendable {
+    func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse
+}

@@ -1,1 +1,0 @@
-// SyncEngine module.

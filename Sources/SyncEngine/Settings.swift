@@ -1,0 +1,192 @@
+import GatewayCore
+
+/// A credential read from the config. Its description never shows the value, so it cannot leak into a
+/// log line, `status` or an error message by interpolation.
+public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
+    public let value: String
+    public init(_ value: String) { self.value = value }
+    public var description: String { "<redacted>" }
+    public var debugDescription: String { "<redacted>" }
+}
+
+/// The `[network]` section: recovery behaviour shared by every destination. The config layer fills it
+/// and validates against the ranges below; `validate()` repeats the checks for other callers.
+public struct RecoverySettings: Sendable, Equatable {
+    /// `retry_count`: extra attempts within one upload session for transient or ambiguous outcomes.
+    public static let retryCountRange: ClosedRange<Int> = 0...10
+    public static let defaultRetryCount = 3
+    /// `network_timeout_ms`: connect and response timeout of one request and of the health probe.
+    public static let networkTimeoutRange: ClosedRange<Int> = 100...10_000
+    public static let defaultNetworkTimeoutMs = 3000
+    public static let defaultRecoveryMode = true
+    public static let defaultErrorBypass = false
+    /// Config keys of the `[network]` section, for the parser's unknown-key check.
+    public static let keys = ["retry_count", "network_timeout_ms", "health_check_url", "recovery_mode", "error_bypass", "on_network_error"]
+
+    public var retryCount: Int
+    public var networkTimeoutMs: Int
+    /// `health_check_url`: probed after a failure that is not an HTTP answer; not the upload server.
+    public var healthCheckURL: String?
+    /// `recovery_mode`: keep a session across a network drop and resume it when connectivity returns.
+    public var recoveryMode: Bool
+    /// `error_bypass`: quarantine a reading the server rejects permanently instead of blocking.
+    public var errorBypass: Bool
+    /// `on_network_error`: a shell command run on each new network error state, with
+    /// `GATEWAY_ERROR_CODE`, `GATEWAY_ERROR_MESSAGE` and `GATEWAY_PENDING` in its environment.
+    public var onNetworkError: String?
+
+    public init(
+        retryCount: Int = RecoverySettings.defaultRetryCount,
+        networkTimeoutMs: Int = RecoverySettings.defaultNetworkTimeoutMs,
+        healthCheckURL: String? = nil,
+        recoveryMode: Bool = RecoverySettings.defaultRecoveryMode,
+        errorBypass: Bool = RecoverySettings.defaultErrorBypass,
+        onNetworkError: String? = nil
+    ) {
+        self.retryCount = retryCount
+        self.networkTimeoutMs = networkTimeoutMs
+        self.healthCheckURL = healthCheckURL
+        self.recoveryMode = recoveryMode
+        self.errorBypass = errorBypass
+        self.onNetworkError = onNetworkError
+    }
+
+    /// One message per problem, naming the key.
+    public func validate() -> [String] {
+        var problems: [String] = []
+        if !Self.retryCountRange.contains(retryCount) {
+            problems.append("retry_count must be in \(Self.retryCountRange.lowerBound)..\(Self.retryCountRange.upperBound), got \(retryCount)")
+        }
+        if !Self.networkTimeoutRange.contains(networkTimeoutMs) {
+            problems.append("network_timeout_ms must be in \(Self.networkTimeoutRange.lowerBound)..\(Self.networkTimeoutRange.upperBound), got \(networkTimeoutMs)")
+        }
+        if let url = healthCheckURL, !HTTPURL.isValid(url) {
+            problems.append("health_check_url must be an http:// or https:// URL")
+        }
+        return problems
+    }
+}
+
+/// The `[nightscout]` section.
+public struct NightscoutSettings: Sendable, Equatable {
+    public static let keys = ["url", "api_secret", "api_secret_file", "token", "ca_file", "enabled"]
+    /// Nightscout refuses API secrets shorter than this.
+    public static let minimumSecretLength = 12
+    /// Site root, e.g. `https://example.org` (a path prefix is kept).
+    public var url: String
+    /// The API secret itself; the header carries its SHA-1 hex digest.
+    public var apiSecret: Secret?
+    /// An access token (a subject's token), sent in the same header instead of the secret.
+    public var token: Secret?
+    /// PEM bundle of a private CA, trusted instead of the system store (verification itself is always on).
+    public var caFile: String?
+
+    public init(url: String, apiSecret: Secret? = nil, token: Secret? = nil, caFile: String? = nil) {
+        self.url = url
+        self.apiSecret = apiSecret
+        self.token = token
+        self.caFile = caFile
+    }
+
+    public func validate() -> [String] {
+        var problems: [String] = []
+        if !HTTPURL.isValid(url) { problems.append("url must be an http:// or https:// URL") }
+        if apiSecret == nil && token == nil { problems.append("api_secret, api_secret_file or token is required") }
+        if let s = apiSecret, s.value.count < Self.minimumSecretLength {
+            problems.append("api_secret must be at least \(Self.minimumSecretLength) characters")
+        }
+        return problems
+    }
+
+    /// The value of the `api-secret` header: SHA-1 hex of the secret, else the token as is.
+    var authHeader: String? {
+        if let secret = apiSecret { return SHA1.hex(secret.value.utf8) }
+        return token?.value
+    }
+}
+
+/// The `[fhir]` section.
+public struct FHIRSettings: Sendable, Equatable {
+    public static let keys = ["base_url", "subject", "token", "token_file", "ca_file", "enabled"]
+    /// FHIR base, e.g. `https://fhir.example.org/fhir`.
+    public var baseURL: String
+    /// Reference to the patient, e.g. `Patient/123`.
+    public var subject: String
+    /// Optional bearer token.
+    public var token: Secret?
+    public var caFile: String?
+
+    public init(baseURL: String, subject: String, token: Secret? = nil, caFile: String? = nil) {
+        self.baseURL = baseURL
+        self.subject = subject
+        self.token = token
+        self.caFile = caFile
+    }
+
+    public func validate() -> [String] {
+        var problems: [String] = []
+        if !HTTPURL.isValid(baseURL) { problems.append("base_url must be an http:// or https:// URL") }
+        let parts = subject.split(separator: "/", omittingEmptySubsequences: false)
+        if parts.count != 2 || parts[0].isEmpty || parts[1].isEmpty {
+            problems.append("subject must be a reference such as Patient/123")
+        }
+        return problems
+    }
+}
+
+/// Everything the uploader needs from the config.
+public struct UploadSettings: Sendable, Equatable {
+    public var recovery: RecoverySettings
+    public var nightscout: NightscoutSettings?
+    public var fhir: FHIRSettings?
+
+    public init(recovery: RecoverySettings = RecoverySettings(), nightscout: NightscoutSettings? = nil, fhir: FHIRSettings? = nil) {
+        self.recovery = recovery
+        self.nightscout = nightscout
+        self.fhir = fhir
+    }
+
+    /// The builders the store calls when it inserts a reading: one per enabled destination.
+    public var bodyBuilders: [any OutboxBodyBuilder] {
+        var builders: [any OutboxBodyBuilder] = []
+        if nightscout != nil { builders.append(NightscoutBodyBuilder()) }
+        if let fhir { builders.append(FHIRBodyBuilder(subject: fhir.subject)) }
+        return builders
+    }
+
+    public var destinations: [DestinationName] {
+        (nightscout != nil ? [.nightscout] : []) + (fhir != nil ? [.fhir] : [])
+    }
+
+    public func validate() -> [String] {
+        recovery.validate().map { "[network] " + $0 }
+            + (nightscout?.validate() ?? []).map { "[nightscout] " + $0 }
+            + (fhir?.validate() ?? []).map { "[fhir] " + $0 }
+    }
+}
+
+enum HTTPURL {
+    static func isValid(_ text: String) -> Bool {
+        let lower = text.lowercased()
+        guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else { return false }
+        let rest = lower.drop(while: { $0 != "/" }).dropFirst(2)
+        guard let host = rest.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first, !host.isEmpty else { return false }
+        return !text.contains(where: { $0 == " " || $0 == "\n" || $0 == "\r" })
+    }
+
+    /// `base` + `path`, with exactly one slash between them.
+    static func join(_ base: String, _ path: String) -> String {
+        var b = base
+        while b.hasSuffix("/") { b.removeLast() }
+        return path.hasPrefix("/") ? b + path : b + "/" + path
+    }
+
+    /// Scheme, host and port only, for log lines (never a query, which could carry a token).
+    static func origin(_ url: String) -> String {
+        let parts = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
+        guard parts.count >= 3, parts[0].hasSuffix(":"), parts[1].isEmpty else { return "?" }
+        let hostPart = parts[2].prefix { $0 != "?" && $0 != "#" }
+        let host = hostPart.split(separator: "@").last.map(String.init) ?? String(hostPart)
+        return "\(parts[0])//\(host)"
+    }
+}

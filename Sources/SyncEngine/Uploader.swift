@@ -1,0 +1,179 @@
+import GatewayCore
+import Synchronization
+
+/// What a one-shot drain achieved, for the exit status of `sync` and `upload`.
+public struct UploadOutcome: Sendable, Equatable {
+    public var uploaded: Int
+    /// Rows still waiting (pending or in flight) across destinations.
+    public var pending: Int
+    public var quarantined: Int
+    /// Some destination ended with readings still to send (network, server, auth, poison, deadline).
+    public var deferred: Bool
+    public var reports: [SessionReport]
+
+    /// `sync`: 0 when everything is uploaded, 75 (readings stored, upload deferred) otherwise; with
+    /// `error_bypass` a deferred upload does not fail the command.
+    public func exitStatus(errorBypass: Bool) -> ExitStatus {
+        if !deferred { return .ok }
+        return errorBypass ? .ok : .tempFail
+    }
+}
+
+/// Per-destination view for `status`.
+public struct DestinationStatus: Sendable, Equatable {
+    public var destination: DestinationName
+    public var state: DestinationState
+    public var counts: OutboxCounts
+    /// Age of the oldest reading not yet acknowledged, in seconds; nil when none.
+    public var oldestUnsentAgeSeconds: Int64?
+}
+
+/// The upload side of the gateway: one dispatcher per enabled destination over the shared outbox.
+/// `sync` calls `drain(deadline:)`; the daemon runs `run()`; `upload` calls `drain` after `prepare`.
+public final class Uploader: Sendable {
+    public let settings: UploadSettings
+    let store: any OutboxStore
+    let logger: Logger
+    let timing: UploadTiming
+    let connectivity: (any ConnectivityMonitor)?
+    public let dispatchers: [Dispatcher]
+    private let destinations: [any UploadDestination]
+    private let wake = ConnectivityHub(initial: .unknown)
+
+    public convenience init(settings: UploadSettings, store: any OutboxStore, http: any HTTPClient = CurlHTTPClient(),
+                connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard) {
+        var list: [any UploadDestination] = []
+        if let ns = settings.nightscout { list.append(NightscoutDestination(settings: ns, http: http)) }
+        if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
+        self.init(settings: settings, destinations: list, store: store, http: http, connectivity: connectivity, logger: logger, timing: timing)
+    }
+
+    /// With explicit destinations (tests, other servers).
+    public init(settings: UploadSettings, destinations: [any UploadDestination], store: any OutboxStore, http: any HTTPClient,
+                connectivity: (any ConnectivityMonitor)?, logger: Logger, timing: UploadTiming) {
+        self.settings = settings
+        self.store = store
+        self.logger = logger
+        self.timing = timing
+        self.connectivity = connectivity
+        self.destinations = destinations
+        self.dispatchers = destinations.map { d in
+            Dispatcher(destination: d, store: store, settings: settings.recovery, timing: timing, http: http,
+                       connectivity: connectivity, logger: logger, isLocal: Self.isLocal(d.origin))
+        }
+    }
+
+    static func isLocal(_ origin: String) -> Bool {
+        let host = origin.split(separator: "/").last.map(String.init) ?? ""
+        return host.hasPrefix("127.") || host.hasPrefix("localhost") || host.hasPrefix("[::1]")
+    }
+
+    /// At start-up: rows left in flight by a crash go back to pending; saved states are loaded.
+    /// Call it only from the process that owns the uploads (see `UploadLock`).
+    @discardableResult
+    public func prepare() async throws -> Int {
+        let requeued = try await store.requeueInFlight()
+        if requeued > 0 { logger.notice("\(requeued) upload(s) interrupted earlier are pending again") }
+        for d in dispatchers { await d.load() }
+        return requeued
+    }
+
+    /// Uploads everything pending to every destination, in parallel across destinations and one request
+    /// at a time within each, until done or `deadline`.
+    public func drain(deadline: ContinuousClock.Instant?) async -> UploadOutcome {
+        let reports = await withTaskGroup(of: SessionReport.self) { group in
+            for d in dispatchers { group.addTask { await d.session(deadline: deadline) } }
+            var all: [SessionReport] = []
+            for await r in group { all.append(r) }
+            return all
+        }
+        return await outcome(reports)
+    }
+
+    private func outcome(_ reports: [SessionReport]) async -> UploadOutcome {
+        var pending = 0
+        var quarantined = 0
+        for d in dispatchers {
+            if let c = try? await store.counts(d.name) {
+                pending += c.pending + c.inFlight
+                quarantined += c.quarantined
+            }
+        }
+        let deferred = reports.contains { $0.end != .drained } || pending > 0
+        return UploadOutcome(uploaded: reports.reduce(0) { $0 + $1.uploaded }, pending: pending, quarantined: quarantined,
+                             deferred: deferred, reports: reports.sorted { $0.destination.rawValue < $1.destination.rawValue })
+    }
+
+    /// `upload --check`: each destination's verdict on the credentials, with a long timeout.
+    public func checkCredentials() async -> [(DestinationName, CredentialCheck)] {
+        var results: [(DestinationName, CredentialCheck)] = []
+        for d in destinations {
+            results.append((d.name, await d.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, settings.recovery.networkTimeoutMs))))
+        }
+        return results
+    }
+
+    /// `upload --redrive`: quarantined rows of every destination back to pending.
+    public func redrive() async throws -> Int {
+        var total = 0
+        for d in dispatchers { total += try await store.redrive(d.name) }
+        return total
+    }
+
+    public func status(now: UnixMillis) async throws -> [DestinationStatus] {
+        var list: [DestinationStatus] = []
+        for d in dispatchers {
+            let counts = try await store.counts(d.name)
+            let state = try await store.destinationState(d.name) ?? DestinationState(destination: d.name, state: "ok")
+            list.append(DestinationStatus(destination: d.name, state: state, counts: counts,
+                                          oldestUnsentAgeSeconds: counts.oldestUnsent.map { max(0, (now - $0) / 1000) }))
+        }
+        return list
+    }
+
+    /// New readings were stored: start a session now rather than at the next timer.
+    public func notifyNewReadings() {
+        wake.report(.up)
+    }
+
+    /// The daemon's upload service: a session per destination whenever there is something to send,
+    /// then waiting for new readings, connectivity, or the end of the long-term backoff. Stops on
+    /// cancellation. `idleCheckMs` bounds how long it sleeps without looking at the queue.
+    public func run(idleCheckMs: Int = 60_000) async {
+        await withTaskGroup(of: Void.self) { group in
+            for d in dispatchers {
+                group.addTask { await self.serve(d, idleCheckMs: idleCheckMs) }
+            }
+            if let connectivity {
+                // Connectivity back: forget the long-term backoff and wake the dispatchers.
+                group.addTask {
+                    while !Task.isCancelled {
+                        if await connectivity.waitForUp(timeoutMs: 3_600_000) {
+                            for d in self.dispatchers { await d.resetBackoff() }
+                            self.wake.report(.up)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private func serve(_ d: Dispatcher, idleCheckMs: Int) async {
+        let clock = ContinuousClock()
+        while !Task.isCancelled {
+            let counts = try? await store.counts(d.name)
+            let hasWork = (counts?.pending ?? 0) > 0
+            let notBefore = await d.nextAttemptAt
+            if hasWork, notBefore.map({ clock.now >= $0 }) ?? true {
+                _ = await d.session(deadline: nil)
+                continue
+            }
+            var waitMs = idleCheckMs
+            if hasWork, let notBefore {
+                let left = clock.now.duration(to: notBefore)
+                waitMs = min(waitMs, max(1, Int(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+            }
+            _ = await wake.waitForUp(timeoutMs: waitMs)
+        }
+    }
+}

@@ -1,0 +1,97 @@
+import GatewayCore
+import SyncEngine
+import Testing
+import TestSupport
+
+@Suite("Outbox body builders")
+struct BuilderTests {
+    func reading() -> NewReading {
+        // Meter shows 08:02:10 in Europe/Berlin (+01:00); the gateway corrected the clock by +5 s.
+        NewReading(
+            meterAddress: "00:60:19:01:0E:92", sequence: 42, baseTime: "2026-01-01T08:02:10", timeOffsetMinutes: 0,
+            userFacingTime: "2026-01-01T08:02:10", meterInstant: 1_767_250_930_000, instant: 1_767_250_935_000,
+            mgdl: 112, mmoll: nil, special: nil, unit: "kg/L", type: 1, sampleLocation: 1, sensorStatus: nil,
+            analyte: .glucose, context: nil, rawMeasurement: [], rawContext: nil, receivedAt: 0, exclusion: nil)
+    }
+
+    @Test func nightscoutElementExactBytes() throws {
+        let element = try #require(NightscoutBodyBuilder().element(for: reading(), meter: testMeter))
+        let key = IdempotencyKey.key(meterAddress: "00:60:19:01:0E:92", sequence: 42, meterTime: "2026-01-01T08:02:10")
+        #expect(element.key == key)
+        let expected = #"{"type":"mbg","mbg":112,"date":1767250935000,"dateString":"2026-01-01T08:02:15.000+01:00","device":"glucose-gateway://CareSens-1234ABCD","identifier":""# + key + #""}"#
+        #expect(String(decoding: element.body, as: UTF8.self) == expected)
+    }
+
+    @Test func nightscoutConvertsMolarAndRounds() throws {
+        var r = reading()
+        r.mgdl = nil
+        r.mmoll = 6.2
+        r.unit = "mol/L"
+        let element = try #require(NightscoutBodyBuilder().element(for: r, meter: testMeter))
+        let json = try JSONParser.parse(element.body)
+        #expect(json["mbg"]?.int64Value == 112)  // 6.2 x 18.01559 = 111.7
+    }
+
+    @Test func sameReadingSameBytesWhateverHappensLater() throws {
+        let builder = NightscoutBodyBuilder()
+        let first = try #require(builder.element(for: reading(), meter: testMeter))
+        #expect(builder.element(for: reading(), meter: testMeter) == first)
+        // A later clock correction changes the instant: the key stays (it names the meter's record), and
+        // the store never rebuilds the queued body, so what goes out is still `first`.
+        var corrected = reading()
+        corrected.instant = 1_767_250_999_000
+        let rebuilt = try #require(builder.element(for: corrected, meter: testMeter))
+        #expect(rebuilt.key == first.key)
+        #expect(rebuilt.body != first.body)
+    }
+
+    @Test(arguments: ["control solution", "ketone", "unresolved time", "special value"])
+    func excludedReadingsAreNotQueued(_ name: String) {
+        var r = reading()
+        switch name {
+        case "control solution": r.exclusion = .controlSolution
+        case "ketone": r.analyte = .ketone
+        case "unresolved time": r.instant = nil; r.meterInstant = nil
+        default: r.mgdl = nil; r.special = "+inf"
+        }
+        #expect(NightscoutBodyBuilder().element(for: r, meter: testMeter) == nil, "\(name)")
+        #expect(FHIRBodyBuilder(subject: "Patient/p1").element(for: r, meter: testMeter) == nil, "\(name)")
+    }
+
+    @Test func fhirEntryShape() throws {
+        let element = try #require(FHIRBodyBuilder(subject: "Patient/p1").element(for: reading(), meter: testMeter))
+        let json = try JSONParser.parse(element.body)
+        let resource = try #require(json["resource"])
+        #expect(resource["resourceType"]?.stringValue == "Observation")
+        #expect(resource["identifier"]?.arrayValue?.first?["value"]?.stringValue == "urn:uuid:\(element.key)")
+        let codes = resource["code"]?["coding"]?.arrayValue?.compactMap { $0["code"]?.stringValue }
+        #expect(codes == ["160184", "41653-7"])
+        #expect(resource["valueQuantity"]?["code"]?.stringValue == "mg/dL")
+        #expect(resource["valueQuantity"]?["value"] == .number("112"))
+        #expect(resource["effectiveDateTime"]?.stringValue == "2026-01-01T08:02:15.000+01:00")
+        #expect(resource["subject"]?["reference"]?.stringValue == "Patient/p1")
+        #expect(resource["contained"]?.arrayValue?.first?["resourceType"]?.stringValue == "Device")
+        #expect(json["request"]?["ifNoneExist"]?.stringValue == "identifier=urn:ietf:rfc:3986|urn:uuid:\(element.key)")
+
+        var molar = reading()
+        molar.unit = "mol/L"
+        molar.mmoll = 6.2
+        let m = try JSONParser.parse(try #require(FHIRBodyBuilder(subject: "Patient/p1").element(for: molar, meter: testMeter)).body)
+        #expect(m["resource"]?["code"]?["coding"]?.arrayValue?.last?["code"]?.stringValue == "14743-9")
+        #expect(m["resource"]?["valueQuantity"]?["value"] == .number("6.2"))
+        #expect(m["resource"]?["valueQuantity"]?["unit"]?.stringValue == "mmol/L")
+    }
+
+    @Test func settingsValidation() {
+        #expect(RecoverySettings().validate().isEmpty)
+        #expect(RecoverySettings(retryCount: 11).validate().count == 1)
+        #expect(RecoverySettings(networkTimeoutMs: 99).validate().count == 1)
+        #expect(RecoverySettings(networkTimeoutMs: 10_001, healthCheckURL: "ftp://x").validate().count == 2)
+        let ns = NightscoutSettings(url: "https://ns.example.org", apiSecret: Secret("short"))
+        #expect(ns.validate() == ["api_secret must be at least 12 characters"])
+        #expect(FHIRSettings(baseURL: "https://f.example.org/fhir", subject: "p1").validate().count == 1)
+        // A secret never shows in text built from the settings.
+        let secret = Secret("correct-horse-battery")
+        #expect(!"\(secret) \(String(describing: NightscoutSettings(url: "https://x.org", apiSecret: secret)))".contains("horse"))
+    }
+}

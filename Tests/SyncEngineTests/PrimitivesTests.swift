@@ -1,0 +1,164 @@
+import GatewayCore
+import SyncEngine
+import Testing
+
+@Suite("SHA-1 and UUIDv5")
+struct DigestTests {
+    struct Vector: CustomStringConvertible, Sendable {
+        var input: [UInt8]
+        var hex: String
+        var description: String { "\(input.count) bytes" }
+    }
+
+    // FIPS 180 examples and the empty string.
+    @Test(arguments: [
+        Vector(input: [], hex: "da39a3ee5e6b4b0d3255bfef95601890afd80709"),
+        Vector(input: Array("abc".utf8), hex: "a9993e364706816aba3e25717850c26c9cd0d89d"),
+        Vector(input: Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8), hex: "84983e441c3bd26ebaae4aa1f95129e5e54670f1"),
+        Vector(input: Array("The quick brown fox jumps over the lazy dog".utf8), hex: "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12"),
+        Vector(input: [UInt8](repeating: 0x61, count: 1_000_000), hex: "34aa973cd4c4daa4f61eeb2bdbad27316534016f"),
+    ])
+    func sha1(_ v: Vector) {
+        #expect(SHA1.hex(v.input) == v.hex)
+    }
+
+    @Test func sha1AcrossBlockBoundaries() {
+        // Every length around the 55/56/64-byte padding edges, fed at once and byte by byte.
+        for length in 50...130 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            var incremental = SHA1()
+            for b in bytes { incremental.update([b]) }
+            #expect(hexString(incremental.finalize()) == SHA1.hex(bytes))
+        }
+    }
+
+    @Test func nightscoutSecretHeader() {
+        #expect(SHA1.hex("correct-horse-battery".utf8) == "f97979ff44a9a1a4105f4bae6fe809715e0a0a84")
+    }
+
+    @Test func rfc9562Version5Example() {
+        // RFC 9562 appendix A.4: UUIDv5 of "www.example.com" in the DNS namespace.
+        let uuid = NameBasedUUID(namespace: NameBasedUUID.dnsNamespace, name: "www.example.com".utf8)
+        #expect(uuid.description == "2ed6657d-e927-568b-95e1-2665a8aea6a2")
+    }
+
+    @Test func nightscoutV3Identifier() {
+        // Nightscout API v3 computes identifiers as UUIDv5(device + "_" + date) in the namespace of the
+        // 16 bytes "NightscoutRocks!".
+        let uuid = NameBasedUUID(namespace: Array("NightscoutRocks!".utf8), name: "glucose-gateway://CareSens-1234ABCD_1767250930000".utf8)
+        #expect(uuid.description == "a9fd2d19-9b4c-5247-8c31-474e432d8da5")
+    }
+
+    @Test func idempotencyKeyIsDeterministicAndDistinct() {
+        let a = IdempotencyKey.key(meterAddress: "00:60:19:01:0e:92", sequence: 42, meterTime: "2026-01-01T08:02:10")
+        let b = IdempotencyKey.key(meterAddress: "00:60:19:01:0E:92", sequence: 42, meterTime: "2026-01-01T08:02:10")
+        let c = IdempotencyKey.key(meterAddress: "00:60:19:01:0E:92", sequence: 43, meterTime: "2026-01-01T08:02:10")
+        let d = IdempotencyKey.key(meterAddress: "00:60:19:01:0E:92", sequence: 42, meterTime: "2026-01-01T08:02:11")
+        #expect(a == b)
+        #expect(Set([a, c, d]).count == 3)
+        let parsed = NameBasedUUID(parsing: a)
+        #expect(parsed?.description == a)
+        #expect(Array(a)[14] == "5")
+        #expect("89ab".contains(Array(a)[19]))
+    }
+}
+
+@Suite("JSON")
+struct JSONTests {
+    @Test func parsesAnswerShapes() throws {
+        let text = #"[{"_id":"abc","mbg":112,"ok":true,"none":null,"x":-1.5e3,"s":"a\"\u00e9\ud83d\ude00"}]"#
+        let value = try JSONParser.parse(Array(text.utf8))
+        let first = value.arrayValue?.first
+        #expect(first?["_id"]?.stringValue == "abc")
+        #expect(first?["mbg"]?.int64Value == 112)
+        #expect(first?["ok"]?.boolValue == true)
+        #expect(first?["none"] == .null)
+        #expect(first?["x"]?.doubleValue == -1500)
+        #expect(first?["s"]?.stringValue == "a\"é😀")
+    }
+
+    @Test(arguments: ["", "[", "{\"a\"}", "[1,]", "01", "\"\\x\"", "[1] x", "{\"a\":tru}", "\"\u{01}\"", "-", "1.", "1e"])
+    func rejectsMalformed(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(Array(text.utf8)) }
+    }
+
+    @Test func neverTrapsOnRandomOrDeepInput() {
+        var rng = SplitMix(seed: 7)
+        let alphabet = Array("[]{}\",:0123456789-+.eEtrufalsn \\u".utf8)
+        for _ in 0..<3000 {
+            let length = Int(rng.next() % 40)
+            let bytes = (0..<length).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }
+            _ = try? JSONParser.parse(bytes)
+        }
+        let deep = Array(repeating: UInt8(ascii: "["), count: 100_000)
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(deep) }
+    }
+
+    @Test func writerEscapesAndRoundTrips() throws {
+        var w = JSONWriter()
+        w.beginObject()
+        w.string("s", "quote\" backslash\\ newline\n tab\t ctl\u{01}")
+        w.integer("n", -42)
+        w.decimal("d", 6.25, fractionDigits: 3)
+        w.decimal("whole", 112.0, fractionDigits: 1)
+        w.bool("b", false)
+        w.endObject()
+        let parsed = try JSONParser.parse(w.bytes)
+        #expect(parsed["s"]?.stringValue == "quote\" backslash\\ newline\n tab\t ctl\u{01}")
+        #expect(parsed["n"]?.int64Value == -42)
+        #expect(parsed["d"] == .number("6.25"))
+        #expect(parsed["whole"] == .number("112"))
+        #expect(parsed["b"]?.boolValue == false)
+    }
+}
+
+@Suite("Timestamps and backoff")
+struct TimeTests {
+    @Test func isoWithOffset() {
+        #expect(Timestamp.iso8601(millis: 1_767_250_930_000, offsetMinutes: 60) == "2026-01-01T08:02:10.000+01:00")
+        #expect(Timestamp.iso8601(millis: 1_767_250_930_123, offsetMinutes: -330) == "2026-01-01T01:32:10.123-05:30")
+        #expect(Timestamp.iso8601(millis: 0, offsetMinutes: 0) == "1970-01-01T00:00:00.000+00:00")
+        #expect(Timestamp.iso8601(millis: 951_782_400_000, offsetMinutes: 0) == "2000-02-29T00:00:00.000+00:00")
+    }
+
+    @Test func localTimes() {
+        #expect(Timestamp.localMillis("2026-01-01T08:02:10") == 1_767_254_530_000)
+        #expect(Timestamp.localMillis("2024-02-29T00:00:00") != nil)
+        #expect(Timestamp.localMillis("2023-02-29T00:00:00") == nil)
+        #expect(Timestamp.localMillis("2026-13-01T00:00:00") == nil)
+        #expect(Timestamp.localMillis("2026-01-01 08:02:10") == nil)
+        #expect(Timestamp.localMillis("2026-01-01T08:02") == nil)
+    }
+
+    @Test func fullJitterStaysInBounds() {
+        var rng = SplitMix(seed: 1)
+        for attempt in 0..<20 {
+            let ceiling = min(30_000, 1000 << min(attempt, 20))
+            var seen = Set<Int>()
+            for _ in 0..<200 {
+                let d = Backoff.fullJitter(attempt: attempt, baseMs: 1000, capMs: 30_000, using: &rng)
+                #expect(d >= 0 && d <= ceiling)
+                seen.insert(d)
+            }
+            #expect(seen.count > 50)
+        }
+        for level in 0..<40 {
+            let d = Backoff.longTerm(level: level, baseMs: 30_000, capMs: 900_000, using: &rng)
+            #expect(d >= 30_000 && d <= 900_000)
+        }
+        #expect(Backoff.longTerm(level: 100, baseMs: 30_000, capMs: 900_000, using: &rng) <= 900_000)
+    }
+}
+
+/// A seeded generator, so jitter tests are reproducible.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,153 @@
+import Foundation
+import GatewayCore
+import SyncEngine
+import Synchronization
+import TestSupport
+
+/// The repository root, found from this file's path.
+let repositoryRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()
+
+/// `tests/fake_nightscout.py` as a child process on loopback; killed by pid when the test ends.
+final class FakeNightscout: @unchecked Sendable {
+    // @unchecked: the Process is created in init and only terminated afterwards; fields are immutable.
+    let process: Process
+    let port: Int
+    let controlPort: Int
+    let healthPort: Int
+    static let secret = "correct-horse-battery"
+
+    init(delay401: Double = 0.05, extra: [String] = []) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["\(repositoryRoot)/tests/fake_nightscout.py", "--delay-401", String(delay401), "--secret", Self.secret] + extra
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        self.process = process
+        var line = Data()
+        let deadline = Date().addingTimeInterval(10)
+        while !line.contains(0x0A), Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line.append(chunk)
+        }
+        guard let json = try? JSONSerialization.jsonObject(with: line) as? [String: Any],
+              let p = json["port"] as? Int, let c = json["control_port"] as? Int, let h = json["health_port"] as? Int else {
+            process.terminate()
+            throw TestFailure("fake Nightscout did not start")
+        }
+        port = p
+        controlPort = c
+        healthPort = h
+    }
+
+    deinit { stop() }
+
+    func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    var url: String { "http://127.0.0.1:\(port)" }
+    var healthURL: String { "http://127.0.0.1:\(healthPort)/" }
+
+    func control(_ body: [String: Any]) async throws {
+        let data = try JSONSerialization.data(withJSONObject: body)
+        _ = try await call("POST", "/__control", data)
+    }
+
+    func entries() async throws -> [[String: Any]] {
+        let data = try await call("GET", "/__entries", nil)
+        return (try JSONSerialization.jsonObject(with: data) as? [[String: Any]]) ?? []
+    }
+
+    func stats() async throws -> [String: Any] {
+        let data = try await call("GET", "/__stats", nil)
+        return (try JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+    }
+
+    private func call(_ method: String, _ path: String, _ body: Data?) async throws -> Data {
+        let request = HTTPRequest(method: method, url: "http://127.0.0.1:\(controlPort)\(path)",
+                                  headers: [("Content-Type", "application/json")], body: body.map { Array($0) } ?? [],
+                                  connectTimeoutMs: 2000, timeoutMs: 10_000)
+        let response = try await CurlHTTPClient().send(request)
+        guard response.status == 200 else { throw TestFailure("control \(path) answered \(response.status)") }
+        return Data(response.body)
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// Counts requests per URL path prefix, around a real client.
+final class CountingHTTPClient: HTTPClient {
+    let inner: any HTTPClient
+    private let counts = Mutex<[String: Int]>([:])
+    init(_ inner: any HTTPClient = CurlHTTPClient()) { self.inner = inner }
+    func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
+        let path = request.url.split(separator: "/", maxSplits: 3).dropFirst(2).first.map { "/" + $0 } ?? request.url
+        counts.withLock { $0[path, default: 0] += 1 }
+        return try await inner.send(request)
+    }
+    func count(_ pathPrefix: String) -> Int {
+        counts.withLock { $0.filter { $0.key.hasPrefix(pathPrefix) }.values.reduce(0, +) }
+    }
+}
+
+/// Fast timings so recovery tests take seconds, not minutes.
+func fastTiming() -> UploadTiming {
+    var t = UploadTiming()
+    t.retryBaseMs = 20
+    t.retryCapMs = 200
+    t.longBackoffBaseMs = 100
+    t.longBackoffCapMs = 1000
+    t.probeBaseMs = 50
+    t.probeCapMs = 300
+    t.credentialTimeoutMs = 5000
+    return t
+}
+
+let testMeter: MeterInfo = {
+    var m = MeterInfo(address: "00:60:19:01:0E:92", timeZone: "Europe/Berlin")
+    m.model = "CareSens"
+    m.serial = "1234ABCD"
+    m.manufacturer = "i-SENS"
+    return m
+}()
+
+/// Reading n of a synthetic meter memory: one every 5 minutes from 2026-01-01 08:00 local (+01:00).
+func syntheticReading(_ n: Int, mgdl: Double = 100) -> NewReading {
+    let base: Int64 = 1_767_250_800_000  // 2026-01-01T07:00:00Z
+    let instant = base + Int64(n) * 300_000
+    let local = Timestamp.iso8601(millis: instant, offsetMinutes: 60)
+    let localNoZone = String(local.prefix(19))
+    return NewReading(
+        meterAddress: testMeter.address, sequence: n, baseTime: localNoZone, timeOffsetMinutes: 0, userFacingTime: localNoZone,
+        meterInstant: instant, instant: instant, mgdl: mgdl + Double(n % 50), mmoll: nil, special: nil, unit: "kg/L",
+        type: 1, sampleLocation: 1, sensorStatus: nil, analyte: .glucose, context: nil, rawMeasurement: [],
+        rawContext: nil, receivedAt: instant, exclusion: nil)
+}
+
+func filledStore(_ count: Int, builders: [any OutboxBodyBuilder] = [NightscoutBodyBuilder()]) async -> FakeOutboxStore {
+    let store = FakeOutboxStore()
+    for n in 0..<count {
+        await store.enqueue(syntheticReading(n), meter: testMeter, builders: builders, createdAt: Int64(n))
+    }
+    return store
+}
+
+func nightscoutSettings(_ server: FakeNightscout, recovery: RecoverySettings) -> UploadSettings {
+    UploadSettings(recovery: recovery, nightscout: NightscoutSettings(url: server.url, apiSecret: Secret(FakeNightscout.secret)))
+}
+
+func deadline(seconds: Double) -> ContinuousClock.Instant {
+    ContinuousClock.now.advanced(by: .milliseconds(Int(seconds * 1000)))
+}

@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+"""A loopback server that behaves like Nightscout's v1 entries API, with fault injection.
+
+Standard library only (the README demo runs it without a virtual environment).
+
+What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization):
+  * POST /api/v1/entries[.json]: a JSON array (or one object with `date`) upserted on {sysTime, type};
+    sysTime comes from dateString when present, else from date. The answer is the array of stored
+    documents with `_id` only on newly inserted ones. One object without `date` answers `200 []`.
+  * `api-secret` header: SHA-1 hex of the API secret, or an access token. A failed authentication is
+    answered 401 only after a delay (--delay-401 seconds per recent failure from that address;
+    Nightscout uses 5 s).
+  * GET /api/v1/verifyauth: always 200, message OK or UNAUTHORIZED (after the same delay).
+  * GET /api/v1/status.json.
+
+Control channel (on the API port while it listens, and always on the control port):
+  POST /__control  {"mode": "ok"|"hang"|"slow"|"status"|"commit_drop"|"empty"|"down"|"up",
+                    "status": 500, "retry_after": 1, "delay_ms": 500, "times": N,
+                    "poison": ["<identifier>", ...], "health": "up"|"down",
+                    "secret": "...", "token": "..."}
+      `times`: the fault applies to the next N entry uploads, then the mode returns to ok.
+      `down` closes the API listener (connection refused) and drops open connections; `up` reopens it.
+      `health` opens or closes the health-check port (answers 204 to anything).
+  GET /__entries   stored documents, in insertion order
+  GET /__stats     counters: uploads, inserted, updated, max_in_flight, auth_failures, requests by mode
+  POST /__reset    forget entries and counters
+
+Usage: fake_nightscout.py [--port N] [--control-port N] [--health-port N] [--secret S] [--token T]
+                          [--delay-401 SECONDS]
+Prints one JSON line with the ports once listening, then serves until SIGTERM/SIGINT.
+"""
+import argparse
+import datetime
+import hashlib
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class State:
+    def __init__(self, secret, token, delay_401):
+        self.lock = threading.Lock()
+        self.secret = secret
+        self.token = token
+        self.delay_401 = delay_401
+        self.mode = {"mode": "ok"}
+        self.poison = set()
+        self.docs = {}          # (sysTime, type) -> doc
+        self.order = []         # keys in insertion order
+        self.next_id = 1
+        self.fail_times = {}    # ip -> [times]
+        self.in_flight = 0
+        self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
+                      "auth_failures": 0, "faults": {}, "elements_received": 0}
+        self.mode_changed = threading.Condition(self.lock)
+
+    def reset(self):
+        with self.lock:
+            self.docs.clear()
+            self.order.clear()
+            self.fail_times.clear()
+            self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
+                          "auth_failures": 0, "faults": {}, "elements_received": 0}
+
+    def authorized(self, headers, query):
+        given = headers.get("api-secret") or (query.get("token", [None])[0])
+        if given is None:
+            return False
+        if self.secret and given.lower() == hashlib.sha1(self.secret.encode()).hexdigest():
+            return True
+        return bool(self.token) and given == self.token
+
+    def auth_delay(self, ip):
+        """Record a failure from ip; the delay grows with the failures of the last minute."""
+        now = time.monotonic()
+        with self.lock:
+            recent = [t for t in self.fail_times.get(ip, []) if now - t < 60] + [now]
+            self.fail_times[ip] = recent
+            self.stats["auth_failures"] += 1
+            return self.delay_401 * len(recent)
+
+    def take_fault(self):
+        """The fault for this upload, consuming one of `times`."""
+        with self.lock:
+            m = dict(self.mode)
+            if m["mode"] not in ("ok", "down", "up"):
+                self.stats["faults"][m["mode"]] = self.stats["faults"].get(m["mode"], 0) + 1
+                if "times" in self.mode:
+                    self.mode["times"] -= 1
+                    if self.mode["times"] <= 0:
+                        self.mode = {"mode": "ok"}
+                        self.mode_changed.notify_all()
+            return m
+
+
+def parse_sys_time(doc):
+    """sysTime as Nightscout derives it: dateString (any offset) first, else date (ms)."""
+    ds = doc.get("dateString")
+    if isinstance(ds, str):
+        text = ds.replace("Z", "+00:00")
+        try:
+            t = datetime.datetime.fromisoformat(text)
+            if t.tzinfo is None:
+                t = t.replace(tzinfo=datetime.timezone.utc)
+            offset = int(t.utcoffset().total_seconds() // 60)
+            utc = t.astimezone(datetime.timezone.utc)
+            return utc.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (utc.microsecond // 1000), offset
+        except ValueError:
+            pass
+    if isinstance(doc.get("date"), (int, float)):
+        utc = datetime.datetime.fromtimestamp(doc["date"] / 1000, tz=datetime.timezone.utc)
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (utc.microsecond // 1000), 0
+    utc = datetime.datetime.now(datetime.timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (utc.microsecond // 1000), 0
+
+
+class Servers:
+    """The API listener (which can be closed and reopened), the control and the health listeners."""
+
+    def __init__(self, state, host, port, control_port, health_port):
+        self.state = state
+        self.host = host
+        self.api = None
+        self.api_port = port
+        self.health = None
+        self.health_port = health_port
+        self.open_connections = set()
+        self.conn_lock = threading.Lock()
+        self.control = self._serve(control_port, ControlOnlyHandler)
+        self.open_api()
+        self.open_health()
+
+    def _serve(self, port, handler):
+        server = ThreadingHTTPServer((self.host, port), handler)
+        server.daemon_threads = True
+        server.app = self
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    def open_api(self):
+        if self.api is None:
+            self.api = self._serve(self.api_port, ApiHandler)
+            self.api_port = self.api.server_address[1]
+
+    def close_api(self):
+        if self.api is not None:
+            server, self.api = self.api, None
+            server.shutdown()
+            server.server_close()
+        with self.conn_lock:
+            conns = list(self.open_connections)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def open_health(self):
+        if self.health is None:
+            self.health = self._serve(self.health_port, HealthHandler)
+            self.health_port = self.health.server_address[1]
+
+    def close_health(self):
+        if self.health is not None:
+            server, self.health = self.health, None
+            server.shutdown()
+            server.server_close()
+
+
+class BaseHandler(BaseHTTPRequestHandler):
+    server_version = "fake-nightscout/1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    @property
+    def app(self):
+        return self.server.app
+
+    def body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def reply(self, status, payload, headers=None):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, str(v))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def control(self):
+        path = urllib.parse.urlsplit(self.path).path
+        st = self.app.state
+        if self.command == "POST" and path == "/__control":
+            try:
+                req = json.loads(self.body() or b"{}")
+            except ValueError:
+                self.reply(400, {"error": "bad json"})
+                return True
+            mode = req.get("mode")
+            if mode == "down":
+                self.app.close_api()
+            elif mode == "up":
+                self.app.open_api()
+            if req.get("health") == "down":
+                self.app.close_health()
+            elif req.get("health") == "up":
+                self.app.open_health()
+            with st.lock:
+                if "poison" in req:
+                    st.poison = set(req["poison"])
+                if "secret" in req:
+                    st.secret = req["secret"]
+                    st.fail_times.clear()
+                if "token" in req:
+                    st.token = req["token"]
+                if mode is not None:
+                    st.mode = {k: v for k, v in req.items() if k not in ("poison", "health", "secret", "token")}
+                    if mode in ("down", "up"):
+                        st.mode = {"mode": "ok"}
+                    st.mode_changed.notify_all()
+                current = dict(st.mode)
+            self.reply(200, {"mode": current, "api_port": self.app.api_port, "api_listening": self.app.api is not None,
+                             "health_listening": self.app.health is not None})
+            return True
+        if self.command == "GET" and path == "/__entries":
+            with st.lock:
+                docs = [st.docs[k] for k in st.order]
+            self.reply(200, docs)
+            return True
+        if self.command == "GET" and path == "/__stats":
+            with st.lock:
+                self.reply(200, dict(st.stats, count=len(st.order)))
+            return True
+        if self.command == "POST" and path == "/__reset":
+            st.reset()
+            self.reply(200, {"ok": True})
+            return True
+        return False
+
+
+class ControlOnlyHandler(BaseHandler):
+    def do_GET(self):
+        if not self.control():
+            self.reply(404, {"status": 404})
+
+    do_POST = do_GET
+
+
+class HealthHandler(BaseHandler):
+    def do_GET(self):
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_GET
+    do_HEAD = do_GET
+
+
+class ApiHandler(BaseHandler):
+    def setup(self):
+        super().setup()
+        with self.app.conn_lock:
+            self.app.open_connections.add(self.connection)
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            with self.app.conn_lock:
+                self.app.open_connections.discard(self.connection)
+
+    def unauthorized(self):
+        time.sleep(self.app.state.auth_delay(self.client_address[0]))
+        self.reply(401, {"status": 401, "message": "Unauthorized", "description": "Invalid/Missing"})
+
+    def do_GET(self):
+        if self.control():
+            return
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        st = self.app.state
+        if url.path == "/api/v1/verifyauth":
+            ok = st.authorized(self.headers, query)
+            if not ok:
+                time.sleep(st.auth_delay(self.client_address[0]))
+            self.reply(200, {"status": 200, "message": {
+                "canRead": ok, "canWrite": ok, "isAdmin": ok, "message": "OK" if ok else "UNAUTHORIZED",
+                "rolefound": "FOUND" if ok else "NOTFOUND", "permissions": "ROLE" if ok else "DEFAULT"}})
+            return
+        if url.path in ("/api/v1/status.json", "/api/v1/status"):
+            self.reply(200, {"status": "ok", "name": "nightscout", "version": "15.0.7-fake",
+                             "serverTimeEpoch": int(time.time() * 1000), "apiEnabled": True})
+            return
+        self.reply(404, {"status": 404, "message": "Not found"})
+
+    def do_POST(self):
+        if self.control():
+            return
+        url = urllib.parse.urlsplit(self.path)
+        if url.path not in ("/api/v1/entries", "/api/v1/entries.json"):
+            self.reply(404, {"status": 404, "message": "Not found"})
+            return
+        st = self.app.state
+        raw = self.body()
+        if not st.authorized(self.headers, urllib.parse.parse_qs(url.query)):
+            self.unauthorized()
+            return
+        with st.lock:
+            st.in_flight += 1
+            st.stats["max_in_flight"] = max(st.stats["max_in_flight"], st.in_flight)
+            st.stats["uploads"] += 1
+        try:
+            self.upload(raw)
+        finally:
+            with st.lock:
+                st.in_flight -= 1
+
+    def drop(self):
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.close_connection = True
+
+    def upload(self, raw):
+        st = self.app.state
+        fault = st.take_fault()
+        mode = fault.get("mode", "ok")
+        if mode == "hang":
+            with st.lock:
+                st.mode_changed.wait_for(lambda: st.mode.get("mode") != "hang", timeout=fault.get("hang_s", 30))
+            self.drop()
+            return
+        if mode == "slow":
+            time.sleep(fault.get("delay_ms", 500) / 1000)
+        if mode == "status":
+            headers = {"Retry-After": fault["retry_after"]} if "retry_after" in fault else None
+            self.reply(int(fault.get("status", 500)), {"status": int(fault.get("status", 500)), "message": "injected"}, headers)
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self.reply(400, {"status": 400, "message": "Bad JSON"})
+            return
+        if isinstance(body, dict):
+            body = [body] if "date" in body else []
+        if not isinstance(body, list) or mode == "empty":
+            self.reply(200, [])
+            return
+        with st.lock:
+            st.stats["elements_received"] += len(body)
+            if any(isinstance(d, dict) and d.get("identifier") in st.poison for d in body):
+                bad = True
+            else:
+                bad = False
+        if bad:
+            self.reply(400, {"status": 400, "message": "Bad Request", "description": "poison element"})
+            return
+        answer = []
+        with st.lock:
+            for doc in body:
+                if not isinstance(doc, dict):
+                    continue
+                doc = dict(doc)
+                sys_time, offset = parse_sys_time(doc)
+                doc["sysTime"] = sys_time
+                doc["utcOffset"] = offset
+                if "dateString" in doc:
+                    doc["dateString"] = sys_time
+                key = (sys_time, doc.get("type"))
+                out = dict(doc)
+                if key in st.docs:
+                    stored = st.docs[key]
+                    doc["_id"] = stored["_id"]
+                    st.docs[key] = doc
+                    st.stats["updated"] += 1
+                else:
+                    doc["_id"] = "%024x" % st.next_id
+                    st.next_id += 1
+                    st.docs[key] = doc
+                    st.order.append(key)
+                    st.stats["inserted"] += 1
+                    out["_id"] = doc["_id"]
+                answer.append(out)
+        if mode == "commit_drop":
+            self.drop()
+            return
+        self.reply(200, answer)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--control-port", type=int, default=0)
+    parser.add_argument("--health-port", type=int, default=0)
+    parser.add_argument("--secret", default="correct-horse-battery")
+    parser.add_argument("--token", default=None)
+    parser.add_argument("--delay-401", type=float, default=5.0, help="seconds per recent failed authentication")
+    args = parser.parse_args()
+    state = State(args.secret, args.token, args.delay_401)
+    servers = Servers(state, args.host, args.port, args.control_port, args.health_port)
+    print(json.dumps({"port": servers.api_port, "control_port": servers.control.server_address[1],
+                      "health_port": servers.health_port}), flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    while not stop.wait(0.5):
+        pass
+    servers.close_api()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
