@@ -1,0 +1,230 @@
+import GatewayCore
+import GlucoseProfile
+
+extension ExclusionReason {
+    /// A record whose flags say it carries no concentration at all.
+    public static let noConcentration = ExclusionReason(rawValue: "no-concentration")
+}
+
+/// The settings of the clinical rules that are configurable.
+public struct ClinicalSettings: Sendable, Equatable {
+    /// Correct reading times by the meter's clock skew when its clock is readable (on by default).
+    public var clockSkewCorrection: Bool
+    /// Skews up to this many seconds (either way) are left alone.
+    public var clockSkewThresholdSeconds: Int
+
+    public init(clockSkewCorrection: Bool = true, clockSkewThresholdSeconds: Int = 120) {
+        self.clockSkewCorrection = clockSkewCorrection
+        self.clockSkewThresholdSeconds = clockSkewThresholdSeconds
+    }
+}
+
+/// A meter clock reading taken at connection, compared with the gateway's clock.
+public struct ClockSkew: Sendable, Equatable {
+    /// What the meter's clock showed.
+    public var meterClock: LocalDateTime
+    /// Meter minus gateway, in seconds.
+    public var seconds: Int
+
+    public init(meterClock: LocalDateTime, seconds: Int) {
+        self.meterClock = meterClock
+        self.seconds = seconds
+    }
+
+    /// Reads a Current Time (0x2A2B, 10 bytes) or Date Time (0x2A08, 7 bytes) value and compares it with
+    /// `gatewayNow`; nil when the value is too short, not a valid date, or the zone cannot place it.
+    public static func measure(clockValue: [UInt8], zone: MeterTimeZone, gatewayNow: UnixMillis) -> ClockSkew? {
+        guard let local = localDateTime(clockValue) else { return nil }
+        guard let resolved = zone.resolve(local) else { return nil }
+        let delta = resolved.instant - gatewayNow
+        let seconds = delta >= 0 ? (delta + 500) / 1000 : -((-delta + 500) / 1000)
+        return ClockSkew(meterClock: local, seconds: Int(seconds))
+    }
+
+    /// The first seven bytes as a Date Time; nil when absent or invalid (0 = "unknown" fields included).
+    static func localDateTime(_ value: [UInt8]) -> LocalDateTime? {
+        guard value.count >= 7 else { return nil }
+        let year = Int(value[0]) | Int(value[1]) << 8
+        guard let date = GlucoseDateTime(
+            year: year, month: Int(value[2]), day: Int(value[3]),
+            hour: Int(value[4]), minute: Int(value[5]), second: Int(value[6])
+        ) else { return nil }
+        return LocalDateTime(date)
+    }
+}
+
+extension LocalDateTime {
+    init(_ date: GlucoseDateTime) {
+        self.init(year: date.year, month: date.month, day: date.day, hour: date.hour, minute: date.minute, second: date.second)
+    }
+}
+
+/// A 0x2A18 value decoded for storage. When the base time is not a usable date (the meter's clock was
+/// never set, or a firmware bug such as month 13), the record is still decoded with the time left out,
+/// so the reading is kept with `time-unresolved` instead of being dropped or guessed.
+public struct DecodedMeasurement: Sendable, Equatable {
+    public var measurement: GlucoseMeasurement
+    public var raw: [UInt8]
+    /// False when the base time bytes were not a valid date.
+    public var timeUsable: Bool
+    /// The seven base-time bytes as the meter sent them, ISO-8601-shaped even when invalid.
+    public var rawBaseTime: String
+
+    /// Nil when the value cannot be decoded even without its time (truncated, inconsistent flags).
+    public init?(_ bytes: [UInt8]) {
+        raw = bytes
+        if let m = try? GlucoseMeasurement(bytes: bytes) {
+            measurement = m
+            timeUsable = true
+            rawBaseTime = m.baseTime.isoString
+            return
+        }
+        guard bytes.count >= 10 else { return nil }
+        var patched = bytes
+        // 2000-01-01T00:00:00 in place of the base time, only to decode the other fields.
+        patched.replaceSubrange(3..<10, with: [0xD0, 0x07, 1, 1, 0, 0, 0])
+        guard let m = try? GlucoseMeasurement(bytes: patched) else { return nil }
+        measurement = m
+        timeUsable = false
+        let year = Int(bytes[3]) | Int(bytes[4]) << 8
+        rawBaseTime = LocalDateTime(
+            year: year, month: Int(bytes[5]), day: Int(bytes[6]), hour: Int(bytes[7]), minute: Int(bytes[8]), second: Int(bytes[9])
+        ).description
+    }
+}
+
+/// The clinical rules: turns one decoded record (and its context, when one arrived) into the reading the
+/// store keeps. Wrong numbers or times are worse than none, so every doubt keeps the bytes and excludes
+/// the reading from upload, with the reason.
+///
+/// - Time: user-facing time = base time + time offset, read in the meter's zone (see `MeterTimeZone` for
+///   DST gaps and repeated hours) and stored as UTC. When the meter's clock was readable and off by more
+///   than the threshold, the corrected instant (meter instant minus skew) is used and the meter's instant
+///   kept beside it.
+/// - Control solution (type 10 or sample location 4), HI/LO (+INF/-INF), NaN, NRes, reserved values, a
+///   record without a concentration, and any measurement fault in the sensor status (bits 1-10) are
+///   stored and excluded. Battery low (bit 0) and time fault (bit 11) alone exclude nothing.
+/// - Context meal value 6 (reserved by the specification, used by i-SENS CareSens for blood ketone) makes
+///   the reading a ketone reading: mmol/L = the glucose-field value in mg/dL / 10.
+public struct ReadingInterpreter: Sendable {
+    public var meterAddress: String
+    /// Nil when the meter's zone cannot be loaded: every time is then unresolved.
+    public var zone: MeterTimeZone?
+    public var settings: ClinicalSettings
+    public var skew: ClockSkew?
+
+    public init(meterAddress: String, zone: MeterTimeZone?, settings: ClinicalSettings = ClinicalSettings(), skew: ClockSkew? = nil) {
+        self.meterAddress = meterAddress
+        self.zone = zone
+        self.settings = settings
+        self.skew = skew
+    }
+
+    /// Seconds to subtract from meter instants, or 0 when no correction applies.
+    public var correctionSeconds: Int {
+        guard settings.clockSkewCorrection, let skew, abs(skew.seconds) > settings.clockSkewThresholdSeconds else { return 0 }
+        return skew.seconds
+    }
+
+    public static let ketoneMeal: UInt8 = 6
+    public static let controlSolutionType: UInt8 = 10
+    public static let controlSolutionLocation: UInt8 = 4
+
+    public func reading(
+        _ decoded: DecodedMeasurement, context: GlucoseMeasurementContext?, rawContext: [UInt8]?, receivedAt: UnixMillis
+    ) -> NewReading {
+        let m = decoded.measurement
+        let offset = Int(m.timeOffset ?? 0)
+
+        var userFacing = decoded.rawBaseTime
+        var meterInstant: UnixMillis?
+        var instant: UnixMillis?
+        if decoded.timeUsable {
+            let local = LocalDateTime(m.userFacingTime)
+            userFacing = local.description
+            if let zone, let resolved = zone.resolve(local) {
+                meterInstant = resolved.instant
+                instant = resolved.instant - Int64(correctionSeconds) * 1000
+            }
+        }
+
+        let isKetone = context?.meal == Self.ketoneMeal
+        var mgdl = m.mgPerDL
+        var mmoll = m.mmolPerL
+        if isKetone {
+            // i-SENS sends ketone in the glucose field scaled so that "mg/dL" / 10 = mmol/L ketone.
+            if m.unit == .kilogramPerLitre {
+                mmoll = mgdl.map { ($0 / 10 * 100).rounded() / 100 }
+            }
+            mgdl = nil
+        }
+
+        let status = m.sensorStatus
+        var exclusion: ExclusionReason?
+        if m.type == Self.controlSolutionType || m.sampleLocation == Self.controlSolutionLocation {
+            exclusion = .controlSolution
+        } else if let concentration = m.concentration {
+            switch concentration {
+            case .positiveInfinity: exclusion = .high
+            case .negativeInfinity: exclusion = .low
+            case .nan: exclusion = .notANumber
+            case .nres: exclusion = .notAtThisResolution
+            case .reserved: exclusion = .reservedValue
+            case .value: break
+            }
+        } else {
+            exclusion = .noConcentration
+        }
+        if exclusion == nil, let status, !status.intersection(.measurementFaults).isEmpty {
+            exclusion = .sensorFault
+        }
+        if exclusion == nil, meterInstant == nil {
+            exclusion = .timeUnresolved
+        }
+        if exclusion == nil, isKetone {
+            exclusion = .ketone
+        }
+
+        return NewReading(
+            meterAddress: meterAddress,
+            sequence: Int(m.sequenceNumber),
+            baseTime: decoded.rawBaseTime,
+            timeOffsetMinutes: offset,
+            userFacingTime: userFacing,
+            meterInstant: meterInstant,
+            instant: instant,
+            mgdl: mgdl,
+            mmoll: mmoll,
+            special: m.concentration?.specialName,
+            unit: m.unit.rawValue,
+            type: m.type.map(Int.init),
+            sampleLocation: m.sampleLocation.map(Int.init),
+            sensorStatus: status.map { Int($0.rawValue) },
+            analyte: isKetone ? .ketone : .glucose,
+            context: context.map(ReadingContext.init),
+            rawMeasurement: decoded.raw,
+            rawContext: rawContext,
+            receivedAt: receivedAt,
+            exclusion: exclusion
+        )
+    }
+}
+
+extension ReadingContext {
+    init(_ c: GlucoseMeasurementContext) {
+        self.init()
+        carbohydrateID = c.carbohydrateID.map(Int.init)
+        carbohydrateKg = c.carbohydrateKg?.doubleValue
+        meal = c.meal.map(Int.init)
+        tester = c.tester.map(Int.init)
+        health = c.health.map(Int.init)
+        exerciseDurationSeconds = c.exerciseDurationSeconds.map(Int.init)
+        exerciseIntensityPercent = c.exerciseIntensityPercent.map(Int.init)
+        medicationID = c.medicationID.map(Int.init)
+        if let medication = c.medication {
+            medicationAmount = medication.doubleValue
+            medicationUnit = c.medicationUnit == .litres ? "L" : "kg"
+        }
+        hba1cPercent = c.hba1cPercent?.doubleValue
+    }
+}

@@ -1,0 +1,149 @@
+import GatewayCore
+
+/// A wall-clock date and time without a zone, as a meter shows it.
+public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
+    public var year: Int
+    public var month: Int
+    public var day: Int
+    public var hour: Int
+    public var minute: Int
+    public var second: Int
+
+    public init(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+        self.year = year
+        self.month = month
+        self.day = day
+        self.hour = hour
+        self.minute = minute
+        self.second = second
+    }
+
+    /// Seconds since 1970-01-01T00:00:00 as if this wall time were UTC (proleptic Gregorian).
+    public var naiveSeconds: Int64 {
+        Int64(LocalDateTime.daysFromCivil(year: year, month: month, day: day)) * 86_400
+            + Int64(hour * 3600 + minute * 60 + second)
+    }
+
+    /// `2024-03-05T14:30:00`.
+    public var description: String {
+        func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        var y = String(year)
+        while y.count < 4 { y = "0" + y }
+        return "\(y)-\(two(month))-\(two(day))T\(two(hour)):\(two(minute)):\(two(second))"
+    }
+
+    /// Days from 1970-01-01 to a civil date (H. Hinnant's algorithm), valid for any year.
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    /// The wall time `seconds` after the epoch read as UTC.
+    public init(naiveSeconds seconds: Int64) {
+        var days = seconds / 86_400
+        var rest = seconds % 86_400
+        if rest < 0 {
+            rest += 86_400
+            days -= 1
+        }
+        let z = Int(days) + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        self.init(year: y, month: m, day: d, hour: Int(rest / 3600), minute: Int(rest % 3600 / 60), second: Int(rest % 60))
+    }
+}
+
+/// How a wall time was turned into an instant.
+public enum LocalTimeResolution: Sendable, Equatable {
+    /// The wall time occurs exactly once in the zone.
+    case unique(UnixMillis)
+    /// The wall time falls in a gap (clocks sprang forward); the instant is the wall time moved forward by
+    /// the gap length, i.e. read with the offset in force before the change.
+    case gap(UnixMillis, shiftSeconds: Int)
+    /// The wall time occurs twice (clocks fell back); the instant is the earlier, first occurrence.
+    case repeated(UnixMillis, laterAlternative: UnixMillis)
+
+    public var instant: UnixMillis {
+        switch self {
+        case .unique(let t), .gap(let t, _), .repeated(let t, _): t
+        }
+    }
+}
+
+/// Reads meter wall-clock times in a meter's IANA time zone.
+///
+/// The rule for the two ambiguous cases, fixed so that the same bytes always give the same instant:
+/// - **DST gap** (a local time that never occurred, e.g. 02:30 on the spring-forward night in
+///   Europe/Berlin): the time is moved forward by the length of the gap, as the wall clock would have
+///   shown it: 02:30 becomes 03:30 CEST (01:30 UTC). Equivalently, the time is read with the offset in
+///   force before the change.
+/// - **Repeated hour** (a local time that occurred twice, e.g. 02:30 on the fall-back night): the
+///   EARLIER, first occurrence is taken (02:30 CEST, 00:30 UTC, not 02:30 CET).
+/// A zone that cannot be loaded resolves nothing; the caller stores the reading as `time-unresolved`.
+public struct MeterTimeZone: Sendable, Equatable {
+    public let identifier: String
+    let info: ZoneInfo
+
+    /// Nil when the identifier is not a zone in the system's tz database (`TZDIR` or /usr/share/zoneinfo).
+    public init?(identifier: String, environment: [String: String] = [:]) {
+        guard let info = ZoneDatabase.load(identifier, directory: ZoneDatabase.directory(environment: environment)) else {
+            return nil
+        }
+        self.identifier = identifier
+        self.info = info
+    }
+
+    /// The gateway's own zone identifier (`TZ`, else /etc/timezone, else /etc/localtime, else UTC): the
+    /// default for a newly paired meter.
+    public static func systemIdentifier(environment: [String: String]) -> String {
+        ZoneDatabase.systemIdentifier(environment: environment)
+    }
+
+    /// Offset from UTC in seconds at an instant.
+    public func offsetSeconds(at seconds: Int64) -> Int {
+        info.offset(at: seconds)
+    }
+
+    /// The wall time shown in this zone at an instant.
+    public func localTime(at millis: UnixMillis) -> LocalDateTime {
+        let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
+        return LocalDateTime(naiveSeconds: seconds + Int64(offsetSeconds(at: seconds)))
+    }
+
+    /// Resolves a wall time to an instant under the documented rule; nil when no rule applies (a zone
+    /// whose offsets are inconsistent around that time).
+    public func resolve(_ local: LocalDateTime) -> LocalTimeResolution? {
+        let naive = local.naiveSeconds
+        // Offsets in force well before and well after: transitions are never closer than 2 days apart.
+        let before = offsetSeconds(at: naive - 172_800)
+        let after = offsetSeconds(at: naive + 172_800)
+        var candidates: [Int64] = []
+        for offset in Set([before, after, offsetSeconds(at: naive)]) {
+            let instant = naive - Int64(offset)
+            if offsetSeconds(at: instant) == offset { candidates.append(instant) }
+        }
+        candidates.sort()
+        if candidates.count == 1, let only = candidates.first {
+            return .unique(only * 1000)
+        }
+        if candidates.count >= 2, let first = candidates.first, let last = candidates.last {
+            return .repeated(first * 1000, laterAlternative: last * 1000)
+        }
+        // No instant shows this wall time: a gap. Read it with the offset before the change.
+        let instant = naive - Int64(before)
+        let shown = offsetSeconds(at: instant)
+        guard shown > before else { return nil }
+        return .gap(instant * 1000, shiftSeconds: shown - before)
+    }
+}

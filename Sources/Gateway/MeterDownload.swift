@@ -1,0 +1,688 @@
+import GatewayCore
+import GlucoseProfile
+
+/// Timing and rules of one download.
+public struct DownloadOptions: Sendable, Equatable {
+    /// The download ends when no notification or indication arrived for this long (GLS: 30 s).
+    public var inactivityTimeout: Duration
+    /// Received readings are committed at least this often...
+    public var commitInterval: Duration
+    /// ...and at least every this many readings.
+    public var commitBatchSize: Int
+    /// How long to wait for the answer to an Abort Operation before retrying the refused request.
+    public var abortResponseTimeout: Duration
+    /// Granularity of the timers above.
+    public var tick: Duration
+    public var clinical: ClinicalSettings
+
+    public init(
+        inactivityTimeout: Duration = .seconds(30), commitInterval: Duration = .milliseconds(500),
+        commitBatchSize: Int = 200, abortResponseTimeout: Duration = .seconds(5), tick: Duration = .milliseconds(50),
+        clinical: ClinicalSettings = ClinicalSettings()
+    ) {
+        self.inactivityTimeout = inactivityTimeout
+        self.commitInterval = commitInterval
+        self.commitBatchSize = max(1, commitBatchSize)
+        self.abortResponseTimeout = abortResponseTimeout
+        self.tick = tick
+        self.clinical = clinical
+    }
+}
+
+/// Where a running download stands, for a progress bar.
+public struct DownloadProgress: Sendable, Equatable {
+    /// Records received in this download.
+    public var received: Int
+    /// What the meter said it would send, when it answered the count request.
+    public var total: Int?
+    public init(received: Int, total: Int?) {
+        self.received = received
+        self.total = total
+    }
+}
+
+public enum DownloadOutcome: Sendable, Equatable, CustomStringConvertible {
+    /// The meter ended the report with "success".
+    case completed
+    /// Nothing new: zero records to report, or "no records found".
+    case noRecords
+    /// The link dropped; everything committed before stays and the next download resumes after it.
+    case interrupted(reason: String)
+    /// No notification for the inactivity timeout.
+    case timedOut
+
+    public var description: String {
+        switch self {
+        case .completed: "completed"
+        case .noRecords: "no new records"
+        case .interrupted(let reason): "interrupted (\(reason))"
+        case .timedOut: "timed out"
+        }
+    }
+
+    public var isComplete: Bool { self == .completed || self == .noRecords }
+}
+
+/// The Device Information a meter returned in this session.
+public struct MeterIdentity: Sendable, Equatable {
+    public var manufacturer: String?
+    public var model: String?
+    public var serial: String?
+    public var firmware: String?
+    public init(manufacturer: String? = nil, model: String? = nil, serial: String? = nil, firmware: String? = nil) {
+        self.manufacturer = manufacturer
+        self.model = model
+        self.serial = serial
+        self.firmware = firmware
+    }
+}
+
+/// What one download did.
+public struct DownloadReport: Sendable, Equatable {
+    public var address: String
+    public var outcome: DownloadOutcome
+    /// Records received (notifications of 0x2A18 that decoded).
+    public var received: Int = 0
+    /// Readings the store did not have yet.
+    public var stored: Int = 0
+    /// Readings the store already had.
+    public var duplicates: Int = 0
+    /// The meter's answer to the count request, when it gave one.
+    public var total: Int?
+    /// The meter's sequence counter went back; a full download was done.
+    public var counterReset = false
+    /// Values that could not be decoded (kept out, logged without health data).
+    public var malformed = 0
+    /// Contexts whose measurement never arrived in this download or was already committed.
+    public var unmatchedContexts = 0
+    public var skew: ClockSkew?
+    public var features: UInt16?
+    public var identity = MeterIdentity()
+
+    public init(address: String, outcome: DownloadOutcome) {
+        self.address = address
+        self.outcome = outcome
+    }
+}
+
+/// Why a download failed outright (rather than ending early with what it had committed).
+public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        /// The meter refused or broke the procedure.
+        case meter
+        /// The store could not commit (locked, full, read-only). Nothing committed is lost.
+        case store
+    }
+    public var kind: Kind
+    public var message: String
+    /// Records committed before the failure.
+    public var stored: Int
+    public init(_ kind: Kind, _ message: String, stored: Int = 0) {
+        self.kind = kind
+        self.message = message
+        self.stored = stored
+    }
+    public var description: String { message }
+}
+
+/// The download procedure of one meter session, over a connected `MeterLink` with services resolved.
+///
+/// 1. Reads Device Information, the Glucose Feature and the meter's clock (Current Time 0x2A2B, else the
+///    Date Time 0x2A08 that Roche meters keep inside the glucose service) to measure clock skew.
+/// 2. Subscribes to 0x2A18, to 0x2A34 when the meter has it, and to RACP indications, before any RACP write.
+/// 3. Asks the number of records from the highest stored sequence + 1 (all of them on the first sync),
+///    then reports them. When nothing is newer, it asks for the meter's last record: a sequence below
+///    the highest stored means the counter went back, and everything is downloaded again (the store keeps
+///    each reading once).
+/// 4. Contexts are paired with measurements strictly by sequence number; a measurement never waits for its
+///    context beyond the next event from the meter.
+/// 5. Readings are committed every `commitBatchSize` records or `commitInterval`, and at the end, so an
+///    interrupted download keeps what it committed.
+/// 6. Ends on the RACP response ("no records found" is a normal end) or after `inactivityTimeout` without
+///    any notification. ATT 0x80 (procedure already in progress) aborts and retries once; ATT 0x81 (CCCD
+///    improperly configured) subscribes again and retries once. Records are never deleted on the meter.
+/// 7. Stops notifications and disconnects.
+public struct MeterDownload: Sendable {
+    public var store: any ReadingStore
+    public var options: DownloadOptions
+    public var logger: Logger
+    public var now: @Sendable () -> UnixMillis
+
+    public init(store: any ReadingStore, options: DownloadOptions = DownloadOptions(), logger: Logger,
+                now: @escaping @Sendable () -> UnixMillis = SystemClock.now) {
+        self.store = store
+        self.options = options
+        self.logger = logger
+        self.now = now
+    }
+
+    /// Runs the download on `link` for `meter` (its row as stored at pairing), then disconnects the link.
+    public func run(
+        link: any MeterLink, meter: MeterInfo, progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }
+    ) async throws(DownloadError) -> DownloadReport {
+        let session = DownloadSession(download: self, link: link, meter: meter, progress: progress)
+        return try await session.run()
+    }
+}
+
+/// How a session stops early, internally.
+private enum Stop: Error {
+    case disconnected(String)
+    case timedOut
+    case failed(DownloadError)
+}
+
+private enum Input: Sendable {
+    case link(MeterLinkEvent)
+    case linkEnded
+    case tick
+}
+
+private struct PendingRecord {
+    var decoded: DecodedMeasurement
+    var context: GlucoseMeasurementContext?
+    var rawContext: [UInt8]?
+    var receivedAt: UnixMillis
+    var arrived: ContinuousClock.Instant
+    var awaitingContext: Bool { decoded.measurement.contextFollows && context == nil }
+}
+
+/// The state of one running download. Lives inside the caller's task only.
+private final class DownloadSession {
+    let download: MeterDownload
+    let link: any MeterLink
+    let meter: MeterInfo
+    let progress: @Sendable (DownloadProgress) -> Void
+    let logger: Logger
+    let clock = ContinuousClock()
+
+    var report: DownloadReport
+    var interpreter: ReadingInterpreter
+    var pending: [PendingRecord] = []
+    /// The last pending record is the latest event and may still get its context.
+    var holdLast = false
+    var orphanContexts: [UInt16: (GlucoseMeasurementContext, [UInt8])] = [:]
+    var lastActivity: ContinuousClock.Instant
+    var lastMeasurementSequence: UInt16?
+    var highestSequenceThisSession: Int?
+    var subscribed: [GATTUUID] = []
+    var hasContextCharacteristic = false
+
+    var inputs: AsyncStream<Input>.Iterator
+    var forwarder: Task<Void, Never>?
+    var ticker: Task<Void, Never>?
+
+    init(download: MeterDownload, link: any MeterLink, meter: MeterInfo, progress: @escaping @Sendable (DownloadProgress) -> Void) {
+        self.download = download
+        self.link = link
+        self.meter = meter
+        self.progress = progress
+        self.logger = download.logger
+        report = DownloadReport(address: meter.address, outcome: .noRecords)
+        interpreter = ReadingInterpreter(
+            meterAddress: meter.address, zone: MeterTimeZone(identifier: meter.timeZone), settings: download.options.clinical
+        )
+        lastActivity = clock.now
+        let (stream, continuation) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
+        inputs = stream.makeAsyncIterator()
+        let events = link.events
+        forwarder = Task {
+            for await event in events {
+                continuation.yield(.link(event))
+            }
+            continuation.yield(.linkEnded)
+        }
+        let tick = download.options.tick
+        ticker = Task {
+            while !Task.isCancelled {
+                do { try await Task.sleep(for: tick) } catch { break }
+                continuation.yield(.tick)
+            }
+        }
+    }
+
+    deinit {
+        forwarder?.cancel()
+        ticker?.cancel()
+    }
+
+    func run() async throws(DownloadError) -> DownloadReport {
+        if interpreter.zone == nil {
+            logger.warning("meter \(meter.address): time zone '\(meter.timeZone)' cannot be loaded; reading times stay unresolved")
+        }
+        var failure: DownloadError?
+        do throws(Stop) {
+            try await readMeterInformation()
+            try await subscribe()
+            try await procedure()
+            try await flush(final: true)
+        } catch {
+            switch error {
+            case .disconnected(let reason):
+                report.outcome = .interrupted(reason: reason)
+            case .timedOut:
+                report.outcome = .timedOut
+                // Best effort: tell the meter to stop a procedure that may still be running.
+                try? await link.write(.recordAccessControlPoint, RACPRequest.abort.encoded())
+            case .failed(let e):
+                failure = e
+            }
+            if failure?.kind != .store {
+                do throws(Stop) { try await flush(final: true) } catch {
+                    if case .failed(let e) = error { failure = e }
+                }
+            }
+        }
+        await finishLink()
+        if report.unmatchedContexts + orphanContexts.count > 0 {
+            report.unmatchedContexts += orphanContexts.count
+            logger.warning("meter \(meter.address): \(report.unmatchedContexts) context value(s) without a matching measurement were not kept")
+        }
+        await saveBookkeeping()
+        if var failure {
+            failure.stored = report.stored
+            await log(.error, code: nil, "download failed: \(failure.message)")
+            throw failure
+        }
+        await log(.downloadFinished, code: nil,
+                  "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored")
+        return report
+    }
+
+    // MARK: - Steps
+
+    func readMeterInformation() async throws(Stop) {
+        if let bytes = try await optionalRead(.glucoseFeature), bytes.count >= 2 {
+            report.features = UInt16(bytes[0]) | UInt16(bytes[1]) << 8
+        }
+        report.identity.manufacturer = try await optionalString(.manufacturerName)
+        report.identity.model = try await optionalString(.modelNumber)
+        report.identity.serial = try await optionalString(.serialNumber)
+        report.identity.firmware = try await optionalString(.firmwareRevision)
+
+        var clockValue: [UInt8]?
+        if await link.hasCharacteristic(.currentTime) {
+            clockValue = try await optionalRead(.currentTime)
+        }
+        if clockValue == nil, await link.hasCharacteristic(.dateTime) {
+            clockValue = try await optionalRead(.dateTime)
+        }
+        if let clockValue, let zone = interpreter.zone {
+            if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
+                report.skew = skew
+                interpreter.skew = skew
+                if interpreter.correctionSeconds != 0 {
+                    logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
+                    await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")
+                } else if abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds {
+                    await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; correction disabled")
+                }
+            } else {
+                logger.info("meter \(meter.address): meter clock value is not a usable date")
+            }
+        }
+    }
+
+    func subscribe() async throws(Stop) {
+        hasContextCharacteristic = await link.hasCharacteristic(.glucoseMeasurementContext)
+        try await subscribeRequired(.glucoseMeasurement)
+        if hasContextCharacteristic {
+            do {
+                try await link.subscribe(.glucoseMeasurementContext)
+                if !subscribed.contains(.glucoseMeasurementContext) { subscribed.append(.glucoseMeasurementContext) }
+            } catch {
+                if error.kind == .disconnected { throw .disconnected(error.message) }
+                logger.warning("meter \(meter.address): cannot subscribe to measurement context: \(error.message)")
+            }
+        }
+        try await subscribeRequired(.recordAccessControlPoint)
+    }
+
+    func subscribeRequired(_ uuid: GATTUUID) async throws(Stop) {
+        do {
+            try await link.subscribe(uuid)
+            if !subscribed.contains(uuid) { subscribed.append(uuid) }
+        } catch {
+            if error.kind == .disconnected { throw .disconnected(error.message) }
+            throw .failed(DownloadError(.meter, "cannot subscribe to \(uuid): \(error.message)"))
+        }
+    }
+
+    func procedure() async throws(Stop) {
+        let highest: Int?
+        do {
+            highest = try await download.store.highestSequence(meter.address)
+        } catch {
+            throw .failed(DownloadError(.store, "cannot read the highest stored sequence: \(error)"))
+        }
+        guard let highest else {
+            try await downloadAll()
+            return
+        }
+        if highest < Int(UInt16.max) {
+            let from = UInt16(highest + 1)
+            let count = try await count(.reportNumberFrom(sequence: from))
+            if count != 0 {
+                report.total = count
+                report.outcome = try await reportRecords(.reportFrom(sequence: from), fallbackToAll: true)
+                return
+            }
+        }
+        // Nothing newer than what is stored: check whether the counter went back.
+        lastMeasurementSequence = nil
+        _ = try await reportRecords(.reportRecords(.lastRecord), fallbackToAll: false)
+        if let last = lastMeasurementSequence, Int(last) < highest {
+            report.counterReset = true
+            logger.notice("meter \(meter.address): sequence counter went back (last \(last), stored up to \(highest)); downloading everything")
+            await log(.counterReset, code: Int(last), "sequence counter went back from \(highest) to \(last); full download")
+            try await downloadAll()
+        } else {
+            report.outcome = .noRecords
+        }
+    }
+
+    func downloadAll() async throws(Stop) {
+        let count = try await count(.reportNumberAll)
+        report.total = count
+        if count == 0 {
+            report.outcome = .noRecords
+            return
+        }
+        report.outcome = try await reportRecords(.reportAll, fallbackToAll: false)
+    }
+
+    /// Count request; nil when the meter does not support it.
+    func count(_ request: RACPRequest) async throws(Stop) -> Int? {
+        try await writeRACP(request)
+        while true {
+            switch try await nextRACPResponse() {
+            case .numberOfRecords(let n):
+                return Int(n)
+            case .response(let op, let code) where op == .reportNumberOfStoredRecords:
+                if code == .noRecordsFound { return 0 }
+                logger.info("meter \(meter.address): count request answered \(code); downloading without a total")
+                return nil
+            case .response(let op, let code):
+                logger.debug("meter \(meter.address): ignoring RACP response \(code) to \(op)")
+            }
+        }
+    }
+
+    /// Report request; returns how the procedure ended.
+    func reportRecords(_ request: RACPRequest, fallbackToAll: Bool) async throws(Stop) -> DownloadOutcome {
+        try await writeRACP(request)
+        while true {
+            switch try await nextRACPResponse() {
+            case .numberOfRecords:
+                continue
+            case .response(let op, let code) where op == .reportStoredRecords:
+                if code == .success { return .completed }
+                if code == .noRecordsFound { return .noRecords }
+                let refused: Set<RACPResponseCode> = [.opCodeNotSupported, .operatorNotSupported, .operandNotSupported, .invalidOperator, .invalidOperand]
+                if refused.contains(code), fallbackToAll {
+                    logger.info("meter \(meter.address): filtered report refused (\(code)); downloading everything")
+                    return try await reportRecords(.reportAll, fallbackToAll: false)
+                }
+                if refused.contains(code), request.operator == .lastRecord {
+                    // No way to ask for the last record: no counter check.
+                    return .noRecords
+                }
+                throw .failed(DownloadError(.meter, "meter ended the report with \(code)"))
+            case .response(let op, let code):
+                logger.debug("meter \(meter.address): ignoring RACP response \(code) to \(op)")
+            }
+        }
+    }
+
+    /// Writes an RACP request, handling ATT 0x80/0xFE (abort, retry once), 0x81/0xFD (subscribe again,
+    /// retry once) and transient stack errors.
+    func writeRACP(_ request: RACPRequest) async throws(Stop) {
+        var abortedOnce = false
+        var resubscribedOnce = false
+        var transientRetries = 0
+        while true {
+            do {
+                try await link.write(.recordAccessControlPoint, request.encoded())
+                lastActivity = clock.now
+                return
+            } catch {
+                if error.kind == .disconnected { throw .disconnected(error.message) }
+                switch error.attError {
+                case 0x80, 0xFE:
+                    guard !abortedOnce else { break }
+                    abortedOnce = true
+                    logger.info("meter \(meter.address): a procedure is already in progress; aborting it and retrying")
+                    try await abortProcedure()
+                    continue
+                case 0x81, 0xFD:
+                    guard !resubscribedOnce else { break }
+                    resubscribedOnce = true
+                    logger.info("meter \(meter.address): meter reports notifications not configured; subscribing again")
+                    for uuid in subscribed {
+                        await link.unsubscribe(uuid)
+                    }
+                    subscribed.removeAll()
+                    try await subscribe()
+                    continue
+                default:
+                    if error.kind == .transient, transientRetries < 3 {
+                        transientRetries += 1
+                        try? await Task.sleep(for: .milliseconds(100 * transientRetries))
+                        continue
+                    }
+                }
+                let code = error.attError.map { " (ATT error 0x" + String($0, radix: 16) + ")" } ?? ""
+                throw .failed(DownloadError(.meter, "RACP request \(request.opCode) refused: \(error.message)\(code)"))
+            }
+        }
+    }
+
+    /// Sends Abort Operation and waits (bounded) for its response.
+    func abortProcedure() async throws(Stop) {
+        do {
+            try await link.write(.recordAccessControlPoint, RACPRequest.abort.encoded())
+        } catch {
+            if error.kind == .disconnected { throw .disconnected(error.message) }
+            logger.info("meter \(meter.address): abort refused: \(error.message)")
+            return
+        }
+        let deadline = clock.now.advanced(by: download.options.abortResponseTimeout)
+        while clock.now < deadline {
+            guard let response = try await nextRACPResponse(deadline: deadline) else { return }
+            if case .response(let op, _) = response, op == .abortOperation { return }
+        }
+    }
+
+    // MARK: - Events
+
+    /// Processes events until an RACP indication arrives; records and contexts are handled on the way.
+    func nextRACPResponse() async throws(Stop) -> RACPResponse {
+        while true {
+            if let response = try await nextRACPResponse(deadline: nil) { return response }
+        }
+    }
+
+    /// As above; nil when `deadline` passes first.
+    func nextRACPResponse(deadline: ContinuousClock.Instant?) async throws(Stop) -> RACPResponse? {
+        while true {
+            guard let input = await inputs.next() else { throw .disconnected("link closed") }
+            switch input {
+            case .tick:
+                try await onTick()
+                if let deadline, clock.now >= deadline { return nil }
+            case .linkEnded:
+                throw .disconnected("link closed")
+            case .link(.disconnected(let reason)):
+                throw .disconnected(reason)
+            case .link(.value(let uuid, let bytes)):
+                lastActivity = clock.now
+                switch uuid {
+                case .glucoseMeasurement:
+                    try await onMeasurement(bytes)
+                case .glucoseMeasurementContext:
+                    holdLast = false
+                    onContext(bytes)
+                case .recordAccessControlPoint:
+                    holdLast = false
+                    do {
+                        return try RACPResponse(bytes: bytes)
+                    } catch {
+                        report.malformed += 1
+                        logger.warning("meter \(meter.address): malformed RACP indication: \(error)")
+                    }
+                default:
+                    break
+                }
+            }
+        }
+    }
+
+    func onTick() async throws(Stop) {
+        let now = clock.now
+        if now - lastActivity >= download.options.inactivityTimeout {
+            logger.warning("meter \(meter.address): no notification for \(download.options.inactivityTimeout); ending the download")
+            throw .timedOut
+        }
+        let committable = holdLast ? pending.count - 1 : pending.count
+        if committable > 0, let first = pending.first,
+           now - first.arrived + download.options.tick > download.options.commitInterval {
+            try await flush(final: false)
+        }
+    }
+
+    func onMeasurement(_ bytes: [UInt8]) async throws(Stop) {
+        holdLast = false
+        guard let decoded = DecodedMeasurement(bytes) else {
+            report.malformed += 1
+            let seq = bytes.count >= 3 ? " (sequence \(Int(bytes[1]) | Int(bytes[2]) << 8))" : ""
+            logger.warning("meter \(meter.address): undecodable glucose measurement\(seq) skipped")
+            return
+        }
+        let seq = decoded.measurement.sequenceNumber
+        // The same notification twice in a row (seen on real meters) is one record.
+        if let last = pending.last, last.decoded.raw == bytes { return }
+        var record = PendingRecord(decoded: decoded, context: nil, rawContext: nil, receivedAt: download.now(), arrived: clock.now)
+        if let (context, raw) = orphanContexts.removeValue(forKey: seq) {
+            record.context = context
+            record.rawContext = raw
+        }
+        pending.append(record)
+        holdLast = record.awaitingContext
+        lastMeasurementSequence = seq
+        report.received += 1
+        highestSequenceThisSession = max(highestSequenceThisSession ?? Int(seq), Int(seq))
+        progress(DownloadProgress(received: report.received, total: report.total))
+        let committable = holdLast ? pending.count - 1 : pending.count
+        if committable >= download.options.commitBatchSize {
+            try await flush(final: false)
+        }
+    }
+
+    func onContext(_ bytes: [UInt8]) {
+        guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
+            report.malformed += 1
+            logger.warning("meter \(meter.address): undecodable measurement context skipped")
+            return
+        }
+        let seq = context.sequenceNumber
+        if let index = pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
+            if pending[index].context == nil {
+                pending[index].context = context
+                pending[index].rawContext = bytes
+            }
+            return
+        }
+        // Context before its measurement, or for one already committed: kept by sequence in case the
+        // measurement follows; counted as unmatched at the end otherwise.
+        orphanContexts[seq] = (context, bytes)
+    }
+
+    /// Commits pending readings; unless `final`, the last one stays when it may still get its context.
+    func flush(final: Bool) async throws(Stop) {
+        let keep = (!final && holdLast) ? 1 : 0
+        let count = pending.count - keep
+        guard count > 0 else { return }
+        let batch = pending[0..<count].map {
+            interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext, receivedAt: $0.receivedAt)
+        }
+        do {
+            let new = try await download.store.insert(batch)
+            report.stored += new
+            report.duplicates += batch.count - new
+        } catch {
+            throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
+        }
+        pending.removeFirst(count)
+    }
+
+    // MARK: - End
+
+    func finishLink() async {
+        forwarder?.cancel()
+        ticker?.cancel()
+        for uuid in subscribed.reversed() {
+            await link.unsubscribe(uuid)
+        }
+        subscribed.removeAll()
+        await link.disconnect()
+    }
+
+    func saveBookkeeping() async {
+        do {
+            // A meter unpaired meanwhile has no row to update; saving would pair it again.
+            guard var row = try await download.store.meter(meter.address) else { return }
+            let now = download.now()
+            row.lastSeen = now
+            if report.outcome.isComplete { row.lastSync = now }
+            if let skew = report.skew { row.lastClockSkewSeconds = skew.seconds }
+            if let features = report.features { row.features = Int(features) }
+            if let v = report.identity.manufacturer { row.manufacturer = v }
+            if let v = report.identity.model { row.model = v }
+            if let v = report.identity.serial { row.serial = v }
+            if let v = report.identity.firmware { row.firmware = v }
+            try await download.store.saveMeter(row)
+            // The meter sends oldest first, so its last record carries its current counter. Below the highest
+            // sequence of this download, the counter restarted at some point: later downloads resume from the
+            // new counter, not the old one (SaveMeter and insert only ever raise it).
+            if report.outcome == .completed, let last = lastMeasurementSequence, let h = highestSequenceThisSession,
+               Int(last) < h, let counters = download.store as? any SequenceCounterStore {
+                try await counters.resetHighestSequence(meter.address, to: Int(last))
+            }
+        } catch {
+            logger.warning("meter \(meter.address): cannot save sync bookkeeping: \(error)")
+        }
+    }
+
+    func log(_ kind: EventKind, code: Int?, _ message: String) async {
+        do {
+            try await download.store.log(GatewayEvent(at: download.now(), kind: kind, meterAddress: meter.address, code: code, message: message))
+        } catch {
+            logger.debug("cannot write event log: \(error)")
+        }
+    }
+
+    func optionalRead(_ uuid: GATTUUID) async throws(Stop) -> [UInt8]? {
+        guard await link.hasCharacteristic(uuid) else { return nil }
+        do {
+            return try await link.read(uuid)
+        } catch {
+            if error.kind == .disconnected { throw .disconnected(error.message) }
+            logger.info("meter \(meter.address): cannot read \(uuid): \(error.message)")
+            return nil
+        }
+    }
+
+    func optionalString(_ uuid: GATTUUID) async throws(Stop) -> String? {
+        guard let bytes = try await optionalRead(uuid) else { return nil }
+        var trimmed = bytes
+        while let last = trimmed.last, last == 0 { trimmed.removeLast() }
+        let text = String(decoding: trimmed, as: UTF8.self)
+        return text.isEmpty ? nil : text
+    }
+}
+
+/// A store that can lower a meter's highest sequence after its counter restarted (SQLiteStore can).
+/// `ReadingStore.saveMeter` only ever raises it.
+public protocol SequenceCounterStore: Sendable {
+    func resetHighestSequence(_ address: String, to sequence: Int?) async throws
+}

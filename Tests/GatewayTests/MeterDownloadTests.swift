@@ -1,0 +1,442 @@
+import GatewayCore
+import GlucoseProfile
+import Synchronization
+import Testing
+import TestSupport
+@testable import Gateway
+
+extension MemoryReadingStore: SequenceCounterStore {}
+
+@Suite("Download procedure", .timeLimit(.minutes(1)))
+struct MeterDownloadTests {
+    static let zone = "Europe/Berlin"
+
+    static func meterInfo(_ meter: FakeMeter, zone: String = zone) -> MeterInfo {
+        MeterInfo(address: meter.address, timeZone: zone)
+    }
+
+    static func makeStore(_ meter: FakeMeter, zone: String = zone) -> MemoryReadingStore {
+        MemoryReadingStore(meters: [meterInfo(meter, zone: zone)])
+    }
+
+    static func download(
+        _ meter: FakeMeter, _ store: MemoryReadingStore, options: DownloadOptions = DownloadOptions(),
+        now: @escaping @Sendable () -> UnixMillis = SystemClock.now, progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }
+    ) async throws(DownloadError) -> DownloadReport {
+        let info = MeterInfo(address: meter.address, timeZone: zone)
+        return try await MeterDownload(store: store, options: options, logger: .silent, now: now)
+            .run(link: meter.connect(), meter: info, progress: progress)
+    }
+
+    static func records(_ range: ClosedRange<UInt16>) -> [FakeRecord] {
+        range.map { FakeRecord.glucose($0, mgdl: 80 + Int($0 % 100)) }
+    }
+
+    static func sequences(_ store: MemoryReadingStore) -> [Int] {
+        store.readings.map(\.sequence).sorted()
+    }
+
+    static func writes(_ meter: FakeMeter) -> [String] {
+        meter.callLog.filter { $0.hasPrefix("write ") }
+    }
+
+    static func expectNoDeletes(_ meter: FakeMeter) {
+        #expect(!meter.callLog.contains { $0.hasPrefix("write 02") || $0 == "DELETE REQUESTED" })
+    }
+
+    // MARK: First and incremental sync
+
+    @Test func firstSyncDownloadsEverythingInOrder() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...9)))
+        let store = Self.makeStore(meter)
+        let seen = Mutex<[DownloadProgress]>([])
+        let report = try await Self.download(meter, store, progress: { p in seen.withLock { $0.append(p) } })
+        #expect(report.outcome == .completed)
+        #expect(report.received == 10)
+        #expect(report.stored == 10)
+        #expect(report.total == 10)
+        #expect(Self.sequences(store) == Array(0...9))
+        #expect(seen.withLock { $0.last } == DownloadProgress(received: 10, total: 10))
+
+        let log = meter.callLog
+        let firstWrite = try #require(log.firstIndex { $0.hasPrefix("write") })
+        for s in ["subscribe 0x2a18", "subscribe 0x2a34", "subscribe 0x2a52", "read 0x2a51"] {
+            let i = try #require(log.firstIndex(of: s), "\(s) missing")
+            #expect(i < firstWrite, "\(s) after the first RACP write")
+        }
+        #expect(Self.writes(meter) == ["write 04 01", "write 01 01"])
+        #expect(Array(log.suffix(4)) == ["unsubscribe 0x2a52", "unsubscribe 0x2a34", "unsubscribe 0x2a18", "disconnect"])
+        Self.expectNoDeletes(meter)
+        #expect(report.identity == MeterIdentity(manufacturer: "Acme Diagnostics", model: "GL-1", serial: "SN0001", firmware: "1.0"))
+        #expect(report.features == 0x0400)
+        let row = try #require(try await store.meter(meter.address))
+        #expect(row.serial == "SN0001")
+        #expect(row.highestSequence == 9)
+        #expect(row.lastSync != nil)
+        #expect(store.events.contains { $0.kind == .downloadFinished })
+    }
+
+    @Test func incrementalSyncAsksFromHighestPlusOne() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...4)))
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        meter.update { $0.records += MeterDownloadTests.records(5...7) }
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .completed)
+        #expect(report.stored == 3)
+        #expect(report.duplicates == 0)
+        #expect(report.total == 3)
+        #expect(Array(Self.writes(meter).suffix(2)) == ["write 04 03 01 05 00", "write 01 03 01 05 00"])
+        #expect(Self.sequences(store) == Array(0...7))
+        Self.expectNoDeletes(meter)
+    }
+
+    @Test func nothingNewEndsNormally() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...4)))
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .noRecords)
+        #expect(report.stored == 0)
+        #expect(!report.counterReset)
+        // Count from 5 answered 0, then the last record is checked for a counter that went back.
+        #expect(Array(Self.writes(meter).suffix(2)) == ["write 04 03 01 05 00", "write 01 06"])
+        #expect(store.readings.count == 5)
+    }
+
+    @Test func emptyMeterEndsNormally() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: []))
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .noRecords)
+        #expect(report.total == 0)
+        #expect(Self.writes(meter) == ["write 04 01"])
+        #expect(meter.callLog.last == "disconnect")
+    }
+
+    @Test func noRecordsFoundResponseIsANormalEnd() async throws {
+        // The count is not supported, so the report itself says "no records found".
+        var script = FakeMeterScript(records: [])
+        script.countUnsupported = true
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .noRecords)
+        #expect(report.total == nil)
+        #expect(Self.writes(meter) == ["write 04 01", "write 01 01"])
+    }
+
+    // MARK: Interruptions
+
+    @Test func dropAfterNRecordsThenResyncHasNoGapAndNoDuplicate() async throws {
+        var script = FakeMeterScript(records: Self.records(0...99))
+        script.disconnectAfterRecords = 37
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let first = try await Self.download(meter, store)
+        #expect(first.outcome == .interrupted(reason: "remote"))
+        #expect(first.stored == 37)
+        #expect(Self.sequences(store) == Array(0...36))
+        let row = try #require(try await store.meter(meter.address))
+        #expect(row.lastSync == nil)
+
+        meter.update { $0.disconnectAfterRecords = nil }
+        let second = try await Self.download(meter, store)
+        #expect(second.outcome == .completed)
+        #expect(second.stored == 63)
+        #expect(second.duplicates == 0)
+        #expect(Self.writes(meter).suffix(2) == ["write 04 03 01 25 00", "write 01 03 01 25 00"])
+        #expect(Self.sequences(store) == Array(0...99))
+    }
+
+    @Test func silenceEndsTheDownloadAfterTheInactivityTimeout() async throws {
+        var script = FakeMeterScript(records: Self.records(0...9))
+        script.silentAfterRecords = 4
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let report = try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .milliseconds(300)))
+        let elapsed = clock.now - start
+        #expect(report.outcome == .timedOut)
+        #expect(report.stored == 4)
+        #expect(elapsed >= .milliseconds(300))
+        // Abort sent, then notifications stopped and the link closed.
+        #expect(Self.writes(meter).last == "write 03 00")
+        #expect(meter.callLog.last == "disconnect")
+    }
+
+    @Test func readingsAreCommittedWhileTheDownloadRuns() async throws {
+        var script = FakeMeterScript(records: Self.records(0...5))
+        script.silentAfterRecords = 3
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let options = DownloadOptions(inactivityTimeout: .seconds(1), commitInterval: .milliseconds(100), tick: .milliseconds(20))
+        let task = Task { try await Self.download(meter, store, options: options) }
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: .seconds(2))
+        while store.readings.count < 3, clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        // Committed by the interval timer, long before the download ends.
+        #expect(store.readings.count == 3)
+        #expect(!meter.callLog.contains("disconnect"))
+        let report = try await task.value
+        #expect(report.outcome == .timedOut)
+        #expect(store.insertBatches == [3])
+    }
+
+    @Test func largeDownloadsCommitInBatches() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...449)))
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.stored == 450)
+        #expect(store.insertBatches.allSatisfy { $0 <= 200 })
+        #expect(store.insertBatches.reduce(0, +) == 450)
+        #expect(store.insertBatches.count >= 3)
+    }
+
+    @Test func storeFailureFailsTheDownloadAndKeepsWhatWasCommitted() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...449)))
+        let store = Self.makeStore(meter)
+        store.failInserts(after: 1)
+        await #expect(throws: DownloadError.self) { try await Self.download(meter, store) }
+        #expect(store.readings.count == 200)
+        #expect(meter.callLog.last == "disconnect")
+        store.failInserts(after: nil)
+        let report = try await Self.download(meter, store)
+        #expect(report.stored == 250)
+        #expect(Self.sequences(store) == Array(0...449))
+    }
+
+    // MARK: Counter reset
+
+    @Test func counterThatWentBackTriggersAFullDeduplicatedDownload() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...19)))
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        // Battery change: the meter keeps records 0...19 but its counter restarts, new records get 0...4
+        // again with later times.
+        let later = GlucoseDateTime(year: 2024, month: 6, day: 1, hour: 9, minute: 0, second: 0)!
+        let fresh = (UInt16(0)...4).map { FakeRecord.glucose($0, mgdl: 150, at: later) }
+        meter.update { $0.records += fresh }
+        let report = try await Self.download(meter, store)
+        #expect(report.counterReset)
+        #expect(report.outcome == .completed)
+        #expect(report.stored == 5)
+        #expect(store.readings.count == 25)
+        #expect(store.events.contains { $0.kind == .counterReset })
+        #expect(try await store.highestSequence(meter.address) == 4)
+        // The next sync resumes after the new counter.
+        meter.update { $0.records.append(FakeRecord.glucose(5, mgdl: 151, at: later)) }
+        let next = try await Self.download(meter, store)
+        #expect(next.stored == 1)
+        #expect(!next.counterReset)
+        #expect(Self.writes(meter).suffix(2) == ["write 04 03 01 05 00", "write 01 03 01 05 00"])
+        #expect(store.readings.count == 26)
+        Self.expectNoDeletes(meter)
+    }
+
+    @Test func sequenceAtTheTopOfTheRangeChecksTheLastRecord() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: [FakeRecord.glucose(65535)]))
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .noRecords)
+        #expect(Self.writes(meter).last == "write 01 06")
+    }
+
+    // MARK: Context pairing
+
+    @Test(arguments: [FakeRecord.ContextPlacement.after, .before])
+    func contextIsPairedBySequence(_ placement: FakeRecord.ContextPlacement) async throws {
+        let records = (UInt16(1)...6).map { seq in
+            var record = FakeRecord.glucose(seq, context: GlucoseMeasurementContext(sequenceNumber: seq, meal: UInt8(seq % 5 + 1)))
+            record.placement = placement
+            return record
+        }
+        let meter = FakeMeter(script: FakeMeterScript(records: records))
+        let store = Self.makeStore(meter)
+        // Batches of one: a measurement must still get the context that follows it.
+        let report = try await Self.download(meter, store, options: DownloadOptions(commitBatchSize: 1))
+        #expect(report.stored == 6)
+        #expect(report.unmatchedContexts == 0)
+        for r in store.readings {
+            #expect(r.context?.meal == r.sequence % 5 + 1, "sequence \(r.sequence)")
+            #expect(r.rawContext != nil)
+        }
+    }
+
+    @Test func missingContextNeverHoldsAMeasurementBack() async throws {
+        var records = Self.records(1...5)
+        records[2] = FakeRecord(measurement: try GlucoseMeasurement(bytes: records[2].measurement), placement: .missing)
+        records[4] = FakeRecord(measurement: try GlucoseMeasurement(bytes: records[4].measurement), placement: .missing)
+        let meter = FakeMeter(script: FakeMeterScript(records: records))
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.stored == 5)
+        #expect(store.readings.allSatisfy { $0.context == nil })
+    }
+
+    @Test func contextForAnotherSequenceIsNotAttached() async throws {
+        // Measurement 1 says a context follows, but the meter sends the context of sequence 9.
+        let m1 = FakeRecord(measurement: try GlucoseMeasurement(bytes: FakeRecord.glucose(1).measurement), placement: .missing)
+        var stray = FakeRecord.glucose(2)
+        stray.context = GlucoseMeasurementContext(sequenceNumber: 9, meal: 2).encoded()
+        let meter = FakeMeter(script: FakeMeterScript(records: [m1, stray]))
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.stored == 2)
+        #expect(store.readings.allSatisfy { $0.context == nil })
+        #expect(report.unmatchedContexts == 1)
+    }
+
+    @Test func meterWithoutContextCharacteristic() async throws {
+        var script = FakeMeterScript(records: Self.records(1...3))
+        script.characteristics.remove(.glucoseMeasurementContext)
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.stored == 3)
+        #expect(!meter.callLog.contains("subscribe 0x2a34"))
+    }
+
+    @Test func ketoneRecordsAreStoredAsKetone() async throws {
+        let ketone = FakeRecord.glucose(3, mgdl: 12, context: GlucoseMeasurementContext(sequenceNumber: 3, meal: 6))
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(1...2) + [ketone]))
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        let r = try #require(store.readings.first { $0.sequence == 3 })
+        #expect(r.analyte == .ketone)
+        #expect(r.mmoll == 1.2)
+        #expect(r.exclusion == .ketone)
+    }
+
+    // MARK: Meter behaviour
+
+    @Test func recordsArrivingDuringASyncAreKeptOnce() async throws {
+        var script = FakeMeterScript(records: Self.records(0...9))
+        script.recordsArrivingAfterCount = Self.records(10...12)
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.total == 10)
+        #expect(report.received == 13)
+        meter.update { $0.records += MeterDownloadTests.records(13...14) }
+        let next = try await Self.download(meter, store)
+        #expect(next.stored == 2)
+        #expect(Self.sequences(store) == Array(0...14))
+    }
+
+    @Test func duplicateNotificationsAreOneReading() async throws {
+        var script = FakeMeterScript(records: Self.records(0...4))
+        script.duplicateNotifications = true
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.received == 5)
+        #expect(Self.sequences(store) == Array(0...4))
+    }
+
+    @Test func refusedSequenceFilterFallsBackToAFullDeduplicatedDownload() async throws {
+        var script = FakeMeterScript(records: Self.records(0...4))
+        script.greaterOrEqualUnsupported = true
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        meter.update { $0.records += MeterDownloadTests.records(5...6) }
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .completed)
+        #expect(report.stored == 2)
+        #expect(report.duplicates == 5)
+        #expect(Self.writes(meter).suffix(2) == ["write 01 03 01 05 00", "write 01 01"])
+    }
+
+    @Test func procedureAlreadyInProgressAbortsAndRetriesOnce() async throws {
+        var script = FakeMeterScript(records: Self.records(0...2))
+        script.racpWriteErrors = [0x80]
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .completed)
+        #expect(Self.writes(meter) == ["write 04 01", "write 03 00", "write 04 01", "write 01 01"])
+        #expect(report.stored == 3)
+    }
+
+    @Test func procedureAlreadyInProgressTwiceFails() async throws {
+        var script = FakeMeterScript(records: Self.records(0...2))
+        script.racpWriteErrors = [0x80, 0, 0x80]
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        do {
+            _ = try await Self.download(meter, store)
+            Issue.record("expected a failure")
+        } catch {
+            #expect(error.kind == .meter)
+            #expect(error.message.contains("0x80"))
+        }
+        #expect(meter.callLog.last == "disconnect")
+    }
+
+    @Test func cccdImproperlyConfiguredSubscribesAgainAndRetries() async throws {
+        var script = FakeMeterScript(records: Self.records(0...2))
+        script.racpWriteErrors = [0x81]
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .completed)
+        #expect(meter.callLog.filter { $0 == "subscribe 0x2a52" }.count == 2)
+        #expect(Self.writes(meter) == ["write 04 01", "write 04 01", "write 01 01"])
+    }
+
+    @Test func clockSkewIsMeasuredFromCurrentTime() async throws {
+        // Meter shows 2024-05-01 10:10:00 CEST; the gateway's clock says 08:00:00 UTC (10:00 CEST).
+        var script = FakeMeterScript(records: Self.records(0...0))
+        script.characteristics.insert(.currentTime)
+        script.clockValue = FakeMeterScript.currentTime(GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 10, minute: 10, second: 0)!)
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let gatewayNow = LocalDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0).naiveSeconds * 1000
+        let report = try await Self.download(meter, store, now: { gatewayNow })
+        #expect(report.skew?.seconds == 600)
+        let r = try #require(store.readings.first)
+        let meterInstant = try #require(r.meterInstant)
+        #expect(r.instant == meterInstant - 600_000)
+        #expect(store.events.contains { $0.kind == .clockSkew && $0.code == 600 })
+        #expect(try await store.meter(meter.address)?.lastClockSkewSeconds == 600)
+    }
+
+    @Test func rocheDateTimeInsideTheGlucoseServiceIsUsed() async throws {
+        var script = FakeMeterScript(records: Self.records(0...0))
+        script.characteristics.insert(.dateTime)
+        script.clockValue = FakeMeterScript.dateTime(GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 9, minute: 59, second: 0)!)
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let gatewayNow = LocalDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0).naiveSeconds * 1000
+        let report = try await Self.download(meter, store, now: { gatewayNow })
+        #expect(report.skew?.seconds == -60)
+        #expect(meter.callLog.contains("read 0x2a08"))
+        let r = try #require(store.readings.first)
+        #expect(r.instant == r.meterInstant)
+    }
+
+    @Test func undecodableValuesAreSkippedAndTheRestKept() async throws {
+        var records = Self.records(0...3)
+        records.insert(FakeRecord(rawMeasurement: [0x1F, 0x07], sequence: 100), at: 2)
+        let meter = FakeMeter(script: FakeMeterScript(records: records))
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.malformed == 1)
+        #expect(Self.sequences(store) == Array(0...3))
+    }
+
+    @Test func meterDroppingDuringInformationReadsIsAnInterruption() async throws {
+        var script = FakeMeterScript(records: Self.records(0...3))
+        script.disconnectAfterRecords = 0
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        if case .interrupted = report.outcome {} else { Issue.record("outcome \(report.outcome)") }
+        #expect(store.readings.isEmpty)
+    }
+}

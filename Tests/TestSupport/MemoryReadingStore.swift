@@ -1,0 +1,86 @@
+import GatewayCore
+import Synchronization
+
+/// An in-memory `ReadingStore` with the same rules as the SQLite one: a reading is unique per meter by
+/// (sequence, user-facing time); inserts raise the meter's highest sequence; `saveMeter` never lowers it.
+public final class MemoryReadingStore: ReadingStore, Sendable {
+    public struct Failure: Error, CustomStringConvertible, Sendable {
+        public var description: String
+    }
+
+    private struct State {
+        var meters: [String: MeterInfo] = [:]
+        var readings: [NewReading] = []
+        var keys: Set<String> = []
+        var events: [GatewayEvent] = []
+        var insertBatches: [Int] = []
+        var failInsertsAfter: Int?
+    }
+    private let state = Mutex(State())
+
+    public init(meters: [MeterInfo] = []) {
+        state.withLock { s in
+            for m in meters { s.meters[m.address] = m }
+        }
+    }
+
+    public var readings: [NewReading] { state.withLock { $0.readings } }
+    public var events: [GatewayEvent] { state.withLock { $0.events } }
+    /// Sizes of the batches passed to `insert`, in order.
+    public var insertBatches: [Int] { state.withLock { $0.insertBatches } }
+
+    /// Makes every insert after the next `n` fail, as a full disk would.
+    public func failInserts(after n: Int?) { state.withLock { $0.failInsertsAfter = n } }
+
+    public func meter(_ address: String) async throws -> MeterInfo? {
+        state.withLock { $0.meters[address] }
+    }
+
+    public func saveMeter(_ meter: MeterInfo) async throws {
+        state.withLock { s in
+            var row = meter
+            if let old = s.meters[meter.address]?.highestSequence {
+                row.highestSequence = max(old, meter.highestSequence ?? old)
+            }
+            s.meters[meter.address] = row
+        }
+    }
+
+    @discardableResult
+    public func insert(_ readings: [NewReading]) async throws -> Int {
+        try state.withLock { s throws(Failure) in
+            if let n = s.failInsertsAfter {
+                if n <= 0 { throw Failure(description: "database or disk is full") }
+                s.failInsertsAfter = n - 1
+            }
+            s.insertBatches.append(readings.count)
+            var new = 0
+            for r in readings {
+                let key = "\(r.meterAddress)|\(r.sequence)|\(r.userFacingTime)"
+                if s.meters[r.meterAddress] == nil {
+                    s.meters[r.meterAddress] = MeterInfo(address: r.meterAddress, timeZone: "UTC")
+                }
+                let old = s.meters[r.meterAddress]?.highestSequence
+                s.meters[r.meterAddress]?.highestSequence = max(old ?? r.sequence, r.sequence)
+                guard s.keys.insert(key).inserted else { continue }
+                s.readings.append(r)
+                new += 1
+            }
+            return new
+        }
+    }
+
+    public func highestSequence(_ address: String) async throws -> Int? {
+        state.withLock { s in
+            s.meters[address]?.highestSequence ?? s.readings.filter { $0.meterAddress == address }.map(\.sequence).max()
+        }
+    }
+
+    public func resetHighestSequence(_ address: String, to sequence: Int?) async throws {
+        state.withLock { $0.meters[address]?.highestSequence = sequence }
+    }
+
+    public func log(_ event: GatewayEvent) async throws {
+        state.withLock { $0.events.append(event) }
+    }
+}
