@@ -139,7 +139,7 @@ struct ConfigBuilder {
 
     // MARK: sections
 
-    private mutating func buildGateway(_ g: inout GatewaySettings) {
+    private mutating func buildGateway(_ g: inout GatewaySection) {
         let s = "gateway"
         if let v = path(s, "database") { g.database = v.value }
         if let v = string(s, "adapter") {
@@ -157,8 +157,8 @@ struct ConfigBuilder {
             if let message = Self.timeZoneProblem(v.value) { problem(v.line, "\(s).time_zone: \(message)") } else { g.timeZone = v.value }
         }
         if let v = bool(s, "clock_skew_correction") { g.clockSkewCorrection = v.value }
-        if let v = integer(s, "clock_skew_threshold_s", in: GatewaySettings.clockSkewThresholdRange) { g.clockSkewThresholdSeconds = v.value }
-        if let v = integer(s, "download_idle_timeout_s", in: GatewaySettings.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
+        if let v = integer(s, "clock_skew_threshold_s", in: GatewaySection.clockSkewThresholdRange) { g.clockSkewThresholdSeconds = v.value }
+        if let v = integer(s, "download_idle_timeout_s", in: GatewaySection.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
         if let v = string(s, "scan_mode") {
             if let mode = ScanMode(rawValue: v.value) { g.scanMode = mode } else {
                 problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\", got \"\(ConfigParser.clip(v.value))\"")
@@ -166,7 +166,7 @@ struct ConfigBuilder {
         }
     }
 
-    private mutating func buildNightscout(_ n: inout NightscoutSettings) {
+    private mutating func buildNightscout(_ n: inout NightscoutSection) {
         let s = "nightscout"
         let enabled = bool(s, "enabled")
         let url = httpURL(s, "url")
@@ -185,7 +185,7 @@ struct ConfigBuilder {
                 problem(entry.line, "\(s).\(key): set only one of api_secret, api_secret_file, token, token_file (\(first.key) is set on line \(first.line))")
                 continue
             }
-            let secret: Secret?
+            let secret: ConfigSecret?
             if key.hasSuffix("_file") {
                 secret = secretFile(s, key)
             } else {
@@ -210,7 +210,7 @@ struct ConfigBuilder {
         }
     }
 
-    private mutating func buildFHIR(_ f: inout FHIRSettings) {
+    private mutating func buildFHIR(_ f: inout FHIRSection) {
         let s = "fhir"
         let enabled = bool(s, "enabled")
         f.enabled = enabled?.value ?? false
@@ -237,10 +237,10 @@ struct ConfigBuilder {
         }
     }
 
-    private mutating func buildNetwork(_ n: inout NetworkSettings, uploadURLs: [(key: String, url: String?)]) {
+    private mutating func buildNetwork(_ n: inout NetworkSection, uploadURLs: [(key: String, url: String?)]) {
         let s = "network"
-        if let v = integer(s, "retry_count", in: NetworkSettings.retryCountRange) { n.retryCount = v.value }
-        if let v = integer(s, "network_timeout_ms", in: NetworkSettings.networkTimeoutRange) { n.networkTimeoutMilliseconds = v.value }
+        if let v = integer(s, "retry_count", in: NetworkSection.retryCountRange) { n.retryCount = v.value }
+        if let v = integer(s, "network_timeout_ms", in: NetworkSection.networkTimeoutRange) { n.networkTimeoutMilliseconds = v.value }
         if let v = httpURL(s, "health_check_url") {
             let origin = Self.origin(v.value)
             if let clash = uploadURLs.first(where: { $0.url.map(Self.origin) == origin }) {
@@ -346,7 +346,7 @@ struct ConfigBuilder {
         }
     }
 
-    private mutating func inlineSecret(_ section: String, _ key: String) -> Secret? {
+    private mutating func inlineSecret(_ section: String, _ key: String) -> ConfigSecret? {
         guard let entry = entries[section]?[key] else { return nil }
         guard case .string(let text) = entry.value else {
             problem(entry.line, "\(section).\(key): expected a string, got \(entry.value.typeName)")
@@ -356,12 +356,12 @@ struct ConfigBuilder {
             problem(entry.line, "\(section).\(key): \(message)")
             return nil
         }
-        return Secret(text)
+        return ConfigSecret(text)
     }
 
     /// A secret file: must exist, be a regular file, and give no access to group or others.
     /// Trailing newlines are trimmed.
-    private mutating func secretFile(_ section: String, _ key: String) -> Secret? {
+    private mutating func secretFile(_ section: String, _ key: String) -> ConfigSecret? {
         guard let v = path(section, key) else { return nil }
         let name = "\(section).\(key)"
         guard let info = ConfigFiles.info(v.value) else {
@@ -393,7 +393,7 @@ struct ConfigBuilder {
                 problem(v.line, "\(name): the secret in \(v.value) \(message)")
                 return nil
             }
-            return Secret(text, file: v.value)
+            return ConfigSecret(text, file: v.value)
         }
     }
 

@@ -2,7 +2,7 @@ import GatewayCore
 
 /// A secret (Nightscout API secret or token, FHIR bearer token). Its text is reachable only through
 /// `value`; printing, interpolating, dumping or mirroring it shows `(secret)`.
-public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+public struct ConfigSecret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     public let value: String
     /// Where it came from: `file` is the secret file's path, nil when written inline in the config.
     public let file: String?
@@ -28,13 +28,13 @@ public enum ScanMode: String, Sendable, CaseIterable {
 }
 
 /// `[gateway]`: the local side.
-public struct GatewaySettings: Sendable, Equatable {
+public struct GatewaySection: Sendable, Equatable {
     public static let defaultDatabase = "/var/lib/glucose-gateway/gateway.sqlite3"
     public static let clockSkewThresholdRange = 0...86_400
     public static let downloadIdleTimeoutRange = 5...600
 
     /// SQLite database with readings, outbox and events.
-    public var database: String = GatewaySettings.defaultDatabase
+    public var database: String = GatewaySection.defaultDatabase
     /// Adapter name (`hci0`) or address; nil: the first powered adapter.
     public var adapter: String?
     public var logLevel: LogLevel = .info
@@ -55,11 +55,11 @@ public struct GatewaySettings: Sendable, Equatable {
 /// How the gateway proves itself to Nightscout.
 public enum NightscoutCredential: Sendable, Equatable {
     /// `API_SECRET`, sent as its SHA-1 hex digest in the `api-secret` header.
-    case apiSecret(Secret)
+    case apiSecret(ConfigSecret)
     /// An access token made in Nightscout's admin tools.
-    case token(Secret)
+    case token(ConfigSecret)
 
-    public var secret: Secret {
+    public var secret: ConfigSecret {
         switch self {
         case .apiSecret(let s), .token(let s): s
         }
@@ -67,7 +67,7 @@ public enum NightscoutCredential: Sendable, Equatable {
 }
 
 /// `[nightscout]`.
-public struct NightscoutSettings: Sendable, Equatable {
+public struct NightscoutSection: Sendable, Equatable {
     /// Default: true when `url` is set.
     public var enabled: Bool = false
     /// Site URL, `http` or `https`, without a trailing slash.
@@ -80,20 +80,20 @@ public struct NightscoutSettings: Sendable, Equatable {
 }
 
 /// `[fhir]`.
-public struct FHIRSettings: Sendable, Equatable {
+public struct FHIRSection: Sendable, Equatable {
     public var enabled: Bool = false
     /// FHIR R4 base, without a trailing slash.
     public var baseURL: String?
     /// Reference for `Observation.subject`, such as `Patient/123`.
     public var subject: String?
-    public var bearerToken: Secret?
+    public var bearerToken: ConfigSecret?
     public var caFile: String?
 
     public init() {}
 }
 
 /// `[network]`: retries, timeouts and recovery.
-public struct NetworkSettings: Sendable, Equatable {
+public struct NetworkSection: Sendable, Equatable {
     public static let retryCountRange = 0...10
     public static let networkTimeoutRange = 100...10_000
 
@@ -106,7 +106,7 @@ public struct NetworkSettings: Sendable, Equatable {
     public var recoveryMode: Bool = true
     /// Skip (quarantine) an upload the server keeps refusing instead of blocking the queue behind it.
     public var errorBypass: Bool = false
-    /// Program and arguments run on a network error (code as its last argument); nil: none.
+    /// Program and arguments run on each new network error (the code and message in its environment); nil: none.
     public var onNetworkError: [String]?
 
     public init() {}
@@ -120,17 +120,17 @@ public struct GatewayConfig: Sendable, Equatable {
 
     /// The file this came from; nil for built-in defaults.
     public var path: String?
-    public var gateway = GatewaySettings()
-    public var nightscout = NightscoutSettings()
-    public var fhir = FHIRSettings()
-    public var network = NetworkSettings()
+    public var gateway = GatewaySection()
+    public var nightscout = NightscoutSection()
+    public var fhir = FHIRSection()
+    public var network = NetworkSection()
 
     public init() {}
 
     /// True when at least one upload destination is enabled.
     public var hasDestination: Bool { nightscout.enabled || fhir.enabled }
 
-    /// Secret-free lines describing the effective configuration, for `config check` and `status`.
+    /// ConfigSecret-free lines describing the effective configuration, for `config check` and `status`.
     public func summaryLines() -> [String] {
         func opt(_ s: String?) -> String { s ?? "(not set)" }
         var lines: [String] = []

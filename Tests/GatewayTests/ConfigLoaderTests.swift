@@ -66,7 +66,7 @@ import Testing
         """, mode: 0o644)
         let loaded = try ConfigLoader.load(path: config)
         #expect(loaded.path == config)
-        #expect(loaded.nightscout.credential == .apiSecret(Secret("0123456789abcdef", file: dir.path + "/ns.secret")))
+        #expect(loaded.nightscout.credential == .apiSecret(ConfigSecret("0123456789abcdef", file: dir.path + "/ns.secret")))
         #expect(loaded.fhir.bearerToken?.value == "bearer-xyz")
         #expect(loaded.summaryLines().contains("api_secret: (set, from \(dir.path)/ns.secret)"))
         #expect(!loaded.summaryLines().joined().contains("0123456789abcdef"))
@@ -153,8 +153,8 @@ import Testing
         let example = Self.repositoryRoot() + "/config/glucose-gateway.toml"
         let (config, problems) = ConfigLoader.evaluate(path: example)
         #expect(problems == [])
-        #expect(config.gateway == GatewaySettings())
-        #expect(config.network == NetworkSettings())
+        #expect(config.gateway == GatewaySection())
+        #expect(config.network == NetworkSection())
         #expect(!config.hasDestination)
 
         guard case .success(let bytes) = ConfigFiles.read(example, limit: 1 << 20) else {
