@@ -1,0 +1,157 @@
+import DBusKit
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import GatewayCore
+import GlucoseProfile
+
+/// `org.glucosegateway.Simulator1` at `/org/glucosegateway/simulator`, on the stand-in's own connection
+/// (so it moves with `org.bluez` across restarts): lets tests script scenarios at run time.
+enum ControlInterface {
+    static let path = "/org/glucosegateway/simulator"
+    static let name = "org.glucosegateway.Simulator1"
+
+    /// One line per method, for `--help` and the notes.
+    static let summary = """
+      AddRecord(s address, s record_json) -> q sequence   store a record (meter-file record object;
+                                                           "sequence" optional: next number)
+      AddGeneratedRecord(s address) -> q sequence         store the next ordinary record
+      Advertise(s address, d seconds)                     advertise now for that long (simulated seconds)
+      DropLink(s address)                                 the meter drops the link (reason Remote)
+      SetFaults(s address, s faults_json)                 replace the meter's faults (meter-file "faults")
+      Records(s address) -> aq                            sequence numbers stored
+      RestartBluetoothd()                                 drop org.bluez and every registration, then
+                                                           take it again under a new unique name
+      RemoveAdapter() / AddAdapter()                      hot-unplug and re-plug hci0
+      CallLog() -> as / ClearCallLog()                    "Interface.Method /path" of every BlueZ call
+    """
+}
+
+extension BlueZStandIn {
+    func controlInterface(_ gen: Int) -> DBusInterface {
+        func address(_ call: DBusMethodCall) throws -> String {
+            guard let text = call.arguments.first?.string, let a = MeterDescription.normalizedAddress(text) else {
+                throw DBusError(.invalidArgs, "first argument must be a meter address")
+            }
+            return a
+        }
+        return DBusInterface(ControlInterface.name, methods: [
+            DBusMethod("AddRecord", in: "ss", out: "q") { [weak self] call in
+                guard let self else { return [] }
+                let a = try address(call)
+                guard call.arguments.count == 2, let json = call.arguments[1].string else {
+                    throw DBusError(.invalidArgs, "AddRecord expects (ss)")
+                }
+                let peripheral = try await self.meterPeripheral(a)
+                let meter = await peripheral.meter
+                let unit = meter.records.last?.unit ?? .kilogramPerLitre
+                let record: MeterRecord
+                do {
+                    let value = try JSONValue.parse(json)
+                    record = try MeterFile.record(from: value, path: "record", defaultUnit: unit,
+                                                  defaultSequence: await peripheral.nextSequenceNumber)
+                } catch let e as JSONParseError {
+                    throw DBusError(.invalidArgs, e.description)
+                } catch let e as MeterFileError {
+                    throw DBusError(.invalidArgs, e.description)
+                }
+                await peripheral.store(record)
+                return [.uint16(record.sequenceNumber)]
+            },
+            DBusMethod("AddGeneratedRecord", in: "s", out: "q") { [weak self] call in
+                guard let self else { return [] }
+                let peripheral = try await self.meterPeripheral(try address(call))
+                guard let r = await peripheral.addGeneratedRecord() else {
+                    throw DBusError(.failed, "the meter's new-record limit is reached")
+                }
+                return [.uint16(r.sequenceNumber)]
+            },
+            DBusMethod("Advertise", in: "sd") { [weak self] call in
+                guard let self else { return [] }
+                let peripheral = try await self.meterPeripheral(try address(call))
+                guard call.arguments.count == 2, let seconds = call.arguments[1].double, seconds >= 0 else {
+                    throw DBusError(.invalidArgs, "Advertise expects (sd) with seconds >= 0")
+                }
+                await peripheral.advertise(seconds: seconds)
+                return []
+            },
+            DBusMethod("DropLink", in: "s") { [weak self] call in
+                guard let self else { return [] }
+                try await self.dropLink(try address(call))
+                return []
+            },
+            DBusMethod("SetFaults", in: "ss") { [weak self] call in
+                guard let self else { return [] }
+                let a = try address(call)
+                guard call.arguments.count == 2, let json = call.arguments[1].string else {
+                    throw DBusError(.invalidArgs, "SetFaults expects (ss)")
+                }
+                let faults: MeterFaults
+                do {
+                    faults = try MeterFile.faults(try JSONObject(try JSONValue.parse(json), path: "faults"))
+                } catch let e as JSONParseError {
+                    throw DBusError(.invalidArgs, e.description)
+                } catch let e as MeterFileError {
+                    throw DBusError(.invalidArgs, e.description)
+                }
+                try await self.setFaults(a, faults)
+                return []
+            },
+            DBusMethod("Records", in: "s", out: "aq") { [weak self] call in
+                guard let self else { return [] }
+                let meter = await try self.meterPeripheral(try address(call)).meter
+                return [.array(element: "q", meter.records.map { .uint16($0.sequenceNumber) })]
+            },
+            DBusMethod("RestartBluetoothd") { [weak self] _ in
+                // Reply first: the connection this call came in on is about to close.
+                Task { [weak self] in
+                    try? await Task.sleep(for: .milliseconds(50))
+                    do { try await self?.restartBluetoothd() } catch {
+                        await self?.logger.error("restart failed: \(error)")
+                    }
+                }
+                return []
+            },
+            DBusMethod("RemoveAdapter") { [weak self] _ in
+                await self?.removeAdapter()
+                return []
+            },
+            DBusMethod("AddAdapter") { [weak self] _ in
+                try await self?.addAdapter()
+                return []
+            },
+            DBusMethod("CallLog", out: "as") { [weak self] _ in
+                [.strings(await self?.calls ?? [])]
+            },
+            DBusMethod("ClearCallLog") { [weak self] _ in
+                await self?.clearCalls()
+                return []
+            },
+            DBusMethod("Meters", out: "as") { [weak self] _ in
+                [.strings(await self?.meterAddresses ?? [])]
+            },
+        ])
+    }
+}
+
+/// The bonds file of `--state FILE`: `{"bonded": ["AA:BB:...", ...]}`, mode 0600.
+enum StandInState {
+    static func load(path: String) -> [String]? {
+        guard let data = FileManager.default.contents(atPath: path),
+              let json = try? JSONValue.parse(Array(data)),
+              case .object(let members) = json,
+              let bonded = members.first(where: { $0.key == "bonded" })?.value,
+              case .array(let items) = bonded else { return nil }
+        return items.compactMap { if case .string(let s) = $0 { MeterDescription.normalizedAddress(s) } else { nil } }
+    }
+
+    static func save(bonded: [String], path: String) throws {
+        let text = "{\"bonded\": [" + bonded.map { "\"\($0)\"" }.joined(separator: ", ") + "]}\n"
+        let tmp = path + ".tmp"
+        guard FileManager.default.createFile(atPath: tmp, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw GatewayFailure(.failure, "cannot write \(tmp)")
+        }
+        guard rename(tmp, path) == 0 else { throw GatewayFailure(.failure, "cannot replace \(path)") }
+    }
+}
