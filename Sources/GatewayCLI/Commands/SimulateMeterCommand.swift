@@ -1,11 +1,315 @@
+import Dispatch
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import DBusKit
 import GatewayCore
+import GlucoseProfile
+import MeterSimulator
 
 enum SimulateMeterCommand: GatewayCommand {
     static let name = "simulate-meter"
     static let abstract = "Simulate a glucose meter, on real BlueZ or as a BlueZ stand-in"
-    static let help = "usage: glucose-gateway simulate-meter\n\nSimulate a glucose meter, on real BlueZ or as a BlueZ stand-in."
+    static let help = """
+    usage: glucose-gateway simulate-meter --standin [--bus ADDRESS] (--meter FILE ... | METER FLAGS) [OPTIONS]
+           glucose-gateway simulate-meter --bluez [--adapter hciN] [--bus ADDRESS] (--meter FILE | METER FLAGS) [OPTIONS]
+
+    Plays a Bluetooth LE glucose meter (Glucose Service 0x1808: 0x2A18, 0x2A34, 0x2A51, 0x2A52 with the
+    Record Access Control Point, and Device Information 0x180A) behind one of two front ends:
+
+      --standin   a BlueZ stand-in for machines without Bluetooth: owns org.bluez on the bus and presents
+                  adapter hci0 (powered), one device per meter and their GATT objects as a central sees them
+                  on BlueZ 5.66+: ObjectManager, PropertiesChanged, discovery sessions with the UUID filter and
+                  device expiry, Connect replying before ServicesResolved, Pair calling the caller's agent
+                  (RequestPasskey; wrong PIN: AuthenticationFailed), GLS refusing access before bonding,
+                  notify sessions per sender, disconnect signals in BlueZ's order, RemoveDevice.
+                  Several meters: repeat --meter. Prints "ready <unique-name>" on stdout each time it owns
+                  org.bluez (again after RestartBluetoothd).
+      --bluez     a peripheral on real BlueZ: GattManager1.RegisterApplication and
+                  LEAdvertisingManager1.RegisterAdvertisement on --adapter (default hci0), so a second
+                  adapter or a second Pi plays a meter next to a real gateway. Prints "ready" once registered.
+                  The passkey is chosen by the kernel and logged (the meter's PIN cannot be imposed).
+
+    Options:
+      --bus ADDRESS           D-Bus address (default: DBUS_SYSTEM_BUS_ADDRESS, else the system bus)
+      --meter FILE            JSON meter file (see below); repeatable with --standin
+      --time-scale X          run simulated time X times faster (delays, new records, bursts, expiry)
+      --state FILE            (--standin) keep bonds in FILE (mode 0600) across processes
+      --temporary-timeout S   (--standin) seconds before an unpaired, unconnected device expires (30)
+      --adapter hciN          (--bluez) adapter to register on; (--standin) name of the simulated adapter
+      --adapter-address A     (--standin) address of the simulated adapter
+
+    Meter flags (instead of --meter):
+      --address AA:BB:CC:DD:EE:FF   --name NAME   --pin 123456   --no-bonding
+      --records N   --first-sequence S   --start 2024-03-05T07:30:00   --interval-minutes M
+      --time-offset MIN   --unit kg/L|mol/L   --with-context   --no-context-characteristic
+      --control-at SEQ   --high-at SEQ   --low-at SEQ   (repeatable)
+      --new-record-every S   --advertise always|off|ON/OFF (seconds on/off bursts)
+      Faults: --drop-after N   --drop-times K   --fail-after N   --notify-delay-ms MS   --context-before
+              --malformed-at SEQ[:truncated|invalid-time|stray-context]   --zero-count-as-no-records
+
+    Meter file (JSON; unknown keys are errors):
+      {"address": "C0:26:DA:01:02:03", "name": "meter+06543210", "pin": "123456",
+       "bonding": true, "unit": "kg/L", "rssi": -60, "contextCharacteristic": true, "timeFilter": true,
+       "deviceInformation": {"manufacturer": "...", "model": "...", "serial": "...", "firmware": "..."},
+       "features": ["highLow", "multipleBond"],
+       "records": [{"sequence": 4, "time": "2024-03-05T07:30:00", "timeOffset": 60, "mgdl": 111,
+                    "type": 1, "location": 1, "status": ["batteryLow"], "context": {"meal": 1}},
+                   {"sequence": 5, "time": "...", "mmol": 5.5, "unit": "mol/L"},
+                   {"sequence": 6, "time": "...", "result": "low"}, {"sequence": 7, ..., "control": true}],
+       "generate": {"count": 20, "firstSequence": 100, "start": "...", "intervalMinutes": 240},
+       "newRecords": {"everySeconds": 30, "limit": 5, "mgdl": 120},
+       "advertising": "always" | "off" | {"onSeconds": 5, "offSeconds": 25},
+       "faults": {"dropLinkAfter": 3, "dropLinkTimes": 1, "failProcedureAfter": 5, "notificationDelayMs": 50,
+                  "contextOrder": "before", "malformed": [{"sequence": 7, "kind": "truncated"}],
+                  "zeroCountAsNoRecords": false}}
+
+    Control interface (--standin): object \(controlPath) on the stand-in's connection (destination
+    org.bluez), interface org.glucosegateway.Simulator1:
+    \(controlSummary)
+    Stops on SIGINT or SIGTERM (exit 0), or when the bus goes away (exit 69).
+    """
+
+    static var controlPath: String { StandInDocs.controlPath }
+    static var controlSummary: String { StandInDocs.controlSummary }
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'simulate-meter' is not available in this build")
+        let standin = arguments.flag("--standin")
+        let bluez = arguments.flag("--bluez")
+        guard standin != bluez else {
+            throw GatewayFailure(.usage, "choose one front end: --standin or --bluez")
+        }
+        let bus = try arguments.option("--bus") ?? context.environment["DBUS_SYSTEM_BUS_ADDRESS"]
+            ?? "unix:path=/var/run/dbus/system_bus_socket"
+        let scale = try timeScale(&arguments)
+        let files = try arguments.options("--meter")
+        let statePath = try arguments.option("--state")
+        let temporaryTimeout = try arguments.secondsOption("--temporary-timeout")
+        let adapter = try arguments.option("--adapter")
+        let adapterAddress = try arguments.option("--adapter-address")
+        var meters: [MeterDescription] = []
+        for path in files { meters.append(try loadMeter(path)) }
+        let flagged = try meterFromFlags(&arguments)
+        try arguments.finish()
+        if let flagged {
+            guard meters.isEmpty else { throw GatewayFailure(.usage, "use either --meter files or meter flags, not both") }
+            meters.append(flagged)
+        }
+        guard !meters.isEmpty else { throw GatewayFailure(.usage, "describe a meter with --meter FILE or --address/--pin flags") }
+        var seen = Set<String>()
+        for m in meters where !seen.insert(m.address).inserted {
+            throw GatewayFailure(.usage, "two meters have the address \(m.address)")
+        }
+        let clock = SimulationClock(scale: scale)
+        let logger = context.logger.with(label: "simulate-meter")
+        let signals = TerminationSignals()
+
+        if standin {
+            var options = StandInOptions(busAddress: bus)
+            options.clock = clock
+            options.statePath = statePath
+            if let t = temporaryTimeout { options.temporaryTimeout = t }
+            if let adapter { options.adapterName = adapter }
+            if let a = adapterAddress {
+                guard let n = MeterDescription.normalizedAddress(a) else {
+                    throw GatewayFailure(.usage, "--adapter-address must look like AA:BB:CC:DD:EE:FF")
+                }
+                options.adapterAddress = n
+            }
+            let standIn = BlueZStandIn(meters: meters, options: options, logger: logger) { unique in
+                StandardStream.writeOutput("ready \(unique)\n")
+            }
+            do {
+                try await standIn.start()
+            } catch {
+                await standIn.stop()
+                throw GatewayFailure(.unavailable, "cannot own org.bluez on \(bus): \(error)")
+            }
+            let lost = await signals.wait(orUntil: { await standIn.waitUntilBusLost() })
+            await standIn.stop()
+            return lost ? .unavailable : .ok
+        }
+
+        guard meters.count == 1, let meter = meters.first else {
+            throw GatewayFailure(.usage, "--bluez plays one meter")
+        }
+        let frontEnd = BlueZPeripheralFrontEnd(
+            meter: meter,
+            options: .init(busAddress: bus, adapterName: adapter ?? "hci0", clock: clock),
+            logger: logger)
+        do {
+            try await frontEnd.start()
+        } catch {
+            await frontEnd.stop()
+            throw GatewayFailure(.unavailable, "cannot register the meter with BlueZ on \(bus): \(error)")
+        }
+        StandardStream.writeOutput("ready\n")
+        let lost = await signals.wait(orUntil: { await frontEnd.waitUntilBusLost() })
+        await frontEnd.stop()
+        return lost ? .unavailable : .ok
+    }
+
+    static func timeScale(_ arguments: inout Arguments) throws(GatewayFailure) -> Double {
+        guard let text = try arguments.option("--time-scale") else { return 1 }
+        guard let v = Double(text), v > 0, v <= 100_000 else {
+            throw GatewayFailure(.usage, "--time-scale must be a number in (0, 100000], got '\(text)'")
+        }
+        return v
+    }
+
+    static func loadMeter(_ path: String) throws -> MeterDescription {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw GatewayFailure(.dataError, "cannot read meter file \(path)")
+        }
+        do {
+            return try MeterFile.parse(Array(data))
+        } catch {
+            throw GatewayFailure(.dataError, "meter file \(path): \(error.description)")
+        }
+    }
+
+    /// The meter described by flags, or nil when no meter flag is given.
+    static func meterFromFlags(_ a: inout Arguments) throws -> MeterDescription? {
+        func usage(_ f: MeterFileError) -> GatewayFailure { GatewayFailure(.usage, f.description) }
+        let address = try a.option("--address")
+        let name = try a.option("--name")
+        let pin = try a.option("--pin")
+        let noBonding = a.flag("--no-bonding")
+        let count = try a.intOption("--records", in: 0...65536)
+        let first = try a.intOption("--first-sequence", in: 0...65535)
+        let start = try a.option("--start")
+        let interval = try a.intOption("--interval-minutes", in: 1...100_000)
+        let offset = try a.intOption("--time-offset", in: -32768...32767)
+        let unitText = try a.option("--unit")
+        let withContext = a.flag("--with-context")
+        let noContextChar = a.flag("--no-context-characteristic")
+        let controls = try a.options("--control-at")
+        let highs = try a.options("--high-at")
+        let lows = try a.options("--low-at")
+        let newEvery = try a.secondsOption("--new-record-every")
+        let advertise = try a.option("--advertise")
+        let dropAfter = try a.intOption("--drop-after", in: 0...65536)
+        let dropTimes = try a.intOption("--drop-times", in: 1...1_000_000)
+        let failAfter = try a.intOption("--fail-after", in: 0...65536)
+        let delayMs = try a.intOption("--notify-delay-ms", in: 0...60_000)
+        let contextBefore = a.flag("--context-before")
+        let malformed = try a.options("--malformed-at")
+        let zeroCount = a.flag("--zero-count-as-no-records")
+
+        let anyFlag = address != nil || name != nil || pin != nil || count != nil || first != nil || start != nil
+            || interval != nil || offset != nil || unitText != nil || withContext || noContextChar || noBonding
+            || !controls.isEmpty || !highs.isEmpty || !lows.isEmpty || newEvery != nil || advertise != nil
+            || dropAfter != nil || dropTimes != nil || failAfter != nil || delayMs != nil || contextBefore
+            || !malformed.isEmpty || zeroCount
+        guard anyFlag else { return nil }
+
+        guard let addressText = address, let normalized = MeterDescription.normalizedAddress(addressText) else {
+            throw GatewayFailure(.usage, "--address AA:BB:CC:DD:EE:FF is required for a meter described by flags")
+        }
+        let passkey: UInt32
+        do { passkey = try MeterFile.parsePIN(pin ?? "123456", field: "--pin") } catch { throw usage(error) }
+        var unit = ConcentrationUnit.kilogramPerLitre
+        if let unitText { do { unit = try MeterFile.parseUnit(unitText, field: "--unit") } catch { throw usage(error) } }
+        var startTime: GlucoseDateTime?
+        if let start { do { startTime = try MeterFile.parseTime(start, field: "--start") } catch { throw usage(error) } }
+        var records = MeterSeries.records(count: count ?? 10, firstSequence: UInt16(first ?? 1), start: startTime,
+                                          intervalMinutes: interval ?? 240, timeOffset: offset.map { Int16($0) },
+                                          unit: unit, withContext: withContext)
+        func sequences(_ list: [String], _ flag: String) throws -> [UInt16] {
+            try list.map { text in
+                guard let v = UInt16(text) else { throw GatewayFailure(.usage, "\(flag) needs a sequence number, got '\(text)'") }
+                return v
+            }
+        }
+        for s in try sequences(controls, "--control-at") {
+            if let i = records.firstIndex(where: { $0.sequenceNumber == s }) { records[i].type = 10; records[i].sampleLocation = 4 }
+        }
+        for s in try sequences(highs, "--high-at") {
+            if let i = records.firstIndex(where: { $0.sequenceNumber == s }) { records[i].result = .high }
+        }
+        for s in try sequences(lows, "--low-at") {
+            if let i = records.firstIndex(where: { $0.sequenceNumber == s }) { records[i].result = .low }
+        }
+        var faults = MeterFaults()
+        faults.dropLinkAfter = dropAfter
+        if let dropTimes { faults.dropLinkTimes = dropTimes }
+        faults.failProcedureAfter = failAfter
+        faults.notificationDelay = Double(delayMs ?? 0) / 1000
+        faults.contextOrder = contextBefore ? .before : .after
+        faults.zeroCountAsNoRecords = zeroCount
+        for item in malformed {
+            let parts = item.split(separator: ":", maxSplits: 1).map(String.init)
+            guard let first = parts.first, let seq = UInt16(first) else {
+                throw GatewayFailure(.usage, "--malformed-at needs SEQ[:KIND], got '\(item)'")
+            }
+            let kindText = parts.count > 1 ? parts[1] : "truncated"
+            guard let kind = MeterFaults.MalformedKind(rawValue: kindText) else {
+                throw GatewayFailure(.usage, "--malformed-at kind must be truncated, invalid-time or stray-context")
+            }
+            faults.malformed[seq] = kind
+        }
+        var advertising = AdvertisingPlan.always
+        if let advertise {
+            switch advertise {
+            case "always": advertising = .always
+            case "off": advertising = .off
+            default:
+                let parts = advertise.split(separator: "/").map { Double($0) }
+                guard parts.count == 2, let on = parts[0], let off = parts[1], on > 0, off >= 0 else {
+                    throw GatewayFailure(.usage, "--advertise must be always, off or ON/OFF seconds, got '\(advertise)'")
+                }
+                advertising = .bursts(onSeconds: on, offSeconds: off)
+            }
+        }
+        return MeterDescription(
+            address: normalized,
+            name: name ?? "meter+" + normalized.filter { $0 != ":" }.suffix(8),
+            passkey: passkey,
+            requiresBonding: !noBonding,
+            hasContextCharacteristic: !noContextChar,
+            records: records,
+            newRecords: newEvery.map { NewRecordPlan(intervalSeconds: $0) },
+            advertising: advertising,
+            faults: faults
+        )
+    }
+}
+
+/// SIGINT and SIGTERM as an awaitable event.
+final class TerminationSignals {
+    private let stream: AsyncStream<Int32>
+    private let sources: [any DispatchSourceSignal]
+
+    init() {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        self.stream = stream
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { continuation.yield(sig) }
+            source.resume()
+            sources.append(source)
+        }
+        self.sources = sources
+    }
+
+    /// Waits for a signal or for `other` to return. Returns true when `other` returned first.
+    func wait(orUntil other: @escaping @Sendable () async -> Void) async -> Bool {
+        let stream = self.stream
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                for await _ in stream { return false }
+                return false
+            }
+            group.addTask {
+                await other()
+                return true
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
     }
 }

@@ -711,7 +711,7 @@ public actor BlueZStandIn {
             do {
                 reply = try await c.call(destination: agent.sender, path: agent.path, interface: "org.bluez.Agent1",
                                          member: "RequestPasskey", arguments: [.objectPath(devPath)], timeout: .seconds(60))
-            } catch {
+            } catch let error as DBusError {
                 if error.isTimeout {
                     _ = try? await c.call(destination: agent.sender, path: agent.path, interface: "org.bluez.Agent1",
                                           member: "Cancel", timeout: .seconds(5))
@@ -723,6 +723,8 @@ public actor BlueZStandIn {
                 case "org.bluez.Error.Rejected": throw bluezError("AuthenticationRejected", "Authentication Rejected")
                 default: throw bluezError("AuthenticationFailed", "Authentication Failed")
                 }
+            } catch {
+                throw bluezError("AuthenticationFailed", "Authentication Failed")
             }
             guard let first = reply.first, let passkey = first.uint32 else {
                 throw bluezError("AuthenticationFailed", "Authentication Failed")

@@ -30,7 +30,7 @@ enum ControlInterface {
 
 extension BlueZStandIn {
     func controlInterface(_ gen: Int) -> DBusInterface {
-        func address(_ call: DBusMethodCall) throws -> String {
+        @Sendable func address(_ call: DBusMethodCall) throws -> String {
             guard let text = call.arguments.first?.string, let a = MeterDescription.normalizedAddress(text) else {
                 throw DBusError(.invalidArgs, "first argument must be a meter address")
             }
@@ -100,7 +100,7 @@ extension BlueZStandIn {
             },
             DBusMethod("Records", in: "s", out: "aq") { [weak self] call in
                 guard let self else { return [] }
-                let meter = await try self.meterPeripheral(try address(call)).meter
+                let meter = try await self.meterPeripheral(try address(call)).meter
                 return [.array(element: "q", meter.records.map { .uint16($0.sequenceNumber) })]
             },
             DBusMethod("RestartBluetoothd") { [weak self] _ in
@@ -108,7 +108,7 @@ extension BlueZStandIn {
                 Task { [weak self] in
                     try? await Task.sleep(for: .milliseconds(50))
                     do { try await self?.restartBluetoothd() } catch {
-                        await self?.logger.error("restart failed: \(error)")
+                        self?.logger.error("restart failed: \(error)")
                     }
                 }
                 return []
@@ -154,4 +154,10 @@ enum StandInState {
         }
         guard rename(tmp, path) == 0 else { throw GatewayFailure(.failure, "cannot replace \(path)") }
     }
+}
+
+/// Documentation strings of the control interface, for `simulate-meter --help`.
+public enum StandInDocs {
+    public static let controlPath = ControlInterface.path
+    public static let controlSummary = ControlInterface.summary
 }

@@ -1,0 +1,339 @@
+import DBusKit
+import GatewayCore
+import GlucoseProfile
+
+/// Plays one meter on a real BlueZ adapter: a GATT application through
+/// `org.bluez.GattManager1.RegisterApplication` and an advertisement through
+/// `org.bluez.LEAdvertisingManager1.RegisterAdvertisement`, so a second adapter or a second Pi can sit next
+/// to a gateway as a meter.
+///
+/// bluetoothd owns the link here: it writes the client configuration (calling `StartNotify`/`StopNotify`
+/// on our characteristics), turns our `Value` changes into notifications and indications, and maps the
+/// error `org.bluez.Error.Failed` with message `0x80`/`0x81` to those ATT errors (BlueZ 5.65+; older
+/// versions send 0x80 for any `Failed`). Pairing needs an agent on this side: the passkey is chosen by the
+/// kernel and shown through `DisplayPasskey`, which this front end logs (the meter file's PIN cannot be
+/// imposed on real BlueZ).
+public actor BlueZPeripheralFrontEnd {
+    public struct Options: Sendable {
+        public var busAddress: String
+        public var adapterName: String
+        public var clock: SimulationClock
+        /// Registers a DisplayOnly agent as default, so pairing shows a passkey in the log.
+        public var registerAgent: Bool
+        public init(busAddress: String, adapterName: String = "hci0", clock: SimulationClock = SimulationClock(),
+                    registerAgent: Bool = true) {
+            self.busAddress = busAddress
+            self.adapterName = adapterName
+            self.clock = clock
+            self.registerAgent = registerAgent
+        }
+    }
+
+    let options: Options
+    let logger: Logger
+    let meter: MeterDescription
+    let peripheral: MeterPeripheral
+    let layout: GATTLayout
+    private var connection: DBusConnection?
+    private var advertisementRegistered = false
+    /// The central's device object on our adapter, from the `device` option of the last access.
+    private var centralDevice: String?
+    private var eventTask: Task<Void, Never>?
+    private var watchTask: Task<Void, Never>?
+
+    static let root = "/org/glucosegateway/meter"
+
+    public init(meter: MeterDescription, options: Options, logger: Logger) {
+        self.meter = meter
+        self.options = options
+        self.logger = logger
+        self.layout = GATTLayout(meter: meter)
+        self.peripheral = MeterPeripheral(meter: meter, clock: options.clock)
+    }
+
+    var adapterPath: String { "/org/bluez/" + options.adapterName }
+    var advertisementPath: String { "/org/glucosegateway/advertisement0" }
+    func servicePath(_ i: Int) -> String { Self.root + "/service\(i)" }
+    func charPath(_ i: Int, _ j: Int) -> String { servicePath(i) + "/char\(j)" }
+
+    /// Connects, exports the application, registers it and starts advertising per the meter's plan.
+    public func start() async throws {
+        let c = try await DBusConnection.connect(address: options.busAddress)
+        connection = c
+        try await c.exportObjectManager(at: Self.root)
+        try await exportApplication(c)
+        try await c.export(path: advertisementPath, interfaces: [advertisementInterface()])
+        if options.registerAgent { await registerAgent(c) }
+        _ = try await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.GattManager1",
+                             member: "RegisterApplication", arguments: [.objectPath(Self.root), .vardict([:])],
+                             timeout: .seconds(30))
+        logger.notice("GATT application registered on \(options.adapterName)")
+        let peripheral = self.peripheral
+        eventTask = Task { [weak self] in
+            for await event in peripheral.events { await self?.handle(event) }
+        }
+        await watchCentralLinks(c)
+        await peripheral.start()
+    }
+
+    public func stop() async {
+        eventTask?.cancel()
+        watchTask?.cancel()
+        await peripheral.stop()
+        if let c = connection {
+            if advertisementRegistered {
+                _ = try? await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.LEAdvertisingManager1",
+                                      member: "UnregisterAdvertisement", arguments: [.objectPath(advertisementPath)],
+                                      timeout: .seconds(5))
+            }
+            _ = try? await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.GattManager1",
+                                  member: "UnregisterApplication", arguments: [.objectPath(Self.root)], timeout: .seconds(5))
+            await c.close()
+        }
+        connection = nil
+    }
+
+    public func waitUntilBusLost() async {
+        await connection?.waitForDisconnect()
+    }
+
+    // MARK: Objects
+
+    private func exportApplication(_ c: DBusConnection) async throws {
+        for (i, s) in layout.services.enumerated() {
+            try await c.export(path: servicePath(i), interfaces: [
+                DBusInterface("org.bluez.GattService1", properties: [
+                    "UUID": .string(s.uuid.uuidString), "Primary": .bool(true), "Includes": .objectPaths([]),
+                ]),
+            ])
+            for (j, ch) in s.characteristics.enumerated() {
+                let path = charPath(i, j)
+                var flags = ch.flags
+                if ch.needsBonding {
+                    flags = flags.map { f in
+                        switch f {
+                        case "read": "encrypt-authenticated-read"
+                        case "write": "encrypt-authenticated-write"
+                        default: f
+                        }
+                    }
+                    if !flags.contains("encrypt-authenticated-read") && !flags.contains("encrypt-authenticated-write") {
+                        // Notify-only characteristics: their client configuration needs the bond.
+                        flags.append("encrypt-authenticated-read")
+                    }
+                }
+                let uuid = ch.uuid
+                try await c.export(path: path, interfaces: [
+                    DBusInterface("org.bluez.GattCharacteristic1", methods: [
+                        DBusMethod("ReadValue", in: "a{sv}", out: "ay") { [weak self] call in
+                            guard let self else { return [] }
+                            return [.bytes(try await self.readValue(uuid, call))]
+                        },
+                        DBusMethod("WriteValue", in: "aya{sv}") { [weak self] call in
+                            guard let self else { return [] }
+                            try await self.writeValue(uuid, call)
+                            return []
+                        },
+                        DBusMethod("StartNotify") { [weak self] _ in
+                            await self?.subscribe(uuid, true)
+                            return []
+                        },
+                        DBusMethod("StopNotify") { [weak self] _ in
+                            await self?.subscribe(uuid, false)
+                            return []
+                        },
+                        DBusMethod("Confirm") { _ in [] },
+                    ], properties: [
+                        "UUID": .string(ch.uuid.uuidString), "Service": .objectPath(servicePath(i)),
+                        "Flags": .strings(flags), "Value": .bytes([]),
+                    ] .merging(ch.notifies ? ["Notifying": .bool(false)] : [:]) { a, _ in a }),
+                ])
+            }
+        }
+    }
+
+    private func advertisementInterface() -> DBusInterface {
+        DBusInterface("org.bluez.LEAdvertisement1", methods: [
+            DBusMethod("Release") { [weak self] _ in
+                await self?.released()
+                return []
+            },
+        ], properties: [
+            "Type": .string("peripheral"),
+            "ServiceUUIDs": .strings([GATTUUID.glucoseService.uuidString]),
+            "LocalName": .string(meter.name),
+            "Discoverable": .bool(true),
+            "Includes": .strings(["tx-power"]),
+        ])
+    }
+
+    private func released() {
+        advertisementRegistered = false
+    }
+
+    private func registerAgent(_ c: DBusConnection) async {
+        let path = "/org/glucosegateway/agent"
+        let logger = self.logger
+        do {
+            try await c.export(path: path, interfaces: [
+                DBusInterface("org.bluez.Agent1", methods: [
+                    DBusMethod("Release") { _ in [] },
+                    DBusMethod("Cancel") { _ in [] },
+                    DBusMethod("DisplayPasskey", in: "ouq") { call in
+                        if call.arguments.count >= 2, let key = call.arguments[1].uint32 {
+                            let digits = String(key)
+                            logger.notice("passkey for \(call.arguments[0].string ?? "?"): "
+                                          + String(repeating: "0", count: max(0, 6 - digits.count)) + digits)
+                        }
+                        return []
+                    },
+                    DBusMethod("RequestConfirmation", in: "ou") { _ in [] },
+                    DBusMethod("RequestAuthorization", in: "o") { _ in [] },
+                    DBusMethod("AuthorizeService", in: "os") { _ in [] },
+                    DBusMethod("RequestPasskey", in: "o", out: "u") { _ in
+                        throw DBusError(name: "org.bluez.Error.Rejected", message: "the meter displays, it does not type")
+                    },
+                    DBusMethod("RequestPinCode", in: "o", out: "s") { _ in
+                        throw DBusError(name: "org.bluez.Error.Rejected", message: "no PIN code")
+                    },
+                ]),
+            ])
+            _ = try await c.call(destination: "org.bluez", path: "/org/bluez", interface: "org.bluez.AgentManager1",
+                                 member: "RegisterAgent", arguments: [.objectPath(path), .string("DisplayOnly")],
+                                 timeout: .seconds(10))
+            _ = try await c.call(destination: "org.bluez", path: "/org/bluez", interface: "org.bluez.AgentManager1",
+                                 member: "RequestDefaultAgent", arguments: [.objectPath(path)], timeout: .seconds(10))
+        } catch {
+            logger.warning("no pairing agent: \(error)")
+        }
+    }
+
+    // MARK: Link tracking
+
+    /// Watches devices on our adapter: a central's `Connected` going false ends the link for the meter.
+    private func watchCentralLinks(_ c: DBusConnection) async {
+        guard let stream = try? await c.subscribe(MatchRule(type: .signal, interface: DBusNames.properties,
+                                                            member: "PropertiesChanged", pathNamespace: adapterPath))
+        else { return }
+        watchTask = Task { [weak self] in
+            for await m in stream {
+                guard let path = m.path, m.body.count >= 2, m.body[0].string == "org.bluez.Device1",
+                      let changes = m.body[1].vardict, let connected = changes["Connected"]?.bool else { continue }
+                await self?.centralLink(path, connected)
+            }
+        }
+    }
+
+    private func centralLink(_ path: String, _ connected: Bool) async {
+        if connected {
+            centralDevice = path
+            await peripheral.linkUp()
+        } else if centralDevice == path || centralDevice == nil {
+            logger.info("central \(path) disconnected")
+            centralDevice = nil
+            await peripheral.linkDown()
+            for (i, s) in layout.services.enumerated() {
+                for (j, ch) in s.characteristics.enumerated() where ch.notifies {
+                    await connection?.setProperties(path: charPath(i, j), interface: "org.bluez.GattCharacteristic1",
+                                                    ["Notifying": .bool(false)])
+                }
+            }
+        }
+    }
+
+    private func noteDevice(_ call: DBusMethodCall) async {
+        guard let options = call.arguments.last?.vardict, let device = options["device"]?.objectPath else { return }
+        if centralDevice != device {
+            centralDevice = device
+            await peripheral.linkUp()
+        }
+    }
+
+    // MARK: GATT
+
+    private func readValue(_ uuid: GATTUUID, _ call: DBusMethodCall) async throws -> [UInt8] {
+        await noteDevice(call)
+        guard var value = await peripheral.read(uuid) else {
+            throw DBusError(name: "org.bluez.Error.NotPermitted", message: "Read not permitted")
+        }
+        if let offset = call.arguments.first?.vardict?["offset"]?.int64, offset > 0 {
+            guard offset <= value.count else { throw DBusError(name: "org.bluez.Error.InvalidOffset", message: "Invalid offset") }
+            value = Array(value.dropFirst(Int(offset)))
+        }
+        return value
+    }
+
+    private func writeValue(_ uuid: GATTUUID, _ call: DBusMethodCall) async throws {
+        await noteDevice(call)
+        guard uuid == .recordAccessControlPoint else {
+            throw DBusError(name: "org.bluez.Error.NotPermitted", message: "Write not permitted")
+        }
+        guard let bytes = call.arguments.first?.bytes else {
+            throw DBusError(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments")
+        }
+        do {
+            try await peripheral.writeRACP(bytes)
+        } catch {
+            // bluetoothd turns "Failed" with a numeric message in 0x80...0x9f into that ATT error.
+            throw DBusError(name: "org.bluez.Error.Failed", message: hexByte(error.code))
+        }
+        let peripheral = self.peripheral
+        Task {
+            try? await Task.sleep(for: .milliseconds(10))
+            await peripheral.runProcedure()
+        }
+    }
+
+    private func subscribe(_ uuid: GATTUUID, _ on: Bool) async {
+        await peripheral.setSubscribed(uuid, on)
+        for (i, s) in layout.services.enumerated() {
+            for (j, ch) in s.characteristics.enumerated() where ch.uuid == uuid {
+                await connection?.setProperties(path: charPath(i, j), interface: "org.bluez.GattCharacteristic1",
+                                                ["Notifying": .bool(on)])
+            }
+        }
+    }
+
+    // MARK: Meter events
+
+    private func handle(_ event: PeripheralEvent) async {
+        guard let c = connection else { return }
+        switch event {
+        case .value(let uuid, let bytes):
+            for (i, s) in layout.services.enumerated() {
+                for (j, ch) in s.characteristics.enumerated() where ch.uuid == uuid {
+                    await c.setProperties(path: charPath(i, j), interface: "org.bluez.GattCharacteristic1",
+                                          ["Value": .bytes(bytes)])
+                }
+            }
+        case .dropLink:
+            guard let device = centralDevice else { return }
+            logger.info("meter drops the link to \(device)")
+            _ = try? await c.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1",
+                                  member: "Disconnect", timeout: .seconds(10))
+        case .advertising(let on):
+            await setAdvertising(on, c)
+        case .recordAdded(let seq):
+            logger.info("stored record \(seq)")
+        }
+    }
+
+    private func setAdvertising(_ on: Bool, _ c: DBusConnection) async {
+        guard on != advertisementRegistered else { return }
+        do {
+            if on {
+                _ = try await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.LEAdvertisingManager1",
+                                     member: "RegisterAdvertisement", arguments: [.objectPath(advertisementPath), .vardict([:])],
+                                     timeout: .seconds(10))
+            } else {
+                _ = try await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.LEAdvertisingManager1",
+                                     member: "UnregisterAdvertisement", arguments: [.objectPath(advertisementPath)],
+                                     timeout: .seconds(10))
+            }
+            advertisementRegistered = on
+            logger.info(on ? "advertising" : "advertising stopped")
+        } catch {
+            logger.warning("advertisement \(on ? "registration" : "removal") failed: \(error)")
+        }
+    }
+}

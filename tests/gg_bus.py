@@ -1,0 +1,129 @@
+"""Private system-style D-Bus daemons and simulator processes for the system tests.
+
+Everything started here is stopped by its pid; nothing is killed by name.
+"""
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_type="method_return"/>
+    <allow send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="signal"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+  </policy>
+  <limit name="max_replies_per_connection">100000</limit>
+  <limit name="max_connections_per_user">1000</limit>
+  <limit name="max_match_rules_per_connection">10000</limit>
+</busconfig>
+"""
+
+
+class PrivateBus:
+    """A dbus-daemon with a permissive system-bus style config in a temporary directory."""
+
+    def __init__(self):
+        self.directory = tempfile.mkdtemp(prefix="gg-pybus-")
+        self.socket = os.path.join(self.directory, "bus.sock")
+        self.address = "unix:path=" + self.socket
+        config = os.path.join(self.directory, "bus.conf")
+        Path(config).write_text(BUS_CONFIG.format(socket=self.socket))
+        self.process = subprocess.Popen(
+            ["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + config],
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.directory, "bus.log"), "w"),
+        )
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.socket):
+            if self.process.poll() is not None:
+                raise RuntimeError("dbus-daemon exited with %s" % self.process.returncode)
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("dbus-daemon did not start")
+            time.sleep(0.01)
+
+    def stop(self):
+        stop_process(self.process)
+
+
+def stop_process(process, timeout=5):
+    """SIGTERM the process by pid, then SIGKILL if it lingers; reap it."""
+    if process.poll() is None:
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=timeout)
+    return process.returncode
+
+
+def gateway_binary():
+    path = os.environ.get("GLUCOSE_GATEWAY_BIN")
+    if not path:
+        path = str(Path(__file__).resolve().parent.parent / ".build" / "debug" / "glucose-gateway")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("glucose-gateway binary not found at %s (build first or set GLUCOSE_GATEWAY_BIN)" % path)
+    return path
+
+
+class Simulator:
+    """A `glucose-gateway simulate-meter` process; `wait_for_line` reads its stdout."""
+
+    def __init__(self, args, env=None, log_path=None):
+        self.log_path = log_path
+        stderr = open(log_path, "w") if log_path else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            [gateway_binary(), "simulate-meter"] + list(args),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
+        self._buffer = b""
+
+    def wait_for_line(self, prefix, timeout=20):
+        """Returns the first stdout line starting with `prefix`; fails after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        fd = self.process.stdout.fileno()
+        while True:
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if text.startswith(prefix):
+                    return text
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no %r line from the simulator within %s s (log: %s)" % (prefix, timeout, self.log_text()))
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    raise RuntimeError("simulator exited with %s (log: %s)" % (self.process.wait(), self.log_text()))
+                self._buffer += chunk
+
+    def log_text(self):
+        if self.log_path and os.path.exists(self.log_path):
+            return Path(self.log_path).read_text()[-4000:]
+        return ""
+
+    def stop(self):
+        return stop_process(self.process)

@@ -1,0 +1,98 @@
+"""bleak, the BlueZ client most Linux BLE code uses, against the BlueZ stand-in: scan by service UUID,
+connect, subscribe to 0x2A18 and 0x2A52, write a RACP request and receive every record in order."""
+import asyncio
+import os
+import struct
+
+import pytest
+from bleak import BleakClient, BleakScanner
+
+from gg_meters import sample_meter
+
+GLS = "00001808-0000-1000-8000-00805f9b34fb"
+GM = "00002a18-0000-1000-8000-00805f9b34fb"
+GMC = "00002a34-0000-1000-8000-00805f9b34fb"
+RACP = "00002a52-0000-1000-8000-00805f9b34fb"
+FEATURE = "00002a51-0000-1000-8000-00805f9b34fb"
+
+
+def run_with_bus(bus, coroutine_function, timeout=60):
+    """Runs a bleak scenario against the bus in a fresh event loop (bleak's manager is per loop)."""
+    os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus
+    return asyncio.run(asyncio.wait_for(coroutine_function(), timeout))
+
+
+async def download(address, request, expect_end):
+    """Discovers the meter by the GLS UUID, subscribes and runs one RACP procedure; returns
+    (measurements, contexts, racp indications)."""
+    device = None
+    async with BleakScanner(service_uuids=[GLS]) as scanner:
+        async for dev, adv in scanner.advertisement_data():
+            if dev.address == address:
+                assert GLS in adv.service_uuids
+                device = dev
+                break
+    measurements, contexts, racp = [], [], []
+    done = asyncio.Event()
+
+    def on_measurement(_, data):
+        measurements.append(bytes(data))
+
+    def on_context(_, data):
+        contexts.append(bytes(data))
+
+    def on_racp(_, data):
+        racp.append(bytes(data))
+        if expect_end(bytes(data)):
+            done.set()
+
+    async with BleakClient(device) as client:
+        assert client.is_connected
+        feature = await client.read_gatt_char(FEATURE)
+        assert len(feature) == 2
+        await client.start_notify(GM, on_measurement)
+        await client.start_notify(GMC, on_context)
+        await client.start_notify(RACP, on_racp)
+        await client.write_gatt_char(RACP, request, response=True)
+        await asyncio.wait_for(done.wait(), 20)
+    return measurements, contexts, racp
+
+
+def sequence(measurement):
+    return struct.unpack_from("<H", measurement, 1)[0]
+
+
+def test_bleak_downloads_every_record_in_order(standin, meter_file, private_bus):
+    meter = sample_meter(bonding=False, count=40, first=17)
+    meter["records"][3]["context"] = {"meal": 1}
+    standin("--meter", meter_file(meter))
+
+    async def scenario():
+        return await download("C0:26:DA:01:02:03", b"\x01\x01", lambda d: d[:3] == b"\x06\x00\x01")
+
+    measurements, contexts, racp = run_with_bus(private_bus, scenario)
+    assert [sequence(m) for m in measurements] == list(range(17, 57))
+    # Glucose concentration of the first record: 100 mg/dL as 100e-5 kg/L (flags: offset + concentration).
+    assert measurements[0][0] & 0x03 == 0x03
+    assert struct.unpack_from("<H", measurements[0], 12)[0] == 0xB064
+    assert [struct.unpack_from("<H", c, 1)[0] for c in contexts] == [20]
+    assert racp == [b"\x06\x00\x01\x01"]
+
+
+def test_bleak_sequence_filter_and_count(standin, meter_file, private_bus):
+    standin("--meter", meter_file(sample_meter(bonding=False, count=10, first=300)))
+
+    async def scenario():
+        first = await download("C0:26:DA:01:02:03", b"\x01\x03\x01" + struct.pack("<H", 305),
+                               lambda d: d[0] == 0x06)
+        count = await download("C0:26:DA:01:02:03", b"\x04\x01", lambda d: d[0] in (0x05, 0x06))
+        none = await download("C0:26:DA:01:02:03", b"\x01\x03\x01" + struct.pack("<H", 400),
+                              lambda d: d[0] == 0x06)
+        return first, count, none
+
+    first, count, none = run_with_bus(private_bus, scenario)
+    assert [sequence(m) for m in first[0]] == list(range(305, 310))
+    assert first[2] == [b"\x06\x00\x01\x01"]
+    assert count[2] == [b"\x05\x00\x0a\x00"]
+    assert none[0] == []
+    assert none[2] == [b"\x06\x00\x01\x06"]
