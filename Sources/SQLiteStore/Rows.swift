@@ -49,20 +49,43 @@ enum ReadingColumns {
         ON CONFLICT (meter, sequence, user_facing_time) DO NOTHING
         """
 
+    /// Binds parameter by parameter: this is the bulk-insert path, so no array of values is built.
     static func bind(_ r: NewReading, to statement: SQLiteStatement) throws(SQLiteError) {
         let c = r.context
-        let values: [SQLiteValue] = [
-            .text(r.meterAddress), .integer(Int64(r.sequence)), .text(r.baseTime), .integer(Int64(r.timeOffsetMinutes)),
-            .text(r.userFacingTime), SQLiteValue(r.meterInstant), SQLiteValue(r.instant), SQLiteValue(r.mgdl),
-            SQLiteValue(r.mmoll), SQLiteValue(r.special), .text(r.unit), SQLiteValue(r.type), SQLiteValue(r.sampleLocation),
-            SQLiteValue(r.sensorStatus), .text(r.analyte.rawValue), .integer(c == nil ? 0 : 1),
-            SQLiteValue(c?.carbohydrateID), SQLiteValue(c?.carbohydrateKg), SQLiteValue(c?.meal), SQLiteValue(c?.tester),
-            SQLiteValue(c?.health), SQLiteValue(c?.exerciseDurationSeconds), SQLiteValue(c?.exerciseIntensityPercent),
-            SQLiteValue(c?.medicationID), SQLiteValue(c?.medicationAmount), SQLiteValue(c?.medicationUnit),
-            SQLiteValue(c?.hba1cPercent), .blob(r.rawMeasurement), SQLiteValue(r.rawContext), .integer(r.receivedAt),
-            SQLiteValue(r.exclusion?.rawValue),
-        ]
-        try statement.bind(values)
+        try statement.bind(.text(r.meterAddress), at: 1)
+        try statement.bind(.integer(Int64(r.sequence)), at: 2)
+        try statement.bind(.text(r.baseTime), at: 3)
+        try statement.bind(.integer(Int64(r.timeOffsetMinutes)), at: 4)
+        try statement.bind(.text(r.userFacingTime), at: 5)
+        try statement.bind(SQLiteValue(r.meterInstant), at: 6)
+        try statement.bind(SQLiteValue(r.instant), at: 7)
+        try statement.bind(SQLiteValue(r.mgdl), at: 8)
+        try statement.bind(SQLiteValue(r.mmoll), at: 9)
+        try statement.bind(SQLiteValue(r.special), at: 10)
+        try statement.bind(.text(r.unit), at: 11)
+        try statement.bind(SQLiteValue(r.type), at: 12)
+        try statement.bind(SQLiteValue(r.sampleLocation), at: 13)
+        try statement.bind(SQLiteValue(r.sensorStatus), at: 14)
+        try statement.bind(.text(r.analyte.rawValue), at: 15)
+        try statement.bind(.integer(c == nil ? 0 : 1), at: 16)
+        if let c {
+            try statement.bind(SQLiteValue(c.carbohydrateID), at: 17)
+            try statement.bind(SQLiteValue(c.carbohydrateKg), at: 18)
+            try statement.bind(SQLiteValue(c.meal), at: 19)
+            try statement.bind(SQLiteValue(c.tester), at: 20)
+            try statement.bind(SQLiteValue(c.health), at: 21)
+            try statement.bind(SQLiteValue(c.exerciseDurationSeconds), at: 22)
+            try statement.bind(SQLiteValue(c.exerciseIntensityPercent), at: 23)
+            try statement.bind(SQLiteValue(c.medicationID), at: 24)
+            try statement.bind(SQLiteValue(c.medicationAmount), at: 25)
+            try statement.bind(SQLiteValue(c.medicationUnit), at: 26)
+            try statement.bind(SQLiteValue(c.hba1cPercent), at: 27)
+        }
+        // Without a context, parameters 17...27 stay NULL: `reset()` clears bindings after every run.
+        try statement.bind(.blob(r.rawMeasurement), at: 28)
+        try statement.bind(SQLiteValue(r.rawContext), at: 29)
+        try statement.bind(.integer(r.receivedAt), at: 30)
+        try statement.bind(SQLiteValue(r.exclusion?.rawValue), at: 31)
     }
 
     /// Decodes `SELECT id, <list>`.

@@ -29,6 +29,13 @@ package struct SQLiteFault: Sendable {
     }
 }
 
+/// Process-wide SQLite settings, applied once before the first connection opens. Memory statistics are
+/// off: the store never reads them, and they serialize every allocation behind one global mutex.
+private let libraryConfigured: Bool = {
+    _ = csqlite_disable_memory_statistics()
+    return true
+}()
+
 /// One connection to a database file. Owns the `sqlite3*` and its prepared statements.
 ///
 /// Not Sendable: it is confined to the `SQLiteStore` actor, whose executor is one serial queue, which is
@@ -45,6 +52,7 @@ final class SQLiteConnection {
     init(path: String, flags: Int32 = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, faults: [SQLiteFault] = []) throws(SQLiteError) {
         self.path = path
         self.faults = faults
+        _ = libraryConfigured
         var raw: SQLiteHandle?
         if let forced = Self.takeFault(&self.faults, .open, sql: nil) {
             throw SQLiteError(code: forced, message: forced.explanation)
@@ -97,8 +105,9 @@ final class SQLiteConnection {
 
     /// The first half of the choke point, for calls made inside a non-throwing closure: throws the fault a
     /// test asked for, if any. Follow the C call with `check`.
+    @inline(__always)
     func forcedFailure(_ operation: SQLiteOperation, sql: String?) throws(SQLiteError) {
-        if !faults.isEmpty, let forced = Self.takeFault(&faults, operation, sql: sql) {
+        if _slowPath(!faults.isEmpty), let forced = Self.takeFault(&faults, operation, sql: sql) {
             throw SQLiteError(code: forced, message: forced.explanation, sql: sql)
         }
     }

@@ -19,7 +19,9 @@ enum SQLiteValue {
 final class SQLiteStatement {
     private(set) var handle: SQLiteStatementHandle?
     let sql: String
-    unowned let connection: SQLiteConnection
+    /// Unowned and unchecked: the connection's cache is the statement's only owner, and `close()` finalizes
+    /// every statement before the connection goes, so a statement never outlives its connection in use.
+    unowned(unsafe) let connection: SQLiteConnection
 
     init(_ handle: SQLiteStatementHandle, sql: String, connection: SQLiteConnection) {
         self.handle = handle
@@ -46,8 +48,10 @@ final class SQLiteStatement {
 
     /// Binds values to parameters 1...n.
     func bind(_ values: [SQLiteValue]) throws(SQLiteError) {
-        for (offset, value) in values.enumerated() {
-            try bind(value, at: Int32(offset + 1))
+        var index: Int32 = 1
+        for value in values {
+            try bind(value, at: index)
+            index += 1
         }
     }
 

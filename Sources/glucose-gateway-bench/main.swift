@@ -1,2 +1,15 @@
 // Benchmarks: run in release, `swift run -c release glucose-gateway-bench --help`.
-print("usage: glucose-gateway-bench NAME")
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+let benchArguments = Array(CommandLine.arguments.dropFirst())
+switch benchArguments.first {
+case "store-insert": exit(await StoreInsertBenchmark.run(Array(benchArguments.dropFirst())))
+case "store-writer": exit(await StoreWriter.run(Array(benchArguments.dropFirst())))
+default:
+    print("usage: glucose-gateway-bench NAME")
+    print("  store-insert   bulk insert of readings into SQLite, readings per second")
+}
