@@ -9,3 +9,12 @@ extension CommandContext {
         try ConfigLoader.load(explicitPath: configPath, requireFile: requireFile)
     }
 }
+
+extension CommandContext {
+    /// The command's logger at the config's `log_level`; `--verbose` (debug) wins over the config.
+    public func logger(for config: GatewayConfig) -> Logger {
+        var copy = logger
+        if copy.minimumLevel != .debug { copy.minimumLevel = config.gateway.logLevel }
+        return copy
+    }
+}
