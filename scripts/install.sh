@@ -81,7 +81,7 @@ if [[ -z "$binary" ]]; then
 elif ((live)); then
     # A prebuilt binary still needs the C libraries it links and BlueZ.
     missing=()
-    for p in libdbus-1-3 libsqlite3-0 bluez; do
+    for p in libdbus-1-3 libsqlite3-0 libcurl4 bluez; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     if ((${#missing[@]})); then
@@ -147,13 +147,15 @@ if ((live)); then
 
 Next steps:
   1. Pair the meter (put it in pairing mode first; it shows a 6-digit PIN):
+       sudo systemctl stop glucose-gateway
        sudo -u $user glucose-gateway scan
-       sudo -u $user glucose-gateway pair <ADDRESS>
+       sudo -u $user glucose-gateway pair <ADDRESS> --pin <PIN> --timezone <Area/City>
+       sudo systemctl start glucose-gateway
   2. Set the upload destination in $confdir/glucose-gateway.toml, the secret in a file only the
      service user can read:
        sudo install -m 600 -o $user -g $user /dev/stdin $confdir/nightscout.secret
      then:  sudo glucose-gateway config check && sudo systemctl restart glucose-gateway
-  3. Check:  glucose-gateway status   and   journalctl -u glucose-gateway
+  3. Check:  sudo -u $user glucose-gateway status   and   journalctl -u glucose-gateway
 EOF
 else
     say "files installed under $root (no user, ownership or service changes with --root)"
