@@ -13,8 +13,15 @@ struct Migrator {
     /// Brings the database up to date, each migration in its own `BEGIN IMMEDIATE` transaction, so a
     /// crash or a failure leaves the database at the last complete version.
     func migrate(_ db: SQLiteConnection, now: Int64) throws {
-        for (index, migration) in migrations.enumerated() {
+        // An up-to-date database needs no write lock: a reader (`status`) opens it while the daemon writes.
+        let found = try currentVersion(db)
+        if found > migrations.count {
+            throw SQLiteStoreError.schemaTooNew(found: found, supported: migrations.count)
+        }
+        guard found < migrations.count else { return }
+        for (index, migration) in migrations.enumerated() where index >= found {
             try db.transaction {
+                // Read again under the write lock: another process may have migrated meanwhile.
                 let version = try currentVersion(db)
                 if version > migrations.count {
                     throw SQLiteStoreError.schemaTooNew(found: version, supported: migrations.count)
@@ -27,11 +34,6 @@ struct Migrator {
                 )
                 try db.executeScript("PRAGMA user_version = \(index + 1)")
             }
-        }
-        // Also refuse a newer database when there was nothing to apply.
-        let version = try currentVersion(db)
-        if version > migrations.count {
-            throw SQLiteStoreError.schemaTooNew(found: version, supported: migrations.count)
         }
     }
 

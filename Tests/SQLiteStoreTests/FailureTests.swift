@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import GatewayCore
 import Testing
 @testable import SQLiteStore
@@ -114,5 +119,67 @@ import Testing
         await #expect(throws: SQLiteStoreError.closed) {
             try await store.insert([sampleReading(sequence: 1)])
         }
+    }
+}
+
+@Suite struct ConcurrentAccessTests {
+    @Test func aReaderOpensWhileAnotherProcessHoldsTheWriteLock() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let writer = try SQLiteStore(path: dir.database, builders: [StubBuilder(destination: .nightscout)])
+        try await writer.insert([sampleReading(sequence: 1)])
+        let other = try SQLiteConnection(path: dir.database)
+        try other.executeScript("BEGIN IMMEDIATE; INSERT INTO event (at, kind, message) VALUES (1, 'error', 'uncommitted');")
+        // `status` opening the database meanwhile: no migration to run, so no write lock is needed.
+        let reader = try SQLiteStore(path: dir.database, busyTimeoutMilliseconds: 50)
+        #expect(try await reader.readingCount() == 1)
+        #expect(try await reader.counts(.nightscout).pending == 1)
+        #expect(try await reader.recentEvents().isEmpty)
+        try other.executeScript("COMMIT")
+        other.close()
+        #expect(try await reader.recentEvents().map(\.message) == ["uncommitted"])
+        await reader.close()
+        await writer.close()
+    }
+
+    @Test func aFileThatIsNotADatabaseIsRefusedUntouched() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let text = Array(String(repeating: "not a database, just some notes. ", count: 200).utf8)
+        let fd = open(dir.database, O_RDWR | O_CREAT, 0o600)
+        #expect(fd >= 0)
+        _ = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let error = #expect(throws: SQLiteError.self) {
+            _ = try SQLiteStore(path: dir.database)
+        }
+        #expect(error?.code ~= .notADatabase)
+        var info = stat()
+        #expect(stat(dir.database, &info) == 0)
+        #expect(Int(info.st_size) == text.count)
+    }
+
+    @Test func concurrentCallersAreSerialized() async throws {
+        let store = try SQLiteStore(path: ":memory:", builders: [StubBuilder(destination: .nightscout)])
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    var added = 0
+                    for batch in 0..<10 {
+                        let base = task * 1000 + batch * 10
+                        added += try await store.insert((base..<base + 10).map { sampleReading(sequence: $0) })
+                        _ = try await store.claimPending(.nightscout, limit: 3)
+                    }
+                    return added
+                }
+            }
+            var total = 0
+            for try await added in group { total += added }
+            #expect(total == 800)
+        }
+        let counts = try await store.counts(.nightscout)
+        #expect(counts.pending + counts.inFlight == 800)
+        #expect(counts.inFlight == 240)
+        await store.close()
     }
 }
