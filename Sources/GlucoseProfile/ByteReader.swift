@@ -1,56 +1,74 @@
-/// A forward cursor over a value's bytes. Every read checks the remaining length and throws
-/// `truncated` naming the field, so no decoder does index arithmetic of its own.
+/// A forward cursor over a value's bytes. Every read checks the remaining length; the first read that
+/// runs past the end (or the first invalid Date Time) records a `GlucoseDecodingError` naming the field,
+/// and every later read returns 0 without moving, so decoders need no index arithmetic and no early exits.
+/// The error is thrown once, at the public boundary: malformed input costs no unwinding inside the codec.
 struct ByteReader {
     private let bytes: UnsafeRawBufferPointer
     private(set) var offset: Int = 0
+    private(set) var error: GlucoseDecodingError?
 
     init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
     var remaining: Int { bytes.count - offset }
 
-    @inline(__always)
-    mutating func need(_ count: Int, _ field: StaticString) throws(GlucoseDecodingError) {
-        if bytes.count - offset < count {
-            throw .truncated(field, offset: offset, needed: count, available: bytes.count - offset)
-        }
+    /// The decoded value, or the first error.
+    func result<T>(_ value: T) -> Result<T, GlucoseDecodingError> {
+        if let error { return .failure(error) }
+        return .success(value)
+    }
+
+    mutating func fail(_ e: GlucoseDecodingError) {
+        if error == nil { error = e }
     }
 
     @inline(__always)
-    mutating func uint8(_ field: StaticString) throws(GlucoseDecodingError) -> UInt8 {
-        try need(1, field)
+    mutating func need(_ count: Int, _ field: StaticString) -> Bool {
+        if error != nil { return false }
+        if bytes.count - offset < count {
+            error = .truncated(field, offset: offset, needed: count, available: bytes.count - offset)
+            return false
+        }
+        return true
+    }
+
+    @inline(__always)
+    mutating func uint8(_ field: StaticString) -> UInt8 {
+        guard need(1, field) else { return 0 }
         let value = bytes[offset]
         offset += 1
         return value
     }
 
     @inline(__always)
-    mutating func uint16(_ field: StaticString) throws(GlucoseDecodingError) -> UInt16 {
-        try need(2, field)
+    mutating func uint16(_ field: StaticString) -> UInt16 {
+        guard need(2, field) else { return 0 }
         let value = UInt16(bytes[offset]) | UInt16(bytes[offset + 1]) << 8
         offset += 2
         return value
     }
 
     @inline(__always)
-    mutating func int16(_ field: StaticString) throws(GlucoseDecodingError) -> Int16 {
-        Int16(bitPattern: try uint16(field))
+    mutating func int16(_ field: StaticString) -> Int16 {
+        Int16(bitPattern: uint16(field))
     }
 
     @inline(__always)
-    mutating func sfloat(_ field: StaticString) throws(GlucoseDecodingError) -> SFloat {
-        SFloat(bits: try uint16(field))
+    mutating func sfloat(_ field: StaticString) -> SFloat {
+        SFloat(bits: uint16(field))
     }
 
     /// The rest of the value, consumed.
     mutating func rest() -> [UInt8] {
+        guard error == nil, offset < bytes.count else { return [] }
         let tail = Array(bytes[offset...])
         offset = bytes.count
         return tail
     }
 
-    /// A 7-byte Date Time, validated; `field` names the whole date ("Base Time").
-    mutating func dateTime(_ field: StaticString) throws(GlucoseDecodingError) -> GlucoseDateTime {
-        try need(7, field)
+    /// A 7-byte Date Time, validated; `field` names the whole date ("Base Time"). On failure the
+    /// returned date is a placeholder and `error` is set.
+    mutating func dateTime(_ field: StaticString) -> GlucoseDateTime {
+        guard need(7, field) else { return .placeholder }
         let start = offset
         let year = Int(bytes[start]) | Int(bytes[start + 1]) << 8
         let month = Int(bytes[start + 2])
@@ -59,39 +77,27 @@ struct ByteReader {
         let minute = Int(bytes[start + 5])
         let second = Int(bytes[start + 6])
         if let invalid = GlucoseDateTime.firstInvalidPart(year: year, month: month, day: day, hour: hour, minute: minute, second: second) {
-            throw GlucoseDecodingError(
-                kind: .invalidValue, field: "\(field) \(invalid.name)", offset: start + invalid.offset,
-                detail: "\(invalid.value) is outside \(invalid.allowed)"
-            )
+            fail(GlucoseDecodingError(
+                .invalidValue, .part(field, invalid.name), offset: start + invalid.offset,
+                .outside(invalid.value, invalid.allowed)
+            ))
+            return .placeholder
         }
         offset += 7
         return GlucoseDateTime(unchecked: year, month, day, hour, minute, second)
     }
 }
 
-/// Decodes from any collection of bytes through one contiguous buffer: arrays and slices are read in
-/// place, anything else is copied once.
+/// Runs a decoder over any collection of bytes through one contiguous buffer: arrays and slices are read
+/// in place, anything else is copied once.
 @inline(__always)
 func withContiguousBytes<C: Collection<UInt8>, T>(
-    _ bytes: C, _ body: (UnsafeRawBufferPointer) throws(GlucoseDecodingError) -> T
-) throws(GlucoseDecodingError) -> T {
-    let result: Result<T, GlucoseDecodingError>? = bytes.withContiguousStorageIfAvailable { buffer in
-        do throws(GlucoseDecodingError) {
-            return .success(try body(UnsafeRawBufferPointer(buffer)))
-        } catch {
-            return .failure(error)
-        }
+    _ bytes: C, _ body: (UnsafeRawBufferPointer) -> Result<T, GlucoseDecodingError>
+) -> Result<T, GlucoseDecodingError> {
+    if let result = bytes.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) {
+        return result
     }
-    if let result { return try result.get() }
-    let copy = Array(bytes)
-    let copied: Result<T, GlucoseDecodingError> = copy.withUnsafeBytes { raw in
-        do throws(GlucoseDecodingError) {
-            return .success(try body(raw))
-        } catch {
-            return .failure(error)
-        }
-    }
-    return try copied.get()
+    return Array(bytes).withUnsafeBytes { body($0) }
 }
 
 /// Little-endian writer used by the encoders.

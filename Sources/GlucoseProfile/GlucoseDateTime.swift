@@ -31,11 +31,20 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
 
     /// Decodes exactly the 7-byte layout (trailing bytes ignored).
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try withContiguousBytes(bytes) { (raw) throws(GlucoseDecodingError) -> GlucoseDateTime in
+        self = try GlucoseDateTime.decode(bytes).get()
+    }
+
+    /// Decodes without throwing: the value or the typed error.
+    public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseDateTime, GlucoseDecodingError> {
+        withContiguousBytes(bytes) { raw in
             var reader = ByteReader(raw)
-            return try reader.dateTime("Date Time")
+            let value = reader.dateTime("Date Time")
+            return reader.result(value)
         }
     }
+
+    /// Returned by a failed read; never escapes a decoder.
+    static let placeholder = GlucoseDateTime(unchecked: 2000, 1, 1, 0, 0, 0)
 
     /// The 7 bytes, year little-endian. Years outside 0...65535 (only reachable by mutating the fields)
     /// are truncated to 16 bits.

@@ -1,5 +1,8 @@
 /// Why a Glucose Service value could not be decoded: a typed error naming the field, the byte offset where
 /// the field starts, and a short detail. Its `description` is one line and never contains a glucose value.
+///
+/// Throwing is cheap: the field name and detail are kept as static text and numbers and only turned into
+/// strings when read, so a flood of malformed input costs no string building.
 public struct GlucoseDecodingError: Error, CustomStringConvertible, Sendable, Equatable {
     public enum Kind: Sendable, Equatable, Hashable {
         /// The value ends before a field its flags (or op code) announce.
@@ -12,25 +15,72 @@ public struct GlucoseDecodingError: Error, CustomStringConvertible, Sendable, Eq
         case unknownOpCode
     }
 
+    enum Field: Sendable {
+        case name(StaticString)
+        case part(StaticString, StaticString)
+        case text(String)
+    }
+
+    enum Detail: Sendable {
+        case text(String)
+        case needs(Int, available: Int)
+        case outside(Int, StaticString)
+        case length(expected: StaticString, got: Int)
+        case opCode(UInt8, StaticString)
+    }
+
     public var kind: Kind
-    /// The field, as the specification names it, e.g. "Base Time month".
-    public var field: String
     /// Byte offset of the field within the value.
     public var offset: Int
-    public var detail: String
+    var fieldStorage: Field
+    var detailStorage: Detail
 
     public init(kind: Kind, field: String, offset: Int, detail: String) {
         self.kind = kind
-        self.field = field
         self.offset = offset
-        self.detail = detail
+        fieldStorage = .text(field)
+        detailStorage = .text(detail)
+    }
+
+    init(_ kind: Kind, _ field: Field, offset: Int, _ detail: Detail) {
+        self.kind = kind
+        self.offset = offset
+        fieldStorage = field
+        detailStorage = detail
+    }
+
+    /// The field, as the specification names it, e.g. "Base Time month".
+    public var field: String {
+        get {
+            switch fieldStorage {
+            case let .name(name): return name.description
+            case let .part(name, part): return name.description + " " + part.description
+            case let .text(text): return text
+            }
+        }
+        set { fieldStorage = .text(newValue) }
+    }
+
+    public var detail: String {
+        get {
+            switch detailStorage {
+            case let .text(text): return text
+            case let .needs(needed, available):
+                return "needs \(needed) byte\(needed == 1 ? "" : "s"), \(max(available, 0)) left"
+            case let .outside(value, allowed): return "\(value) is outside \(allowed)"
+            case let .length(expected, got): return "must be \(expected), got \(got) byte\(got == 1 ? "" : "s")"
+            case let .opCode(code, why): return "\(code) \(why)"
+            }
+        }
+        set { detailStorage = .text(newValue) }
     }
 
     static func truncated(_ field: StaticString, offset: Int, needed: Int, available: Int) -> GlucoseDecodingError {
-        GlucoseDecodingError(
-            kind: .truncated, field: field.description, offset: offset,
-            detail: "needs \(needed) byte\(needed == 1 ? "" : "s"), \(max(available, 0)) left"
-        )
+        GlucoseDecodingError(.truncated, .name(field), offset: offset, .needs(needed, available: available))
+    }
+
+    public static func == (lhs: GlucoseDecodingError, rhs: GlucoseDecodingError) -> Bool {
+        lhs.kind == rhs.kind && lhs.offset == rhs.offset && lhs.field == rhs.field && lhs.detail == rhs.detail
     }
 
     public var description: String {
@@ -41,8 +91,12 @@ public struct GlucoseDecodingError: Error, CustomStringConvertible, Sendable, Eq
         case .wrongLength: what = "wrong length"
         case .unknownOpCode: what = "unknown op code"
         }
+        let detail = self.detail
         var line = "\(field): \(what) at byte \(offset)"
         if !detail.isEmpty { line += " (\(detail))" }
-        return String(line.map { $0 == "\n" || $0 == "\r" ? " " : $0 })
+        if line.utf8.contains(where: { $0 == 10 || $0 == 13 }) {
+            return String(line.map { $0 == "\n" || $0 == "\r" ? " " : $0 })
+        }
+        return line
     }
 }

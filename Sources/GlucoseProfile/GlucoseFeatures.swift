@@ -33,9 +33,15 @@ public struct GlucoseFeatures: OptionSet, Hashable, Sendable {
     public var names: [String] { bitNameList(rawValue, GlucoseFeatures.bitNames) }
 
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try withContiguousBytes(bytes) { (raw) throws(GlucoseDecodingError) -> GlucoseFeatures in
+        self = try GlucoseFeatures.decode(bytes).get()
+    }
+
+    /// Decodes without throwing: the value or the typed error.
+    public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseFeatures, GlucoseDecodingError> {
+        withContiguousBytes(bytes) { raw in
             var r = ByteReader(raw)
-            return GlucoseFeatures(rawValue: try r.uint16("Glucose Feature"))
+            let value = GlucoseFeatures(rawValue: r.uint16("Glucose Feature"))
+            return r.result(value)
         }
     }
 

@@ -55,30 +55,35 @@ public struct GlucoseMeasurement: Hashable, Sendable {
     }
 
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try withContiguousBytes(bytes, GlucoseMeasurement.decode)
+        self = try GlucoseMeasurement.decode(bytes).get()
     }
 
-    static func decode(_ raw: UnsafeRawBufferPointer) throws(GlucoseDecodingError) -> GlucoseMeasurement {
+    /// Decodes without throwing: the value or the typed error.
+    public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
+        withContiguousBytes(bytes, decode(raw:))
+    }
+
+    static func decode(raw: UnsafeRawBufferPointer) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
         var r = ByteReader(raw)
-        let flags = try r.uint8("Flags")
-        let sequence = try r.uint16("Sequence Number")
-        let base = try r.dateTime("Base Time")
+        let flags = r.uint8("Flags")
+        let sequence = r.uint16("Sequence Number")
+        let base = r.dateTime("Base Time")
         var value = GlucoseMeasurement(sequenceNumber: sequence, baseTime: base)
         if flags & 0x01 != 0 {
-            value.timeOffset = try r.int16("Time Offset")
+            value.timeOffset = r.int16("Time Offset")
         }
         value.unit = flags & 0x04 != 0 ? .molePerLitre : .kilogramPerLitre
         if flags & 0x02 != 0 {
-            value.concentration = try r.sfloat("Glucose Concentration")
-            let typeAndLocation = try r.uint8("Type-Sample Location")
+            value.concentration = r.sfloat("Glucose Concentration")
+            let typeAndLocation = r.uint8("Type-Sample Location")
             value.type = typeAndLocation & 0x0F
             value.sampleLocation = typeAndLocation >> 4
         }
         if flags & 0x08 != 0 {
-            value.sensorStatus = SensorStatus(rawValue: try r.uint16("Sensor Status Annunciation"))
+            value.sensorStatus = SensorStatus(rawValue: r.uint16("Sensor Status Annunciation"))
         }
         value.contextFollows = flags & 0x10 != 0
-        return value
+        return r.result(value)
     }
 
     /// Flags derived from the fields (reserved bits 0).

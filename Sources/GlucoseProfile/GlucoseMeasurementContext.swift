@@ -70,35 +70,40 @@ public struct GlucoseMeasurementContext: Hashable, Sendable {
     }
 
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try withContiguousBytes(bytes, GlucoseMeasurementContext.decode)
+        self = try GlucoseMeasurementContext.decode(bytes).get()
     }
 
-    static func decode(_ raw: UnsafeRawBufferPointer) throws(GlucoseDecodingError) -> GlucoseMeasurementContext {
+    /// Decodes without throwing: the value or the typed error.
+    public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseMeasurementContext, GlucoseDecodingError> {
+        withContiguousBytes(bytes, decode(raw:))
+    }
+
+    static func decode(raw: UnsafeRawBufferPointer) -> Result<GlucoseMeasurementContext, GlucoseDecodingError> {
         var r = ByteReader(raw)
-        let flags = try r.uint8("Flags")
-        var value = GlucoseMeasurementContext(sequenceNumber: try r.uint16("Sequence Number"))
+        let flags = r.uint8("Flags")
+        var value = GlucoseMeasurementContext(sequenceNumber: r.uint16("Sequence Number"))
         value.medicationUnit = flags & 0x20 != 0 ? .litres : .kilograms
-        if flags & 0x80 != 0 { value.extendedFlags = try r.uint8("Extended Flags") }
+        if flags & 0x80 != 0 { value.extendedFlags = r.uint8("Extended Flags") }
         if flags & 0x01 != 0 {
-            value.carbohydrateID = try r.uint8("Carbohydrate ID")
-            value.carbohydrateKg = try r.sfloat("Carbohydrate")
+            value.carbohydrateID = r.uint8("Carbohydrate ID")
+            value.carbohydrateKg = r.sfloat("Carbohydrate")
         }
-        if flags & 0x02 != 0 { value.meal = try r.uint8("Meal") }
+        if flags & 0x02 != 0 { value.meal = r.uint8("Meal") }
         if flags & 0x04 != 0 {
-            let testerHealth = try r.uint8("Tester-Health")
+            let testerHealth = r.uint8("Tester-Health")
             value.tester = testerHealth & 0x0F
             value.health = testerHealth >> 4
         }
         if flags & 0x08 != 0 {
-            value.exerciseDurationSeconds = try r.uint16("Exercise Duration")
-            value.exerciseIntensityPercent = try r.uint8("Exercise Intensity")
+            value.exerciseDurationSeconds = r.uint16("Exercise Duration")
+            value.exerciseIntensityPercent = r.uint8("Exercise Intensity")
         }
         if flags & 0x10 != 0 {
-            value.medicationID = try r.uint8("Medication ID")
-            value.medication = try r.sfloat("Medication")
+            value.medicationID = r.uint8("Medication ID")
+            value.medication = r.sfloat("Medication")
         }
-        if flags & 0x40 != 0 { value.hba1cPercent = try r.sfloat("HbA1c") }
-        return value
+        if flags & 0x40 != 0 { value.hba1cPercent = r.sfloat("HbA1c") }
+        return r.result(value)
     }
 
     private var hasCarbohydrate: Bool { carbohydrateID != nil || carbohydrateKg != nil }

@@ -187,34 +187,40 @@ public struct RACPRequest: Hashable, Sendable {
     }
 
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try withContiguousBytes(bytes, RACPRequest.decode)
+        self = try RACPRequest.decode(bytes).get()
     }
 
-    static func decode(_ raw: UnsafeRawBufferPointer) throws(GlucoseDecodingError) -> RACPRequest {
+    /// Decodes without throwing: the value or the typed error.
+    public static func decode(_ bytes: some Collection<UInt8>) -> Result<RACPRequest, GlucoseDecodingError> {
+        withContiguousBytes(bytes, decode(raw:))
+    }
+
+    static func decode(raw: UnsafeRawBufferPointer) -> Result<RACPRequest, GlucoseDecodingError> {
         var r = ByteReader(raw)
-        let opCode = RACPOpCode(rawValue: try r.uint8("Op Code"))
+        let opCode = RACPOpCode(rawValue: r.uint8("Op Code"))
+        if let error = r.error { return .failure(error) }
         guard opCode.isRequest else {
-            throw GlucoseDecodingError(
-                kind: .unknownOpCode, field: "Op Code", offset: 0,
-                detail: opCode.isResponse ? "\(opCode.rawValue) is a response, not a request" : "\(opCode.rawValue) is not a request op code"
-            )
+            return .failure(GlucoseDecodingError(
+                .unknownOpCode, .name("Op Code"), offset: 0,
+                .opCode(opCode.rawValue, opCode.isResponse ? "is a response, not a request" : "is not a request op code")
+            ))
         }
-        let op = RACPOperator(rawValue: try r.uint8("Operator"))
+        let op = RACPOperator(rawValue: r.uint8("Operator"))
         var request = RACPRequest(opCode: opCode, operator: op)
-        if opCode == .abortOperation { return request }
+        if opCode == .abortOperation { return r.result(request) }
         switch op {
         case .lessThanOrEqual, .greaterThanOrEqual, .withinRange:
-            let filterType = RACPFilterType(rawValue: try r.uint8("Filter Type"))
+            let filterType = RACPFilterType(rawValue: r.uint8("Filter Type"))
             let wantsMin = op != .lessThanOrEqual
             let wantsMax = op != .greaterThanOrEqual
             switch filterType {
             case .sequenceNumber:
-                let min = wantsMin ? try r.uint16("Operand minimum sequence number") : nil
-                let max = wantsMax ? try r.uint16("Operand maximum sequence number") : nil
+                let min = wantsMin ? r.uint16("Operand minimum sequence number") : nil
+                let max = wantsMax ? r.uint16("Operand maximum sequence number") : nil
                 request.operand = .sequenceNumber(min: min, max: max)
             case .userFacingTime:
-                let min = wantsMin ? try r.dateTime("Operand minimum user facing time") : nil
-                let max = wantsMax ? try r.dateTime("Operand maximum user facing time") : nil
+                let min = wantsMin ? r.dateTime("Operand minimum user facing time") : nil
+                let max = wantsMax ? r.dateTime("Operand maximum user facing time") : nil
                 request.operand = .userFacingTime(min: min, max: max)
             default:
                 request.operand = .other(filterType: filterType, bytes: r.rest())
@@ -224,11 +230,11 @@ public struct RACPRequest: Hashable, Sendable {
         default:
             // An operator the specification has not defined: keep whatever operand follows, uninterpreted.
             if r.remaining > 0 {
-                let filterType = RACPFilterType(rawValue: try r.uint8("Filter Type"))
+                let filterType = RACPFilterType(rawValue: r.uint8("Filter Type"))
                 request.operand = .other(filterType: filterType, bytes: r.rest())
             }
         }
-        return request
+        return r.result(request)
     }
 
     public func encoded() -> [UInt8] {
@@ -264,32 +270,40 @@ public enum RACPResponse: Hashable, Sendable {
     case response(requestOpCode: RACPOpCode, code: RACPResponseCode)
 
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try withContiguousBytes(bytes, RACPResponse.decode)
+        self = try RACPResponse.decode(bytes).get()
     }
 
-    static func decode(_ raw: UnsafeRawBufferPointer) throws(GlucoseDecodingError) -> RACPResponse {
+    /// Decodes without throwing: the value or the typed error.
+    public static func decode(_ bytes: some Collection<UInt8>) -> Result<RACPResponse, GlucoseDecodingError> {
+        withContiguousBytes(bytes, decode(raw:))
+    }
+
+    static func decode(raw: UnsafeRawBufferPointer) -> Result<RACPResponse, GlucoseDecodingError> {
         var r = ByteReader(raw)
-        let opCode = RACPOpCode(rawValue: try r.uint8("Op Code"))
+        let opCode = RACPOpCode(rawValue: r.uint8("Op Code"))
         switch opCode {
+        case _ where r.error != nil:
+            return r.result(.numberOfRecords(0))
         case .numberOfStoredRecordsResponse:
-            _ = try r.uint8("Operator")
-            guard r.remaining == 2 else {
-                throw GlucoseDecodingError(
-                    kind: .wrongLength, field: "Number of Stored Records", offset: r.offset,
-                    detail: "must be 2 bytes (uint16), got \(r.remaining)"
-                )
+            _ = r.uint8("Operator")
+            if r.error == nil && r.remaining != 2 {
+                r.fail(GlucoseDecodingError(
+                    .wrongLength, .name("Number of Stored Records"), offset: r.offset,
+                    .length(expected: "a uint16 (2 bytes)", got: r.remaining)
+                ))
             }
-            return .numberOfRecords(try r.uint16("Number of Stored Records"))
+            let count = r.uint16("Number of Stored Records")
+            return r.result(.numberOfRecords(count))
         case .responseCode:
-            _ = try r.uint8("Operator")
-            let request = RACPOpCode(rawValue: try r.uint8("Request Op Code"))
-            let code = RACPResponseCode(rawValue: try r.uint8("Response Code Value"))
-            return .response(requestOpCode: request, code: code)
+            _ = r.uint8("Operator")
+            let request = RACPOpCode(rawValue: r.uint8("Request Op Code"))
+            let code = RACPResponseCode(rawValue: r.uint8("Response Code Value"))
+            return r.result(.response(requestOpCode: request, code: code))
         default:
-            throw GlucoseDecodingError(
-                kind: .unknownOpCode, field: "Op Code", offset: 0,
-                detail: opCode.isRequest ? "\(opCode.rawValue) is a request, not a response" : "\(opCode.rawValue) is not a response op code"
-            )
+            return .failure(GlucoseDecodingError(
+                .unknownOpCode, .name("Op Code"), offset: 0,
+                .opCode(opCode.rawValue, opCode.isRequest ? "is a request, not a response" : "is not a response op code")
+            ))
         }
     }
 

@@ -27,3 +27,96 @@ func decodingError<T>(_ body: () throws(GlucoseDecodingError) -> T) -> GlucoseDe
         return error
     }
 }
+
+/// SplitMix64: a fast, seeded, deterministic generator, so every run feeds the same inputs and a failure
+/// can be reproduced from its iteration number.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func byte() -> UInt8 { UInt8(truncatingIfNeeded: next()) }
+    mutating func uint16() -> UInt16 { UInt16(truncatingIfNeeded: next()) }
+    /// 0..<bound without modulo bias worth caring about in tests.
+    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
+}
+
+/// Valid values of every type, for round trips and as seeds for mutation.
+struct Generator {
+    var rng: SplitMix64
+
+    mutating func dateTime() -> GlucoseDateTime {
+        let year = 1582 + rng.below(9999 - 1582 + 1)
+        let month = 1 + rng.below(12)
+        let day = 1 + rng.below(GlucoseDateTime.daysInMonth(year: year, month: month))
+        return GlucoseDateTime(year: year, month: month, day: day, hour: rng.below(24), minute: rng.below(60), second: rng.below(60))
+            ?? date(2024, 1, 1)
+    }
+
+    mutating func sfloat() -> SFloat { SFloat(bits: rng.uint16()) }
+
+    mutating func measurement() -> GlucoseMeasurement {
+        var m = GlucoseMeasurement(sequenceNumber: rng.uint16(), baseTime: dateTime())
+        if rng.chance(70) { m.timeOffset = Int16(truncatingIfNeeded: rng.uint16()) }
+        m.unit = rng.chance(50) ? .molePerLitre : .kilogramPerLitre
+        if rng.chance(80) {
+            m.concentration = sfloat()
+            m.type = rng.byte() & 0x0F
+            m.sampleLocation = rng.byte() & 0x0F
+        }
+        if rng.chance(50) { m.sensorStatus = SensorStatus(rawValue: rng.uint16()) }
+        m.contextFollows = rng.chance(50)
+        return m
+    }
+
+    mutating func context() -> GlucoseMeasurementContext {
+        var c = GlucoseMeasurementContext(sequenceNumber: rng.uint16())
+        if rng.chance(30) { c.extendedFlags = rng.byte() }
+        if rng.chance(50) { c.carbohydrateID = rng.byte(); c.carbohydrateKg = sfloat() }
+        if rng.chance(50) { c.meal = rng.byte() }
+        if rng.chance(50) { c.tester = rng.byte() & 0x0F; c.health = rng.byte() & 0x0F }
+        if rng.chance(50) { c.exerciseDurationSeconds = rng.uint16(); c.exerciseIntensityPercent = rng.byte() }
+        if rng.chance(50) { c.medicationID = rng.byte(); c.medication = sfloat() }
+        c.medicationUnit = rng.chance(50) ? .litres : .kilograms
+        if rng.chance(50) { c.hba1cPercent = sfloat() }
+        return c
+    }
+
+    mutating func request() -> RACPRequest {
+        let opCodes: [RACPOpCode] = [.reportStoredRecords, .deleteStoredRecords, .abortOperation, .reportNumberOfStoredRecords]
+        let opCode = opCodes[rng.below(opCodes.count)]
+        if opCode == .abortOperation { return .abort }
+        let op = RACPOperator(rawValue: UInt8(rng.below(8)))
+        var operand = RACPOperand.none
+        switch op {
+        case .lessThanOrEqual, .greaterThanOrEqual, .withinRange:
+            let min = op != .lessThanOrEqual
+            let max = op != .greaterThanOrEqual
+            switch rng.below(3) {
+            case 0: operand = .sequenceNumber(min: min ? rng.uint16() : nil, max: max ? rng.uint16() : nil)
+            case 1: operand = .userFacingTime(min: min ? dateTime() : nil, max: max ? dateTime() : nil)
+            default:
+                operand = .other(filterType: RACPFilterType(rawValue: UInt8(3 + rng.below(253))), bytes: (0..<rng.below(5)).map { _ in rng.byte() })
+            }
+        case .null, .allRecords, .firstRecord, .lastRecord:
+            break
+        default:
+            if rng.chance(50) {
+                operand = .other(filterType: RACPFilterType(rawValue: rng.byte()), bytes: (0..<rng.below(5)).map { _ in rng.byte() })
+            }
+        }
+        return RACPRequest(opCode: opCode, operator: op, operand: operand)
+    }
+
+    mutating func response() -> RACPResponse {
+        rng.chance(50)
+            ? .numberOfRecords(rng.uint16())
+            : .response(requestOpCode: RACPOpCode(rawValue: rng.byte()), code: RACPResponseCode(rawValue: rng.byte()))
+    }
+}
