@@ -18,7 +18,8 @@ Control channel (on the API port while it listens, and always on the control por
                     "status": 500, "retry_after": 1, "delay_ms": 500, "times": N,
                     "poison": ["<identifier>", ...], "health": "up"|"down",
                     "secret": "...", "token": "..."}
-      `times`: the fault applies to the next N entry uploads, then the mode returns to ok.
+      `times`: the fault applies to the next N entry uploads, then the mode returns to ok;
+      `after`: that many uploads succeed first (a fault in the middle of a replay).
       `down` closes the API listener (connection refused) and drops open connections; `up` reopens it.
       `health` opens or closes the health-check port (answers 204 to anything).
   GET /__entries   stored documents, in insertion order
@@ -30,6 +31,7 @@ Usage: fake_nightscout.py [--port N] [--control-port N] [--health-port N] [--sec
 Prints one JSON line with the ports once listening, then serves until SIGTERM/SIGINT.
 """
 import argparse
+import select
 import datetime
 import hashlib
 import json
@@ -87,6 +89,9 @@ class State:
     def take_fault(self):
         """The fault for this upload, consuming one of `times`."""
         with self.lock:
+            if self.mode.get("after", 0) > 0:
+                self.mode["after"] -= 1
+                return {"mode": "ok"}
             m = dict(self.mode)
             if m["mode"] not in ("ok", "down", "up"):
                 self.stats["faults"][m["mode"]] = self.stats["faults"].get(m["mode"], 0) + 1
@@ -318,11 +323,36 @@ class ApiHandler(BaseHandler):
             st.in_flight += 1
             st.stats["max_in_flight"] = max(st.stats["max_in_flight"], st.in_flight)
             st.stats["uploads"] += 1
+        self.counted = True
         try:
             self.upload(raw)
         finally:
-            with st.lock:
-                st.in_flight -= 1
+            self.leave()
+
+    def leave(self):
+        """This request stops counting as in flight: answered, dropped, or abandoned by the client."""
+        if getattr(self, "counted", False):
+            self.counted = False
+            with self.app.state.lock:
+                self.app.state.in_flight -= 1
+
+    def client_gone(self):
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def wait(self, seconds, until=None):
+        """Sleeps in small steps; a client that gives up stops counting as in flight (the server goes on,
+        as a real one would, so a slow answer still commits after the client's timeout)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if until is not None and until():
+                return
+            if self.client_gone():
+                self.leave()
+            time.sleep(0.01)
 
     def drop(self):
         try:
@@ -336,12 +366,11 @@ class ApiHandler(BaseHandler):
         fault = st.take_fault()
         mode = fault.get("mode", "ok")
         if mode == "hang":
-            with st.lock:
-                st.mode_changed.wait_for(lambda: st.mode.get("mode") != "hang", timeout=fault.get("hang_s", 30))
+            self.wait(fault.get("hang_s", 30), until=lambda: st.mode.get("mode") != "hang" and "times" not in fault)
             self.drop()
             return
         if mode == "slow":
-            time.sleep(fault.get("delay_ms", 500) / 1000)
+            self.wait(fault.get("delay_ms", 500) / 1000)
         if mode == "status":
             headers = {"Retry-After": fault["retry_after"]} if "retry_after" in fault else None
             self.reply(int(fault.get("status", 500)), {"status": int(fault.get("status", 500)), "message": "injected"}, headers)

@@ -53,7 +53,7 @@ public struct Logger: Sendable {
     }
 
     public func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
-        guard level <= minimumLevel else { return }
+        guard level >= minimumLevel else { return }
         sink.write(level: level, label: label, message: message())
     }
 

@@ -3,9 +3,9 @@ import Dispatch
 import Glibc
 #endif
 
-/// Runs the configured `on_network_error` command (through `/bin/sh -c`) with the error in its
-/// environment, so a headless gateway can light an LED or send a text. The command is started and
-/// reaped in the background; it never delays an upload.
+/// Runs the configured `on_network_error` command line (through `/bin/sh -c`; the config layer quotes
+/// each word) with the error in its environment, so a headless gateway can light an LED or send a text.
+/// The command is started and reaped in the background; it never delays an upload.
 public struct AlertCommand: Sendable {
     public var command: String
     public init(command: String) { self.command = command }
@@ -23,6 +23,7 @@ public struct AlertCommand: Sendable {
             pointer += 1
         }
         environment += ["GATEWAY_ERROR_CODE=\(code)", "GATEWAY_ERROR_MESSAGE=\(message)", "GATEWAY_PENDING=\(pending)"]
+        guard !command.isEmpty else { return nil }
         let argv = ["/bin/sh", "-c", command]
         var pid: pid_t = 0
         let status = withCStrings(argv) { argvPointers in

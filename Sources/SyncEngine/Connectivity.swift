@@ -23,6 +23,8 @@ public final class ConnectivityHub: ConnectivityMonitor {
         let continuation: CheckedContinuation<Bool, Never>
     }
     private struct State {
+        /// What each source last said; the first known one in `priority` order wins.
+        var sources: [String: Connectivity] = [:]
         var connectivity: Connectivity = .unknown
         var waiters: [Waiter] = []
         var nextID: UInt64 = 0
@@ -30,6 +32,9 @@ public final class ConnectivityHub: ConnectivityMonitor {
         var upEvents: UInt64 = 0
     }
     private let state = Mutex(State())
+
+    /// Sources in order of authority: NetworkManager knows about captive portals, netlink only routes.
+    public static let priority = ["networkmanager", "netlink", "manual"]
 
     public init(initial: Connectivity = .unknown) {
         state.withLock { $0.connectivity = initial }
@@ -40,9 +45,13 @@ public final class ConnectivityHub: ConnectivityMonitor {
     /// The number of `.up` events so far.
     public var upEventCount: UInt64 { state.withLock { $0.upEvents } }
 
-    public func report(_ connectivity: Connectivity) {
+    /// A source's new verdict. `.up` wakes every waiter, even when it was up already: a spurious wake
+    /// costs one request, a missed one costs a probe interval.
+    public func report(_ connectivity: Connectivity, source: String = "manual") {
         let woken: [Waiter] = state.withLock { s in
-            s.connectivity = connectivity
+            s.sources[source] = connectivity
+            let ordered = Self.priority.compactMap { s.sources[$0] } + s.sources.filter { !Self.priority.contains($0.key) }.map(\.value)
+            s.connectivity = ordered.first { $0 != .unknown } ?? .unknown
             guard connectivity == .up else { return [] }
             s.upEvents += 1
             let list = s.waiters

@@ -434,7 +434,8 @@ public actor Dispatcher {
         default: logger.error("error \(label): \(message)")
         }
         if let command = settings.onNetworkError {
-            let pending = (try? await store.counts(name).pending) ?? 0
+            let counts = try? await store.counts(name)
+            let pending = (counts?.pending ?? 0) + (counts?.inFlight ?? 0)
             AlertCommand(command: command).run(code: code, message: message, pending: pending)
         }
     }

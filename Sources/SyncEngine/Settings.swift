@@ -31,7 +31,7 @@ public struct RecoverySettings: Sendable, Equatable {
     public var recoveryMode: Bool
     /// `error_bypass`: quarantine a reading the server rejects permanently instead of blocking.
     public var errorBypass: Bool
-    /// `on_network_error`: a shell command run on each new network error state, with
+    /// `on_network_error`: a command line run with `/bin/sh -c` on each new network error state, with
     /// `GATEWAY_ERROR_CODE`, `GATEWAY_ERROR_MESSAGE` and `GATEWAY_PENDING` in its environment.
     public var onNetworkError: String?
 

@@ -41,16 +41,20 @@ public final class Uploader: Sendable {
     private let wake = ConnectivityHub(initial: .unknown)
 
     public convenience init(settings: UploadSettings, store: any OutboxStore, http: any HTTPClient = CurlHTTPClient(),
-                connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard) {
+                            connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard,
+                            loopbackIgnoresConnectivity: Bool = true) {
         var list: [any UploadDestination] = []
         if let ns = settings.nightscout { list.append(NightscoutDestination(settings: ns, http: http)) }
         if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
-        self.init(settings: settings, destinations: list, store: store, http: http, connectivity: connectivity, logger: logger, timing: timing)
+        self.init(settings: settings, destinations: list, store: store, http: http, connectivity: connectivity, logger: logger,
+                  timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity)
     }
 
     /// With explicit destinations (tests, other servers).
+    /// `loopbackIgnoresConnectivity`: a server on this host is reachable whatever the system says about
+    /// the network (a Nightscout on the gateway itself); tests of connectivity handling turn it off.
     public init(settings: UploadSettings, destinations: [any UploadDestination], store: any OutboxStore, http: any HTTPClient,
-                connectivity: (any ConnectivityMonitor)?, logger: Logger, timing: UploadTiming) {
+                connectivity: (any ConnectivityMonitor)?, logger: Logger, timing: UploadTiming, loopbackIgnoresConnectivity: Bool = true) {
         self.settings = settings
         self.store = store
         self.logger = logger
@@ -59,7 +63,7 @@ public final class Uploader: Sendable {
         self.destinations = destinations
         self.dispatchers = destinations.map { d in
             Dispatcher(destination: d, store: store, settings: settings.recovery, timing: timing, http: http,
-                       connectivity: connectivity, logger: logger, isLocal: Self.isLocal(d.origin))
+                       connectivity: connectivity, logger: logger, isLocal: loopbackIgnoresConnectivity && Self.isLocal(d.origin))
         }
     }
 

@@ -11,38 +11,34 @@ let repositoryRoot: String = {
     return url.path
 }()
 
-/// `tests/fake_nightscout.py` as a child process on loopback; killed by pid when the test ends.
-final class FakeNightscout: @unchecked Sendable {
-    // @unchecked: the Process is created in init and only terminated afterwards; fields are immutable.
+/// A loopback test server script as a child process; it prints one JSON line with its ports.
+/// Killed by pid when the owner goes away.
+final class ChildServer: @unchecked Sendable {
+    // @unchecked: the Process is set up in init and only terminated afterwards; fields are immutable.
     let process: Process
-    let port: Int
-    let controlPort: Int
-    let healthPort: Int
-    static let secret = "correct-horse-battery"
+    let info: [String: Any]
 
-    init(delay401: Double = 0.05, extra: [String] = []) throws {
+    init(python: String = "/usr/bin/python3", script: String, arguments: [String]) throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["\(repositoryRoot)/tests/fake_nightscout.py", "--delay-401", String(delay401), "--secret", Self.secret] + extra
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = ["\(repositoryRoot)/tests/\(script)"] + arguments
         let out = Pipe()
         process.standardOutput = out
         try process.run()
         self.process = process
         var line = Data()
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(20)
         while !line.contains(0x0A), Date() < deadline {
             let chunk = out.fileHandleForReading.availableData
             if chunk.isEmpty { break }
             line.append(chunk)
         }
-        guard let json = try? JSONSerialization.jsonObject(with: line) as? [String: Any],
-              let p = json["port"] as? Int, let c = json["control_port"] as? Int, let h = json["health_port"] as? Int else {
-            process.terminate()
-            throw TestFailure("fake Nightscout did not start")
+        guard let json = try? JSONSerialization.jsonObject(with: line) as? [String: Any], json["port"] is Int else {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            throw TestFailure("\(script) did not start")
         }
-        port = p
-        controlPort = c
-        healthPort = h
+        info = json
     }
 
     deinit { stop() }
@@ -53,6 +49,26 @@ final class FakeNightscout: @unchecked Sendable {
             process.waitUntilExit()
         }
     }
+
+    func port(_ key: String) -> Int { info[key] as? Int ?? 0 }
+}
+
+/// `tests/fake_nightscout.py`.
+final class FakeNightscout: Sendable {
+    let child: ChildServer
+    let port: Int
+    let controlPort: Int
+    let healthPort: Int
+    static let secret = "correct-horse-battery"
+
+    init(delay401: Double = 0.05, extra: [String] = []) throws {
+        child = try ChildServer(script: "fake_nightscout.py", arguments: ["--delay-401", String(delay401), "--secret", Self.secret] + extra)
+        port = child.port("port")
+        controlPort = child.port("control_port")
+        healthPort = child.port("health_port")
+    }
+
+    func stop() { child.stop() }
 
     var url: String { "http://127.0.0.1:\(port)" }
     var healthURL: String { "http://127.0.0.1:\(healthPort)/" }

@@ -1,11 +1,143 @@
+import DBusKit
+import Gateway
 import GatewayCore
+import SQLiteStore
+import SyncEngine
 
 enum UploadCommand: GatewayCommand {
     static let name = "upload"
     static let abstract = "Upload pending readings now; --check tests credentials, --redrive re-sends quarantined ones"
-    static let help = "usage: glucose-gateway upload\n\nUpload pending readings now; --check tests credentials, --redrive re-sends quarantined ones."
+    static let help = """
+    usage: glucose-gateway upload [--check] [--redrive] [--wait SECONDS]
+
+    Uploads every pending reading now, ignoring any long-term backoff, and reports per destination.
+      --check         only check the credentials of each destination (Nightscout /api/v1/verifyauth,
+                      FHIR /metadata), with a long timeout: Nightscout delays every failed attempt
+      --redrive       first put quarantined readings back in the queue (after a fix on the server)
+      --wait SECONDS  how long a session may wait for the network in recovery mode (default 30)
+
+    Exit status: 0 everything uploaded (or credentials accepted); 75 readings remain pending (network,
+    server, credentials or a refused reading; see `status`); 78 configuration error or credentials refused.
+    """
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'upload' is not available in this build")
+        let check = arguments.flag("--check")
+        let redrive = arguments.flag("--redrive")
+        let wait = try arguments.secondsOption("--wait", max: 86_400) ?? 30
+        try arguments.finish()
+        let config = try context.loadConfig()
+        let settings = config.uploadSettings
+        if let problem = settings.validate().first { throw GatewayFailure(.config, problem) }
+        guard !settings.destinations.isEmpty else {
+            throw GatewayFailure(.config, "no upload destination is configured ([nightscout] url or [fhir] base_url)")
+        }
+        let logger = context.logger.with(label: "upload")
+
+        if check {
+            let uploader = Uploader(settings: settings, store: NoOutbox(), logger: logger)
+            var status = ExitStatus.ok
+            for (name, verdict) in await uploader.checkCredentials() {
+                switch verdict {
+                case .accepted:
+                    StandardStream.writeOutput("\(name): credentials accepted\n")
+                case .refused(let why):
+                    StandardStream.writeOutput("\(name): credentials refused: \(why)\n")
+                    status = .config
+                case .unreachable(let why):
+                    StandardStream.writeOutput("\(name): not checked: \(why)\n")
+                    if status == .ok { status = .tempFail }
+                }
+            }
+            return status
+        }
+
+        let lock: UploadLock?
+        do {
+            lock = try UploadLock.acquire(database: config.gateway.database)
+        } catch {
+            throw GatewayFailure(.failure, error.description)
+        }
+        guard let lock else {
+            StandardStream.writeError("glucose-gateway upload: another glucose-gateway process is uploading from this database\n")
+            return .tempFail
+        }
+        defer { withExtendedLifetime(lock) {} }
+        let store: SQLiteStore
+        do {
+            store = try SQLiteStore(path: config.gateway.database, builders: settings.bodyBuilders)
+        } catch {
+            throw GatewayFailure(.failure, "cannot open \(config.gateway.database): \(error)")
+        }
+        let connectivity = await UploadWiring.startConnectivity(logger: logger)
+        defer { connectivity.stop() }
+        let uploader = Uploader(settings: settings, store: store, connectivity: connectivity.hub, logger: logger)
+        do {
+            try await uploader.prepare()
+            if redrive {
+                let n = try await uploader.redrive()
+                StandardStream.writeOutput("\(n) quarantined reading(s) queued again\n")
+            }
+        } catch {
+            await store.close()
+            throw GatewayFailure(.failure, "upload queue: \(error)")
+        }
+        let outcome = await uploader.drain(deadline: ContinuousClock.now.advanced(by: .milliseconds(Int(wait * 1000))))
+        for line in UploadWiring.summary(outcome) { StandardStream.writeOutput(line + "\n") }
+        await store.close()
+        return outcome.deferred ? .tempFail : .ok
+    }
+}
+
+/// A queue with nothing in it, for `--check`, which needs no database.
+private struct NoOutbox: OutboxStore {
+    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { [] }
+    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws {}
+    func release(_ ids: [Int64]) async throws {}
+    func quarantine(_ id: Int64, answer: String) async throws {}
+    func redrive(_ destination: DestinationName) async throws -> Int { 0 }
+    func requeueInFlight() async throws -> Int { 0 }
+    func counts(_ destination: DestinationName) async throws -> OutboxCounts { OutboxCounts() }
+    func saveDestinationState(_ state: DestinationState) async throws {}
+    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { nil }
+}
+
+/// Shared wiring for the commands that upload (`upload`, `sync`, `run`).
+public enum UploadWiring {
+    /// Connectivity from NetworkManager (system bus) and netlink routes; whatever is unavailable is
+    /// skipped. Call `stop()` when done.
+    public static func startConnectivity(logger: Logger) async -> RunningConnectivity {
+        let hub = ConnectivityHub()
+        let netlink = NetlinkRouteWatcher(hub: hub, logger: logger)
+        var task: Task<Void, Never>?
+        if let bus = try? await DBusConnection.system() {
+            task = Task { await NetworkManagerState.watch(connection: bus, hub: hub, logger: logger) }
+        }
+        return RunningConnectivity(hub: hub, netlink: netlink, task: task)
+    }
+
+    /// One line per destination, secret-free.
+    public static func summary(_ outcome: UploadOutcome) -> [String] {
+        outcome.reports.map { r in
+            var line = "\(r.destination): \(r.uploaded) uploaded"
+            if r.duplicates > 0 { line += " (\(r.duplicates) already on the server)" }
+            if r.quarantined > 0 { line += ", \(r.quarantined) quarantined" }
+            switch r.end {
+            case .drained: line += ", nothing pending"
+            case let .deferred(code, message): line += "; deferred: error \(code) \(NetworkErrorCode.name(code)): \(message)"
+            case let .paused(code, message): line += "; paused (\(code)): \(message)"
+            case let .blocked(code, message): line += "; blocked (\(code)): \(message)"
+            }
+            return line
+        } + (outcome.pending > 0 ? ["\(outcome.pending) reading upload(s) pending"] : [])
+    }
+}
+
+public struct RunningConnectivity: Sendable {
+    public let hub: ConnectivityHub
+    let netlink: NetlinkRouteWatcher?
+    let task: Task<Void, Never>?
+    public func stop() {
+        netlink?.stop()
+        task?.cancel()
     }
 }
