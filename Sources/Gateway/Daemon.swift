@@ -1,0 +1,595 @@
+import GatewayCore
+import GlucoseProfile
+
+/// The store as the daemon needs it: readings and the outbox in one database, plus the paired meters.
+public protocol DaemonStore: ReadingStore, OutboxStore {
+    /// Meters paired with this gateway (unpaired ones are left alone).
+    func pairedMeters() async throws -> [MeterInfo]
+    /// Readings stored, all meters.
+    func storedReadingCount() async throws -> Int
+}
+
+/// The upload side as the daemon drives it (the sync engine's uploader in the product).
+public protocol DaemonUploads: Sendable {
+    /// Start-up work: rows left in flight by a crash back to pending, saved states loaded.
+    func prepare() async
+    /// Uploads continuously until cancelled.
+    func run() async
+    /// New readings were committed: send them now.
+    func readingsStored()
+}
+
+/// Hooks to the service manager (systemd `sd_notify` in the product). All optional.
+public struct DaemonHooks: Sendable {
+    public var ready: @Sendable (_ status: String) -> Void
+    public var status: @Sendable (_ status: String) -> Void
+    public var stopping: @Sendable () -> Void
+    /// Called with each new snapshot (the run-state file and the metrics file are written from here).
+    public var snapshot: @Sendable (DaemonSnapshot) async -> Void
+
+    public init(
+        ready: @escaping @Sendable (String) -> Void = { _ in }, status: @escaping @Sendable (String) -> Void = { _ in },
+        stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) async -> Void = { _ in }
+    ) {
+        self.ready = ready
+        self.status = status
+        self.stopping = stopping
+        self.snapshot = snapshot
+    }
+}
+
+/// The daemon's settings, from the configuration plus timing that tests compress.
+public struct DaemonSettings: Sendable, Equatable {
+    /// Adapter name or address; nil: the first powered adapter.
+    public var adapter: String?
+    public var scanMode: ScanMode
+    /// Connect plus service resolution.
+    public var connectTimeout: Duration = .seconds(20)
+    /// After a complete download the meter is left alone this long, even if it keeps advertising
+    /// (a meter advertises for a while after a measurement; its records are already here).
+    public var quietAfterDownload: Duration = .seconds(20)
+    /// After a failed connection or an interrupted download, the next attempt waits this long.
+    public var retryDelay: Duration = .seconds(2)
+    /// SIGTERM: sessions get this long to abort their procedure and commit before the daemon exits anyway.
+    public var stopGrace: Duration = .seconds(3)
+    /// How long the list of paired meters is trusted before an unknown advertiser makes the daemon look
+    /// again (a meter paired by `pair` while the daemon runs).
+    public var pairedRefresh: Duration = .seconds(5)
+    public var download: DownloadOptions
+    /// Enabled upload destinations, for status and metrics.
+    public var destinations: [DestinationName]
+
+    public init(adapter: String? = nil, scanMode: ScanMode = .discovery, download: DownloadOptions = DownloadOptions(),
+                destinations: [DestinationName] = []) {
+        self.adapter = adapter
+        self.scanMode = scanMode
+        self.download = download
+        self.destinations = destinations
+    }
+
+    /// From the configuration file.
+    public init(config: GatewayConfig, destinations: [DestinationName]) {
+        var options = DownloadOptions(inactivityTimeout: .seconds(config.gateway.downloadIdleTimeoutSeconds))
+        options.clinical = ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
+                                            clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds)
+        self.init(adapter: config.gateway.adapter, scanMode: config.gateway.scanMode, download: options, destinations: destinations)
+    }
+}
+
+/// Counters since the daemon started, for status and metrics.
+public struct DaemonCounters: Sendable, Equatable {
+    public var connects = 0
+    /// Failed connections and downloads by reason: `timeout`, `transient`, `permanent`, `disconnected`,
+    /// `not-supported`, `interrupted`, `meter`, `store`.
+    public var failures: [String: Int] = [:]
+    public var downloads = 0
+    /// Readings new to the store, from this daemon's downloads.
+    public var readingsStored = 0
+    public var bluetoothdRestarts = 0
+    public var reloads = 0
+    public init() {}
+}
+
+/// One destination's upload state, for the one-line status and the metrics.
+public struct DestinationSnapshot: Sendable, Equatable {
+    public var name: DestinationName
+    public var counts: OutboxCounts
+    public var state: DestinationState?
+    public init(name: DestinationName, counts: OutboxCounts, state: DestinationState?) {
+        self.name = name
+        self.counts = counts
+        self.state = state
+    }
+}
+
+/// What the daemon knows at one moment.
+public struct DaemonSnapshot: Sendable, Equatable {
+    public var pid: Int32 = 0
+    public var startedAt: UnixMillis = 0
+    public var updatedAt: UnixMillis = 0
+    public var phase: String = "starting"
+    public var radio: RadioState = .absent
+    /// Mode in effect (`discovery`, `profile`), nil while not watching.
+    public var watching: ScanMode?
+    public var pairedMeters: Int = 0
+    public var activeSessions: [String] = []
+    public var counters = DaemonCounters()
+    public var readingsTotal: Int?
+    public var destinations: [DestinationSnapshot] = []
+    public var lastReloadError: String?
+    /// Gateway-side milliseconds from a meter being reported to `Connect` being sent, last session.
+    public var lastReactionMs: Int?
+    public init() {}
+
+    public var pending: Int { destinations.reduce(0) { $0 + $1.counts.pending + $1.counts.inFlight } }
+    public var quarantined: Int { destinations.reduce(0) { $0 + $1.counts.quarantined } }
+    /// The network code (1001/1002) or HTTP status of the first destination whose last attempt failed.
+    public var lastErrorCode: Int? { destinations.compactMap { $0.state?.lastErrorCode }.first }
+
+    /// One line for systemd's STATUS=: "2 meters, 0 pending, last error 1001".
+    public var statusLine: String {
+        var parts: [String] = []
+        if !radio.bluetoothdRunning {
+            parts.append("waiting for bluetoothd")
+        } else if radio.adapter == nil {
+            parts.append("waiting for an adapter")
+        }
+        parts.append("\(pairedMeters) meter\(pairedMeters == 1 ? "" : "s")")
+        if !activeSessions.isEmpty { parts.append("\(activeSessions.count) downloading") }
+        parts.append("\(pending) pending")
+        if quarantined > 0 { parts.append("\(quarantined) quarantined") }
+        parts.append("last error " + (lastErrorCode.map(String.init) ?? "none"))
+        return parts.joined(separator: ", ")
+    }
+}
+
+/// `glucose-gateway run`: keeps the adapter looking for meters, downloads from each paired meter as soon
+/// as it shows up (one session per meter at a time), uploads continuously, and follows bluetoothd and the
+/// adapter through restarts and hot-plugs. Event-driven: between events it sleeps.
+public actor GatewayDaemon {
+    private let radio: any DaemonRadio
+    private let store: any DaemonStore
+    private var uploads: any DaemonUploads
+    private var settings: DaemonSettings
+    private let logger: Logger
+    private let hooks: DaemonHooks
+    private let now: @Sendable () -> UnixMillis
+    private let clock = ContinuousClock()
+
+    private struct Session {
+        let task: Task<Void, Never>
+        var link: StoppableLink?
+    }
+
+    private var snapshot = DaemonSnapshot()
+    private var paired: [String: MeterInfo] = [:]
+    private var pairedLoadedAt: ContinuousClock.Instant?
+    private var unknownCheckedAt: [String: ContinuousClock.Instant] = [:]
+    private var sessions: [String: Session] = [:]
+    private var notBefore: [String: ContinuousClock.Instant] = [:]
+    private var watchingAdapter: String?
+    private var uploadTask: Task<Void, Never>?
+    private var stopRequested = false
+    private var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    private var publishScheduled = false
+    private var ready = false
+
+    public init(radio: any DaemonRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
+                logger: Logger, hooks: DaemonHooks = DaemonHooks(), pid: Int32 = 0,
+                now: @escaping @Sendable () -> UnixMillis = SystemClock.now) {
+        self.radio = radio
+        self.store = store
+        self.uploads = uploads
+        self.settings = settings
+        self.logger = logger
+        self.hooks = hooks
+        self.now = now
+        snapshot.pid = pid
+        snapshot.startedAt = now()
+    }
+
+    // MARK: - Lifecycle
+
+    /// Runs until `stop()`; then aborts running downloads cleanly (RACP abort, commit, disconnect) and
+    /// returns within `stopGrace` plus a little.
+    public func run() async {
+        let events = await radio.events()
+        await loadPaired(force: true)
+        await uploads.prepare()
+        startUploads()
+        await ensureWatching()
+        snapshot.phase = "running"
+        await publish()
+        ready = true
+        hooks.ready(snapshot.statusLine)
+        logger.notice("running: \(snapshot.statusLine)")
+
+        let pump = Task { [weak self] in
+            for await event in events {
+                guard let self else { return }
+                await self.handle(event)
+            }
+            await self?.radioEnded()
+        }
+        await waitForStop()
+        pump.cancel()
+        await shutdown()
+    }
+
+    /// Asks `run()` to finish (SIGTERM, SIGINT).
+    public func stop() {
+        guard !stopRequested else { return }
+        stopRequested = true
+        for waiter in stopWaiters { waiter.resume() }
+        stopWaiters.removeAll()
+    }
+
+    private func waitForStop() async {
+        if stopRequested { return }
+        await withCheckedContinuation { stopWaiters.append($0) }
+    }
+
+    private func radioEnded() {
+        logger.error("the connection to the system bus was lost; stopping so the service manager restarts the gateway")
+        stop()
+    }
+
+    private func shutdown() async {
+        snapshot.phase = "stopping"
+        hooks.stopping()
+        logger.notice("stopping: \(sessions.count) download(s) to end")
+        let running = sessions
+        // Abort every running procedure first (the meter stops sending), then end the sessions: each
+        // commits what it received, stops notifications and disconnects.
+        await withTaskGroup(of: Void.self) { group in
+            for (_, session) in running {
+                if let link = session.link {
+                    group.addTask { await link.abortProcedure(timeout: .milliseconds(800)) }
+                }
+            }
+        }
+        for (_, session) in running { session.link?.end(reason: "gateway stopping") }
+        let deadline = clock.now.advanced(by: settings.stopGrace)
+        for (address, session) in running {
+            let finished = await Self.wait(for: session.task, until: deadline)
+            if !finished {
+                logger.warning("meter \(address): the download did not end in time; leaving it")
+                session.task.cancel()
+            }
+        }
+        uploadTask?.cancel()
+        if let uploadTask { _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .milliseconds(800))) }
+        await radio.close()
+        snapshot.phase = "stopped"
+        snapshot.activeSessions = []
+        await refreshUploadState()
+        snapshot.updatedAt = now()
+        await hooks.snapshot(snapshot)
+        logger.notice("stopped")
+    }
+
+    /// True when `task` finished before `deadline`.
+    private static func wait(for task: Task<Void, Never>, until deadline: ContinuousClock.Instant) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await task.value
+                return true
+            }
+            group.addTask {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    // MARK: - Reload
+
+    /// SIGHUP with a valid new configuration: new settings and a new upload side; the adapter is looked
+    /// at again. Running downloads finish under the settings they started with.
+    public func reload(settings newSettings: DaemonSettings, uploads newUploads: any DaemonUploads) async {
+        let adapterChanged = newSettings.adapter != settings.adapter || newSettings.scanMode != settings.scanMode
+        settings = newSettings
+        snapshot.counters.reloads += 1
+        snapshot.lastReloadError = nil
+        if let uploadTask {
+            uploadTask.cancel()
+            _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .seconds(2)))
+        }
+        uploads = newUploads
+        await uploads.prepare()
+        startUploads()
+        if adapterChanged { watchingAdapter = nil }
+        await loadPaired(force: true)
+        await ensureWatching()
+        logger.notice("configuration reloaded")
+        await publish()
+    }
+
+    /// SIGHUP with a configuration that does not load: reported, the running one kept.
+    public func reloadFailed(_ message: String) async {
+        snapshot.lastReloadError = message
+        logger.error("configuration not reloaded, keeping the running one: \(message)")
+        await publish()
+    }
+
+    private func startUploads() {
+        let current = uploads
+        uploadTask = Task { await current.run() }
+    }
+
+    // MARK: - Events
+
+    func handle(_ event: RadioEvent) async {
+        guard !stopRequested else { return }
+        switch event {
+        case .bluetoothdStopped:
+            logger.warning("bluetoothd stopped; waiting for it to return")
+            watchingAdapter = nil
+            snapshot.watching = nil
+            snapshot.radio = await radio.state(adapter: settings.adapter)
+            await publish()
+        case .bluetoothdStarted:
+            if snapshot.radio.bluetoothdRunning == false && ready {
+                snapshot.counters.bluetoothdRestarts += 1
+            }
+            logger.notice("bluetoothd is running")
+            watchingAdapter = nil
+            await ensureWatching()
+            await publish()
+        case .adaptersChanged:
+            await ensureWatching()
+            await publish()
+        case .meterSeen(let address, let connected):
+            await meterSeen(address.uppercased(), connected: connected)
+        }
+    }
+
+    /// Makes sure the adapter is looking for meters; a no-op when it already is.
+    private func ensureWatching() async {
+        var state = await radio.state(adapter: settings.adapter)
+        if state.bluetoothdRunning, state.adapter != nil, !state.adapterPowered, state.powerState != "off-blocked" {
+            await radio.powerOn(adapter: settings.adapter)
+            state = await radio.state(adapter: settings.adapter)
+        }
+        let previous = snapshot.radio
+        snapshot.radio = state
+        guard state.bluetoothdRunning else {
+            if previous.bluetoothdRunning || !ready { logger.warning("bluetoothd is not running; waiting for it") }
+            watchingAdapter = nil
+            snapshot.watching = nil
+            return
+        }
+        guard let adapter = state.adapter, state.adapterPowered else {
+            if previous.adapter != nil || !ready {
+                let what = settings.adapter.map { "adapter \($0)" } ?? "a Bluetooth adapter"
+                let why = state.powerState == "off-blocked" ? " (blocked by rfkill)" : ""
+                logger.warning("no powered \(what)\(why); waiting for one to be plugged in or powered")
+            }
+            watchingAdapter = nil
+            snapshot.watching = nil
+            return
+        }
+        guard watchingAdapter != adapter else { return }
+        let stale = await radio.closeStale(addresses: Array(paired.keys).sorted())
+        for address in stale { logger.notice("meter \(address): closed a connection left from before") }
+        do {
+            let mode = try await radio.startWatching(adapter: adapter, mode: settings.scanMode)
+            watchingAdapter = adapter
+            snapshot.watching = mode
+            snapshot.radio = await radio.state(adapter: settings.adapter)
+            logger.notice("watching for meters on \(adapter) (\(mode.rawValue))")
+        } catch {
+            logger.warning("cannot watch for meters on \(adapter): \(error.message); trying again on the next change")
+            watchingAdapter = nil
+            snapshot.watching = nil
+        }
+    }
+
+    private func loadPaired(force: Bool) async {
+        if !force, let at = pairedLoadedAt, at.duration(to: clock.now) < settings.pairedRefresh { return }
+        do {
+            let list = try await store.pairedMeters()
+            var map: [String: MeterInfo] = [:]
+            for m in list { map[m.address.uppercased()] = m }
+            paired = map
+            pairedLoadedAt = clock.now
+            snapshot.pairedMeters = map.count
+        } catch {
+            logger.error("cannot read the paired meters: \(error)")
+        }
+    }
+
+    private func meterSeen(_ address: String, connected: Bool) async {
+        let seenAt = clock.now
+        guard sessions[address] == nil else { return }
+        if paired[address] == nil {
+            // Perhaps paired since the list was read; look again, but not on every advertisement.
+            if let at = unknownCheckedAt[address], at.duration(to: seenAt) < settings.pairedRefresh { return }
+            unknownCheckedAt[address] = seenAt
+            await loadPaired(force: true)
+            guard paired[address] != nil, sessions[address] == nil else { return }
+        }
+        guard let meter = paired[address] else { return }
+        if !connected, let wait = notBefore[address], clock.now < wait { return }
+        startSession(meter, seenAt: seenAt)
+    }
+
+    // MARK: - Sessions
+
+    private func startSession(_ meter: MeterInfo, seenAt: ContinuousClock.Instant) {
+        let address = meter.address.uppercased()
+        let radio = self.radio
+        let settings = self.settings
+        let logger = self.logger.with(label: "meter")
+        let store = self.store
+        let now = self.now
+        let task = Task { [weak self] in
+            let reaction = seenAt.duration(to: ContinuousClock.now)
+            await self?.noteReaction(reaction)
+            let link: any MeterLink
+            do throws(MeterLinkError) {
+                link = try await radio.connect(address: address, timeout: settings.connectTimeout)
+            } catch {
+                logger.warning("\(address): cannot connect: \(error.message)")
+                await self?.sessionEnded(address, failure: Self.reason(error.kind), complete: false, stored: 0)
+                return
+            }
+            let stoppable = StoppableLink(link)
+            guard await self?.attach(stoppable, to: address) == true else {
+                await link.disconnect()
+                return
+            }
+            logger.info("\(address): connected \(Self.milliseconds(reaction)) ms after it was seen; downloading")
+            try? await store.log(GatewayEvent(at: now(), kind: .connected, meterAddress: address, message: "connected for download"))
+            let download = MeterDownload(store: store, options: settings.download, logger: logger, now: now)
+            do throws(DownloadError) {
+                let report = try await download.run(link: stoppable, meter: meter)
+                var line = "\(address): \(report.outcome); \(report.received) received, \(report.stored) new"
+                if report.duplicates > 0 { line += ", \(report.duplicates) already stored" }
+                logger.notice(line)
+                let failure: String? = report.outcome.isComplete ? nil : "interrupted"
+                await self?.sessionEnded(address, failure: failure, complete: report.outcome.isComplete, stored: report.stored)
+            } catch {
+                logger.warning("\(address): download failed: \(error.message)")
+                await self?.sessionEnded(address, failure: error.kind == .store ? "store" : "meter", complete: false, stored: error.stored)
+            }
+        }
+        sessions[address] = Session(task: task, link: nil)
+        snapshot.activeSessions = sessions.keys.sorted()
+    }
+
+    private func noteReaction(_ reaction: Duration) {
+        snapshot.lastReactionMs = Self.milliseconds(reaction)
+    }
+
+    private func attach(_ link: StoppableLink, to address: String) -> Bool {
+        guard var session = sessions[address] else { return false }
+        session.link = link
+        sessions[address] = session
+        snapshot.counters.connects += 1
+        if stopRequested { link.end(reason: "gateway stopping") }
+        return true
+    }
+
+    private func sessionEnded(_ address: String, failure: String?, complete: Bool, stored: Int) async {
+        sessions[address] = nil
+        snapshot.activeSessions = sessions.keys.sorted()
+        if let failure { snapshot.counters.failures[failure, default: 0] += 1 }
+        if complete { snapshot.counters.downloads += 1 }
+        snapshot.counters.readingsStored += stored
+        notBefore[address] = clock.now.advanced(by: complete ? settings.quietAfterDownload : settings.retryDelay)
+        if stored > 0 { uploads.readingsStored() }
+        await loadPaired(force: true)
+        await publish()
+    }
+
+    static func reason(_ kind: MeterLinkError.Kind) -> String {
+        switch kind {
+        case .transient: "transient"
+        case .permanent: "permanent"
+        case .disconnected: "disconnected"
+        case .timeout: "timeout"
+        case .notSupported: "not-supported"
+        }
+    }
+
+    static func milliseconds(_ d: Duration) -> Int {
+        Int(d.components.seconds) * 1000 + Int(d.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    // MARK: - Status
+
+    /// Something changed in the upload queue: publish a new snapshot soon (changes coalesce).
+    public func uploadStateChanged() {
+        guard !publishScheduled else { return }
+        publishScheduled = true
+        Task { [weak self] in
+            try? await Task.sleep(for: .milliseconds(200))
+            await self?.publishScheduledNow()
+        }
+    }
+
+    private func publishScheduledNow() async {
+        publishScheduled = false
+        await publish()
+    }
+
+    public func currentSnapshot() -> DaemonSnapshot { snapshot }
+
+    private func refreshUploadState() async {
+        var list: [DestinationSnapshot] = []
+        for name in settings.destinations {
+            let counts = (try? await store.counts(name)) ?? OutboxCounts()
+            let state = try? await store.destinationState(name)
+            list.append(DestinationSnapshot(name: name, counts: counts, state: state ?? nil))
+        }
+        snapshot.destinations = list
+        snapshot.readingsTotal = try? await store.storedReadingCount()
+    }
+
+    private func publish() async {
+        await refreshUploadState()
+        snapshot.updatedAt = now()
+        if ready { hooks.status(snapshot.statusLine) }
+        await hooks.snapshot(snapshot)
+    }
+}
+
+/// A meter link the daemon can end on its own: on SIGTERM it sends RACP Abort Operation, then ends the
+/// event stream with `.disconnected`, so the download commits what it has, unsubscribes and disconnects
+/// through its ordinary path (cancelling the task instead would abandon those bus calls).
+final class StoppableLink: MeterLink, Sendable {
+    let base: any MeterLink
+    let events: AsyncStream<MeterLinkEvent>
+    private let continuation: AsyncStream<MeterLinkEvent>.Continuation
+    private let forwarder: Task<Void, Never>
+
+    init(_ base: any MeterLink) {
+        self.base = base
+        let (stream, continuation) = AsyncStream.makeStream(of: MeterLinkEvent.self, bufferingPolicy: .unbounded)
+        self.events = stream
+        self.continuation = continuation
+        let upstream = base.events
+        forwarder = Task {
+            for await event in upstream {
+                continuation.yield(event)
+                if case .disconnected = event { break }
+            }
+            continuation.finish()
+        }
+    }
+
+    deinit { forwarder.cancel() }
+
+    var address: String { base.address }
+    func hasCharacteristic(_ uuid: GATTUUID) async -> Bool { await base.hasCharacteristic(uuid) }
+    func read(_ uuid: GATTUUID) async throws(MeterLinkError) -> [UInt8] { try await base.read(uuid) }
+    func write(_ uuid: GATTUUID, _ value: [UInt8]) async throws(MeterLinkError) { try await base.write(uuid, value) }
+    func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) { try await base.subscribe(uuid) }
+    func unsubscribe(_ uuid: GATTUUID) async { await base.unsubscribe(uuid) }
+    func disconnect() async {
+        forwarder.cancel()
+        await base.disconnect()
+        continuation.finish()
+    }
+
+    /// Sends RACP Abort Operation, waiting at most `timeout` for the write to be acknowledged.
+    func abortProcedure(timeout: Duration) async {
+        let base = self.base
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await base.write(.recordAccessControlPoint, RACPRequest.abort.encoded()) }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            _ = await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Ends the session as if the link had dropped.
+    func end(reason: String) {
+        continuation.yield(.disconnected(reason: reason))
+        continuation.finish()
+    }
+}

@@ -1,0 +1,335 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import GatewayCore
+import GlucoseProfile
+import SQLiteStore
+import Synchronization
+import Testing
+import TestSupport
+@testable import Gateway
+
+/// The real SQLite store behind the daemon's store protocol.
+struct TestDaemonStore: DaemonStore, SequenceCounterStore {
+    let base: SQLiteStore
+    func pairedMeters() async throws -> [MeterInfo] { try await base.meters().map(\.info) }
+    func storedReadingCount() async throws -> Int { try await base.readingCount() }
+    func meter(_ address: String) async throws -> MeterInfo? { try await base.meter(address) }
+    func saveMeter(_ meter: MeterInfo) async throws { try await base.saveMeter(meter) }
+    func insert(_ readings: [NewReading]) async throws -> Int { try await base.insert(readings) }
+    func highestSequence(_ address: String) async throws -> Int? { try await base.highestSequence(address) }
+    func log(_ event: GatewayEvent) async throws { try await base.log(event) }
+    func resetHighestSequence(_ address: String, to sequence: Int?) async throws { try await base.resetHighestSequence(address, to: sequence) }
+    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { try await base.claimPending(destination, limit: limit) }
+    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws { try await base.acknowledge(ids, at: at) }
+    func release(_ ids: [Int64]) async throws { try await base.release(ids) }
+    func quarantine(_ id: Int64, answer: String) async throws { try await base.quarantine(id, answer: answer) }
+    func redrive(_ destination: DestinationName) async throws -> Int { try await base.redrive(destination) }
+    func requeueInFlight() async throws -> Int { try await base.requeueInFlight() }
+    func counts(_ destination: DestinationName) async throws -> OutboxCounts { try await base.counts(destination) }
+    func saveDestinationState(_ state: DestinationState) async throws { try await base.saveDestinationState(state) }
+    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { try await base.destinationState(destination) }
+}
+
+/// A radio whose meters are `FakeMeter`s and whose events the test sends.
+final class FakeRadio: DaemonRadio {
+    struct State {
+        var radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true, discovering: true)
+        var meters: [String: FakeMeter] = [:]
+        var calls: [String] = []
+        var connected: Set<String> = []
+        var connectDelay: Duration = .zero
+    }
+    let state = Mutex(State())
+    let stream: AsyncStream<RadioEvent>
+    let continuation: AsyncStream<RadioEvent>.Continuation
+
+    init(meters: [FakeMeter]) {
+        (stream, continuation) = AsyncStream.makeStream(of: RadioEvent.self)
+        state.withLock { s in for m in meters { s.meters[m.address] = m } }
+    }
+
+    var calls: [String] { state.withLock { $0.calls } }
+    func send(_ event: RadioEvent) { continuation.yield(event) }
+    func set(_ body: (inout State) -> Void) { state.withLock { body(&$0) } }
+
+    func events() async -> AsyncStream<RadioEvent> { stream }
+    func state(adapter: String?) async -> RadioState { state.withLock { $0.radio } }
+    func powerOn(adapter: String?) async {
+        state.withLock { $0.calls.append("powerOn") }
+    }
+    func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode {
+        let up = state.withLock { s in
+            s.calls.append("watch \(s.radio.adapter ?? "-")")
+            return s.radio.bluetoothdRunning
+        }
+        guard up else { throw MeterLinkError(.disconnected, "bluetoothd is not running") }
+        return .discovery
+    }
+    func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink {
+        let (meter, delay) = state.withLock { s in
+            s.calls.append("connect \(address)")
+            return (s.meters[address], s.connectDelay)
+        }
+        if delay > .zero { try? await Task.sleep(for: delay) }
+        guard let meter else { throw MeterLinkError(.timeout, "not advertising") }
+        return meter.connect()
+    }
+    func closeStale(addresses: [String]) async -> [String] {
+        state.withLock { s in
+            let stale = addresses.filter { s.connected.contains($0) }
+            s.calls.append("closeStale \(stale.joined(separator: ","))")
+            s.connected.subtract(stale)
+            return stale
+        }
+    }
+    func close() async {
+        state.withLock { $0.calls.append("close") }
+        continuation.finish()
+    }
+}
+
+final class StatusLog: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var last: String? { lines.withLock { $0.last } }
+}
+
+/// Uploads that only count what the daemon asks of them.
+final class CountingUploads: DaemonUploads {
+    let counts = Mutex((prepared: 0, running: 0, nudges: 0))
+    func prepare() async { counts.withLock { $0.prepared += 1 } }
+    func run() async {
+        counts.withLock { $0.running += 1 }
+        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+        counts.withLock { $0.running -= 1 }
+    }
+    func readingsStored() { counts.withLock { $0.nudges += 1 } }
+}
+
+@Suite("Daemon", .timeLimit(.minutes(1)))
+struct DaemonTests {
+    static let zone = "Europe/Berlin"
+
+    struct Fixture {
+        let directory: String
+        let store: TestDaemonStore
+        let radio: FakeRadio
+        let uploads = CountingUploads()
+        let daemon: GatewayDaemon
+        let statuses = StatusLog()
+        let runner: Task<Void, Never>
+
+        init(meters: [FakeMeter], paired: [FakeMeter]? = nil, settings: DaemonSettings = Fixture.settings) async throws {
+            var template = Array("/tmp/gg-daemon-XXXXXX".utf8CString)
+            let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
+            directory = try #require(made)
+            let sqlite = try SQLiteStore(path: directory + "/gateway.sqlite3")
+            store = TestDaemonStore(base: sqlite)
+            for m in paired ?? meters {
+                var info = MeterInfo(address: m.address, timeZone: DaemonTests.zone)
+                info.pairedAt = 1
+                try await sqlite.saveMeter(info)
+            }
+            radio = FakeRadio(meters: meters)
+            let statuses = self.statuses
+            daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads, settings: settings, logger: .silent,
+                                   hooks: DaemonHooks(status: { line in statuses.append(line) }))
+            let daemon = self.daemon
+            runner = Task { await daemon.run() }
+            // Ready once it watches.
+            try await Fixture.until("watching") { radio.calls.contains { $0.hasPrefix("watch") } }
+        }
+
+        static var settings: DaemonSettings {
+            var s = DaemonSettings(download: DownloadOptions(inactivityTimeout: .seconds(2), commitInterval: .milliseconds(50), tick: .milliseconds(20)),
+                                   destinations: [.nightscout])
+            s.quietAfterDownload = .milliseconds(300)
+            s.retryDelay = .milliseconds(100)
+            s.stopGrace = .seconds(2)
+            return s
+        }
+
+        func sequences(_ address: String) async throws -> [Int] {
+            try await store.base.readings(ReadingFilter(meterAddress: address)).map(\.reading.sequence).sorted()
+        }
+
+        func finish() async {
+            await daemon.stop()
+            await runner.value
+            await store.base.close()
+        }
+
+        /// Polls `condition` every 10 ms for up to `seconds`.
+        static func until(_ what: String, seconds: Double = 10, _ condition: () async throws -> Bool) async throws {
+            let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+            while ContinuousClock.now < deadline {
+                if try await condition() { return }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            Issue.record("timed out waiting for \(what)")
+            throw CancellationError()
+        }
+    }
+
+    static func records(_ range: ClosedRange<UInt16>) -> [FakeRecord] {
+        range.map { FakeRecord.glucose($0, mgdl: 80 + Int($0 % 100)) }
+    }
+
+    @Test("a paired meter that shows up is downloaded, once per appearance; an unknown one is left alone")
+    func downloadsOnAppearance() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...5)))
+        let stranger = FakeMeter(address: "AA:BB:CC:DD:EE:09", script: FakeMeterScript(records: Self.records(1...2)))
+        let f = try await Fixture(meters: [meter, stranger], paired: [meter])
+        // Many advertisements while the download runs: one session.
+        for _ in 0..<20 { f.radio.send(.meterSeen(address: meter.address, connected: false)) }
+        f.radio.send(.meterSeen(address: stranger.address, connected: false))
+        try await Fixture.until("5 readings") { try await f.sequences(meter.address) == [1, 2, 3, 4, 5] }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        #expect(f.radio.calls.filter { $0 == "connect \(meter.address)" }.count == 1)
+        #expect(!f.radio.calls.contains("connect \(stranger.address)"))
+        #expect(f.uploads.counts.withLock { $0.nudges } == 1)
+
+        // Still advertising right after: left alone during the quiet period, then downloaded again.
+        meter.update { $0.records += Self.records(6...7) }
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(f.radio.calls.filter { $0 == "connect \(meter.address)" }.count == 1)
+        try await Task.sleep(for: .milliseconds(350))
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("7 readings") { try await f.sequences(meter.address) == Array(1...7) }
+        try await Fixture.until("second session end") { await f.daemon.currentSnapshot().counters.downloads == 2 }
+        let snapshot = await f.daemon.currentSnapshot()
+        #expect(snapshot.counters.connects == 2)
+        #expect(snapshot.counters.readingsStored == 7)
+        #expect(snapshot.pairedMeters == 1)
+        #expect(f.statuses.last?.hasPrefix("1 meter, ") == true)
+        await f.finish()
+    }
+
+    @Test("two meters download at the same time, each in its own session")
+    func twoMeters() async throws {
+        let a = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...30)))
+        let b = FakeMeter(address: "AA:BB:CC:DD:EE:02", script: FakeMeterScript(records: Self.records(100...120)))
+        let f = try await Fixture(meters: [a, b])
+        f.radio.set { $0.connectDelay = .milliseconds(100) }
+        f.radio.send(.meterSeen(address: a.address, connected: false))
+        f.radio.send(.meterSeen(address: b.address, connected: true))
+        try await Fixture.until("both sessions") { await f.daemon.currentSnapshot().activeSessions.count == 2 }
+        try await Fixture.until("all readings") {
+            let first = try await f.sequences(a.address).count
+            let second = try await f.sequences(b.address).count
+            return first == 30 && second == 21
+        }
+        await f.finish()
+    }
+
+    @Test("SIGTERM during a download: the procedure is aborted, what arrived is committed, run returns promptly")
+    func stopMidDownload() async throws {
+        var script = FakeMeterScript(records: Self.records(1...10))
+        script.silentAfterRecords = 4
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: script)
+        var settings = Fixture.settings
+        settings.download.inactivityTimeout = .seconds(30)
+        let f = try await Fixture(meters: [meter], settings: settings)
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("4 received") { meter.callLog.contains { $0.hasPrefix("write 01") } }
+        try await Task.sleep(for: .milliseconds(200))
+        let started = ContinuousClock.now
+        await f.daemon.stop()
+        await f.runner.value
+        let took = ContinuousClock.now - started
+        #expect(took < .seconds(3))
+        #expect(meter.callLog.contains("write 03 00"))
+        #expect(meter.callLog.contains("disconnect"))
+        let stored = try await f.sequences(meter.address)
+        #expect(stored == [1, 2, 3, 4])
+        #expect(f.radio.calls.last == "close")
+        await f.store.base.close()
+    }
+
+    @Test("bluetoothd restart and adapter hot-plug: watching resumes; stale links are closed first")
+    func radioLifecycle() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
+        let f = try await Fixture(meters: [meter])
+        #expect(f.radio.calls.prefix(2) == ["closeStale ", "watch hci0"])
+
+        f.radio.set { $0.radio = .absent }
+        f.radio.send(.bluetoothdStopped)
+        try await Fixture.until("stopped") { await f.daemon.currentSnapshot().watching == nil }
+        let line = await f.daemon.currentSnapshot().statusLine
+        #expect(line.hasPrefix("waiting for bluetoothd"))
+        f.radio.set {
+            $0.radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true)
+            $0.connected = [meter.address]
+        }
+        f.radio.send(.bluetoothdStarted)
+        try await Fixture.until("watching again") { f.radio.calls.filter { $0 == "watch hci0" }.count == 2 }
+        #expect(f.radio.calls.contains("closeStale \(meter.address)"))
+        let restarts = await f.daemon.currentSnapshot().counters.bluetoothdRestarts
+        #expect(restarts == 1)
+
+        // Adapter unplugged, then a new one plugged in (powered off at first).
+        f.radio.set { $0.radio = RadioState(bluetoothdRunning: true, adapter: nil, adapterPowered: false) }
+        f.radio.send(.adaptersChanged)
+        try await Fixture.until("no adapter") { await f.daemon.currentSnapshot().watching == nil }
+        let waiting = await f.daemon.currentSnapshot().statusLine
+        #expect(waiting.hasPrefix("waiting for an adapter"))
+        f.radio.set { $0.radio = RadioState(bluetoothdRunning: true, adapter: "hci1", adapterPowered: false) }
+        f.radio.send(.adaptersChanged)
+        try await Fixture.until("power on asked") { f.radio.calls.contains("powerOn") }
+        f.radio.set { $0.radio.adapterPowered = true }
+        f.radio.send(.adaptersChanged)
+        try await Fixture.until("watching hci1") { f.radio.calls.contains("watch hci1") }
+
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("readings") { try await f.sequences(meter.address) == [1, 2, 3] }
+        await f.finish()
+    }
+
+    @Test("reload: a bad configuration is reported and kept out; a good one replaces the upload side")
+    func reload() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: []))
+        let f = try await Fixture(meters: [meter])
+        await f.daemon.reloadFailed("glucose-gateway.toml:3: unknown key 'nope'")
+        let reloadError = await f.daemon.currentSnapshot().lastReloadError
+        #expect(reloadError?.contains("unknown key") == true)
+        let second = CountingUploads()
+        await f.daemon.reload(settings: Fixture.settings, uploads: second)
+        try await Fixture.until("old uploads stopped") { f.uploads.counts.withLock { $0.running } == 0 }
+        #expect(second.counts.withLock { $0.prepared } == 1)
+        try await Fixture.until("new uploads running") { second.counts.withLock { $0.running } == 1 }
+        let snapshot = await f.daemon.currentSnapshot()
+        #expect(snapshot.lastReloadError == nil)
+        #expect(snapshot.counters.reloads == 1)
+        await f.finish()
+    }
+
+    @Test("status line, run-state JSON and Prometheus text")
+    func statusTexts() throws {
+        var s = DaemonSnapshot()
+        s.radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true)
+        s.pairedMeters = 2
+        var state = DestinationState(destination: .nightscout, state: "recovering")
+        state.lastErrorCode = 1001
+        s.destinations = [DestinationSnapshot(name: .nightscout, counts: OutboxCounts(pending: 3, inFlight: 1, acknowledged: 9, quarantined: 0, oldestUnsent: 10_000), state: state)]
+        s.counters.failures = ["timeout": 2]
+        s.readingsTotal = 13
+        #expect(s.statusLine == "2 meters, 4 pending, last error 1001")
+        let metrics = DaemonMetrics.text(s, now: 70_000)
+        #expect(metrics.contains("glucose_gateway_pending{destination=\"nightscout\"} 4\n"))
+        #expect(metrics.contains("glucose_gateway_oldest_unsent_age_seconds{destination=\"nightscout\"} 60\n"))
+        #expect(metrics.contains("glucose_gateway_network_state_code{destination=\"nightscout\"} 1001\n"))
+        #expect(metrics.contains("glucose_gateway_meter_failures_total{reason=\"timeout\"} 2\n"))
+        #expect(metrics.contains("glucose_gateway_readings_stored 13\n"))
+        let json = DaemonStateFile.json(s).compactText
+        #expect(json.contains("\"adapter\":\"hci0\""))
+
+        let path = "/tmp/gg-daemon-metrics-\(getpid()).prom"
+        try AtomicFile.write(metrics, to: path)
+        defer { unlink(path) }
+        var st = stat()
+        #expect(stat(path, &st) == 0)
+        #expect(Int(st.st_size) == metrics.utf8.count)
+    }
+}
