@@ -108,6 +108,8 @@ struct ConfigParser {
     }
 
     private mutating func run() {
+        // A UTF-8 byte order mark, as some editors write, is not content.
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { index = 3 }
         while true {
             skipSpaces()
             guard let byte = current else { break }

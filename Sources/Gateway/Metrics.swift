@@ -26,6 +26,19 @@ public struct DestinationMetrics: Sendable, Equatable {
     }
 }
 
+extension DestinationMetrics {
+    /// From the store's outbox counts; pending includes rows in flight.
+    public init(_ destination: DestinationName, counts: OutboxCounts, now: UnixMillis) {
+        self.init(
+            name: destination.rawValue,
+            uploaded: counts.acknowledged,
+            pending: counts.pending + counts.inFlight,
+            quarantined: counts.quarantined,
+            oldestUnsentAgeSeconds: counts.oldestUnsent.map { max(0, (now - $0) / 1000) }
+        )
+    }
+}
+
 /// A plain snapshot of what the gateway has done, filled by the daemon from the store and its own
 /// counters. No health values: counts, ages and codes only.
 public struct MetricsSnapshot: Sendable, Equatable {

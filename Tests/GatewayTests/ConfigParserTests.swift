@@ -97,6 +97,13 @@ import Testing
         #expect(config.network.errorBypass)
     }
 
+    @Test func leadingByteOrderMarkIsIgnored() {
+        let bytes: [UInt8] = [0xEF, 0xBB, 0xBF] + Array("[network]\nretry_count = 2\n".utf8)
+        let (config, problems) = ConfigLoader.evaluate(bytes: bytes, path: "/x/gw.toml")
+        #expect(problems == [])
+        #expect(config.network.retryCount == 2)
+    }
+
     @Test func nightscoutEnabledDefaultsToURLPresence() {
         let on = Self.evaluate("[nightscout]\nurl = \"https://ns.example\"\ntoken = \"t0k3n\"\n")
         #expect(on.problems == [])

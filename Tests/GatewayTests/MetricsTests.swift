@@ -41,6 +41,16 @@ import Testing
         #expect(Self.problems(in: text) == [])
     }
 
+    @Test func destinationFiguresFromOutboxCounts() {
+        let counts = OutboxCounts(pending: 2, inFlight: 1, acknowledged: 40, quarantined: 1, oldestUnsent: 1_000_000)
+        let d = DestinationMetrics(.nightscout, counts: counts, now: 1_090_500)
+        #expect(d == DestinationMetrics(name: "nightscout", uploaded: 40, pending: 3, quarantined: 1, oldestUnsentAgeSeconds: 90))
+        let none = DestinationMetrics(.fhir, counts: OutboxCounts(acknowledged: 5), now: 1_090_500)
+        #expect(none.oldestUnsentAgeSeconds == nil)
+        // A clock behind the row's creation never gives a negative age.
+        #expect(DestinationMetrics(.fhir, counts: counts, now: 0).oldestUnsentAgeSeconds == 0)
+    }
+
     @Test func labelValuesAreEscaped() {
         var s = MetricsSnapshot()
         s.connectFailures = ["a\"b\\c\nd": 1]
