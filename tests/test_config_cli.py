@@ -97,3 +97,21 @@ def test_usage_errors_exit_64():
     assert run("config").returncode == 64
     assert run("config", "show").returncode == 64
     assert run("config", "check", "a", "b").returncode == 64
+
+
+# Commands that read the config: a bad file stops them with one line on stderr and exit 78.
+CONFIG_READERS = ["upload"]
+
+
+@pytest.mark.parametrize("command", CONFIG_READERS)
+def test_bad_config_stops_a_command_with_one_line_and_78(tmp_path, command):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text("[network]\nretry_count = 99\nbogus = 1\n")
+    r = run("--config", str(cfg), command)
+    assert r.returncode == 78
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"{cfg}:2: network.retry_count: 99 is out of range 0..10 (and 1 more;" in lines[0]
+    r = run(command, env={"GLUCOSE_GATEWAY_CONFIG": str(tmp_path / "absent.toml")})
+    assert r.returncode == 78
+    assert r.stderr.splitlines() == [f"glucose-gateway {command}: {tmp_path}/absent.toml: cannot read config file: does not exist"]
