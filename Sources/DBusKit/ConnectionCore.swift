@@ -59,7 +59,7 @@ final class ConnectionCore {
     private var pending: [Int: PendingCall] = [:]
 
     private struct Subscription {
-        let rule: MatchRule
+        let rules: [MatchRule]
         let continuation: AsyncStream<DBusMessage>.Continuation
     }
     private var subscriptions: [Int: Subscription] = [:]
@@ -268,7 +268,7 @@ final class ConnectionCore {
             if !subscriptions.isEmpty {
                 let decoded = Marshalling.decode(message)
                 for (_, subscription) in subscriptions.sorted(by: { $0.key < $1.key })
-                where subscription.rule.matches(decoded) {
+                where subscription.rules.contains(where: { $0.matches(decoded) }) {
                     subscription.continuation.yield(decoded)
                 }
             }
@@ -412,12 +412,12 @@ final class ConnectionCore {
 
     // MARK: - Signals
 
-    func addSubscription(_ key: Int, rule: MatchRule, continuation: AsyncStream<DBusMessage>.Continuation) -> Bool {
+    func addSubscription(_ key: Int, rules: [MatchRule], continuation: AsyncStream<DBusMessage>.Continuation) -> Bool {
         guard isConnected else {
             continuation.finish()
             return false
         }
-        subscriptions[key] = Subscription(rule: rule, continuation: continuation)
+        subscriptions[key] = Subscription(rules: rules, continuation: continuation)
         return true
     }
 
@@ -426,7 +426,7 @@ final class ConnectionCore {
         subscription.continuation.finish()
         if removeMatch && isConnected {
             // With no error argument this sends RemoveMatch without waiting for the reply.
-            dbus_bus_remove_match(raw, subscription.rule.description, nil)
+            for rule in subscription.rules { dbus_bus_remove_match(raw, rule.description, nil) }
         }
     }
 

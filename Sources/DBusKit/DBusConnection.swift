@@ -146,18 +146,27 @@ public final class DBusConnection: Sendable {
     /// order, none dropped. The stream finishes when the connection is lost or closed; cancelling its
     /// iteration (or dropping it) removes the rule.
     public func subscribe(_ rule: MatchRule, timeout: Duration = .seconds(10)) async throws(DBusError) -> AsyncStream<DBusMessage> {
+        try await subscribe([rule], timeout: timeout)
+    }
+
+    /// Subscribes to the messages matching any of `rules`, delivered in one stream in arrival order (so
+    /// that, say, a notification and the disconnection that follows it cannot swap places).
+    public func subscribe(_ rules: [MatchRule], timeout: Duration = .seconds(10)) async throws(DBusError) -> AsyncStream<DBusMessage> {
         let (stream, continuation) = AsyncStream.makeStream(of: DBusMessage.self, bufferingPolicy: .unbounded)
         let key = Keys.next()
         let core = self.core
         let queue = self.queue
         continuation.onTermination = { _ in queue.async { core.value.removeSubscription(key, removeMatch: true) } }
-        let added = await perform { $0.addSubscription(key, rule: rule, continuation: continuation) }
+        let added = await perform { $0.addSubscription(key, rules: rules, continuation: continuation) }
         guard added else { throw DBusError(.disconnected, "not connected to the bus") }
         do {
-            _ = try await call(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus,
-                               member: "AddMatch", arguments: [.string(rule.description)], timeout: timeout)
+            for rule in rules {
+                _ = try await call(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus,
+                                   member: "AddMatch", arguments: [.string(rule.description)], timeout: timeout)
+            }
         } catch {
-            await perform { $0.removeSubscription(key, removeMatch: false) }
+            // Rules already added are removed with the subscription.
+            await perform { $0.removeSubscription(key, removeMatch: true) }
             throw error
         }
         return stream

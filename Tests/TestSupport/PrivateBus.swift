@@ -66,13 +66,27 @@ public final class PrivateBus: Sendable {
         let arguments = ["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + configPath]
         var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for arg in argv { free(arg) } }
+        // Threads of the test process block signals; without a clean mask the daemon would ignore SIGTERM.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var emptyMask = sigset_t()
+        sigemptyset(&emptyMask)
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGTERM)
+        sigaddset(&defaults, SIGINT)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let status = posix_spawnp(&pid, "dbus-daemon", &actions, nil, &argv, environ)
+        let status = posix_spawnp(&pid, "dbus-daemon", &actions, &attributes, &argv, environ)
         guard status == 0 else { throw StartError(description: "cannot start dbus-daemon: \(String(cString: strerror(status)))") }
         let bus = PrivateBus(address: "unix:path=" + socket, pid: pid, directory: directory)
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
-            if FileManager.default.fileExists(atPath: socket) { return bus }
+            if Self.accepts(socket) { return bus }
             var exitStatus: Int32 = 0
             if waitpid(pid, &exitStatus, WNOHANG) == pid {
                 throw StartError(description: "dbus-daemon exited with status \(exitStatus)")
@@ -81,6 +95,26 @@ public final class PrivateBus: Sendable {
         }
         bus.close()
         throw StartError(description: "dbus-daemon did not create its socket in time")
+    }
+
+    /// Whether a Unix socket at `path` accepts a connection (the file appears before `listen`).
+    private static func accepts(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { Glibc.close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (i, b) in bytes.enumerated() { buffer[i] = b }
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return result == 0
     }
 
     /// Stops the daemon (SIGTERM, then SIGKILL after 2 s) and removes its directory. Idempotent.

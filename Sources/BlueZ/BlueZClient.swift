@@ -1,0 +1,350 @@
+import DBusKit
+import GatewayCore
+import Synchronization
+
+/// Interfaces and their properties, by interface name.
+public typealias InterfaceProperties = [String: [String: DBusValue]]
+
+/// What bluetoothd did, as seen through its bus name.
+public enum BluetoothdEvent: Sendable, Equatable {
+    /// `org.bluez` lost its owner: every object, connection, notification and registration is gone.
+    case stopped
+    /// `org.bluez` has an owner again (a new unique name). The mirror has been reloaded and the agent and
+    /// discovery registered again.
+    case started(uniqueName: String)
+}
+
+/// A client of bluetoothd over D-Bus.
+///
+/// It keeps a mirror of BlueZ's object tree (the match rules are installed before `GetManagedObjects`,
+/// then `InterfacesAdded`, `InterfacesRemoved` and `PropertiesChanged` keep it current) and follows the
+/// owner of `org.bluez`, so a restart of bluetoothd is noticed: the mirror is reloaded, and the pairing
+/// agent and discovery are registered again. Meter links end with `.disconnected` when bluetoothd stops.
+public actor BlueZClient {
+    public nonisolated let connection: DBusConnection
+    let logger: Logger
+    private let ownsConnection: Bool
+
+    /// The unique name of bluetoothd, nil while `org.bluez` has no owner.
+    public private(set) var owner: String?
+    /// The object tree, by path.
+    public private(set) var objects: [String: InterfaceProperties] = [:]
+
+    private var waiters: [Int: AsyncStream<Void>.Continuation] = [:]
+    private var deviceWatchers: [Int: (filter: [GATTUUID], continuation: AsyncStream<DiscoveredDevice>.Continuation)] = [:]
+    private var eventWatchers: [Int: AsyncStream<BluetoothdEvent>.Continuation] = [:]
+    private var pump: Task<Void, Never>?
+    private var nextKey = 0
+    private var closed = false
+
+    /// The discovery this client asked for, to be asked again after a restart of bluetoothd.
+    private var discovery: (adapterName: String?, uuids: [GATTUUID])?
+    var agent: PairingAgent?
+
+    /// Default timeout of ordinary calls (properties, discovery, GATT operations).
+    public var callTimeout: Duration = .seconds(15)
+
+    init(connection: DBusConnection, logger: Logger, ownsConnection: Bool) {
+        self.connection = connection
+        self.logger = logger
+        self.ownsConnection = ownsConnection
+    }
+
+    /// Connects to the system bus (or `bus`, a D-Bus address) and loads the object tree. bluetoothd need
+    /// not be running yet: the client notices when it starts.
+    public static func connect(bus address: String? = nil, logger: Logger = .silent) async throws(BlueZError) -> BlueZClient {
+        let connection: DBusConnection
+        do {
+            if let address {
+                connection = try await DBusConnection.connect(address: address)
+            } else {
+                connection = try await DBusConnection.system()
+            }
+        } catch {
+            throw BlueZError(.disconnected, "cannot connect to the bus: \(error.message)", name: error.name.rawValue)
+        }
+        let client = BlueZClient(connection: connection, logger: logger, ownsConnection: true)
+        do {
+            try await client.start()
+        } catch {
+            await connection.close()
+            throw error
+        }
+        return client
+    }
+
+    /// Uses an existing connection (which the caller closes).
+    public static func attach(to connection: DBusConnection, logger: Logger = .silent) async throws(BlueZError) -> BlueZClient {
+        let client = BlueZClient(connection: connection, logger: logger, ownsConnection: false)
+        try await client.start()
+        return client
+    }
+
+    private func start() async throws(BlueZError) {
+        let signals: AsyncStream<DBusMessage>
+        do {
+            signals = try await connection.subscribe([
+                // Everything bluetoothd broadcasts: ObjectManager signals on / and PropertiesChanged.
+                MatchRule(sender: BlueZNames.service),
+                MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
+                          path: DBusNames.busPath, arguments: [0: BlueZNames.service]),
+            ])
+            owner = try await connection.nameOwner(of: BlueZNames.service)
+        } catch {
+            throw BlueZError(error)
+        }
+        if owner != nil { await reload() }
+        pump = Task { [weak self] in
+            for await message in signals {
+                guard let self else { return }
+                await self.apply(message)
+            }
+            await self?.busLost()
+        }
+    }
+
+    /// Stops following bluetoothd; closes the connection if this client opened it. Links end.
+    public func close() async {
+        guard !closed else { return }
+        closed = true
+        pump?.cancel()
+        pump = nil
+        if let agent {
+            _ = try? await connection.call(destination: BlueZNames.service, path: BlueZNames.root,
+                                           interface: BlueZNames.agentManager, member: "UnregisterAgent",
+                                           arguments: [.objectPath(agent.path)], timeout: .seconds(2))
+        }
+        finishAll(with: .stopped)
+        if ownsConnection { await connection.close() }
+    }
+
+    /// Yields each time bluetoothd stops or starts (after the client has caught up with it).
+    public func bluetoothdEvents() -> AsyncStream<BluetoothdEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: BluetoothdEvent.self)
+        let key = takeKey()
+        eventWatchers[key] = continuation
+        continuation.onTermination = { _ in Task { await self.removeEventWatcher(key) } }
+        return stream
+    }
+
+    /// The unique name of each new bluetoothd after a restart (mirror reloaded, registrations renewed).
+    public func bluetoothdRestarts() -> AsyncStream<String> {
+        let events = bluetoothdEvents()
+        let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+        let task = Task {
+            for await event in events {
+                if case .started(let name) = event { continuation.yield(name) }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    private func removeEventWatcher(_ key: Int) { eventWatchers[key] = nil }
+
+    func takeKey() -> Int {
+        nextKey += 1
+        return nextKey
+    }
+
+    // MARK: - Mirror
+
+    private func reload() async {
+        guard let owner else { return }
+        do {
+            let reply = try await connection.call(destination: owner, path: "/", interface: DBusNames.objectManager,
+                                                  member: "GetManagedObjects", timeout: callTimeout)
+            guard let tree = reply.first?.managedObjects else {
+                logger.warning("bluez: GetManagedObjects reply has an unexpected type")
+                return
+            }
+            // Signals queued meanwhile are applied afterwards, in order, so the newest state wins.
+            objects = tree
+            changed()
+            for path in tree.keys.sorted() where tree[path]?[BlueZNames.device] != nil { deviceChanged(path) }
+        } catch {
+            logger.warning("bluez: GetManagedObjects failed: \(error)")
+        }
+    }
+
+    private func apply(_ message: DBusMessage) async {
+        if message.interface == DBusNames.bus && message.member == "NameOwnerChanged" {
+            guard message.body.count == 3, let new = message.body[2].string else { return }
+            await ownerChanged(to: new.isEmpty ? nil : new)
+            return
+        }
+        guard let owner, message.sender == owner else { return }
+        switch (message.interface, message.member) {
+        case (DBusNames.objectManager?, "InterfacesAdded"):
+            guard message.body.count == 2, let path = message.body[0].objectPath,
+                  let added = message.body[1].interfaces else { return }
+            var entry = objects[path] ?? [:]
+            for (name, properties) in added { entry[name] = properties }
+            objects[path] = entry
+            changed()
+            if added[BlueZNames.device] != nil { deviceChanged(path) }
+        case (DBusNames.objectManager?, "InterfacesRemoved"):
+            guard message.body.count == 2, let path = message.body[0].objectPath,
+                  let names = message.body[1].stringArray, var entry = objects[path] else { return }
+            for name in names { entry[name] = nil }
+            objects[path] = entry.isEmpty ? nil : entry
+            changed()
+        case (DBusNames.properties?, "PropertiesChanged"):
+            guard message.body.count >= 2, let path = message.path, let interface = message.body[0].string,
+                  let changes = message.body[1].vardict, var entry = objects[path],
+                  var properties = entry[interface] else { return }
+            for (name, value) in changes { properties[name] = value }
+            if message.body.count == 3, let invalidated = message.body[2].stringArray {
+                for name in invalidated { properties[name] = nil }
+            }
+            entry[interface] = properties
+            objects[path] = entry
+            changed()
+            if interface == BlueZNames.device,
+               !Set(changes.keys).isDisjoint(with: ["RSSI", "Name", "Alias", "UUIDs", "Paired", "ManufacturerData", "ServiceData"]) {
+                deviceChanged(path)
+            }
+        default:
+            break
+        }
+    }
+
+    private func ownerChanged(to new: String?) async {
+        guard new != owner else { return }
+        if owner != nil {
+            logger.notice("bluez: bluetoothd left the bus")
+            owner = nil
+            objects.removeAll()
+            changed()
+            for watcher in eventWatchers.values { watcher.yield(.stopped) }
+        }
+        guard let new else { return }
+        logger.notice("bluez: bluetoothd is on the bus as \(new)")
+        owner = new
+        await reload()
+        await registerAgain()
+        if owner == new {
+            for watcher in eventWatchers.values { watcher.yield(.started(uniqueName: new)) }
+        }
+    }
+
+    /// Registers the agent and the discovery again with a new bluetoothd.
+    private func registerAgain() async {
+        if let agent {
+            do {
+                try await registerAgent(agent)
+            } catch {
+                logger.warning("bluez: registering the pairing agent again failed: \(error)")
+            }
+        }
+        if let discovery {
+            do {
+                let adapter = try await waitForAdapter(named: discovery.adapterName, timeout: .seconds(30))
+                try await beginDiscovery(on: adapter, uuids: discovery.uuids)
+            } catch {
+                logger.warning("bluez: starting discovery again failed: \(error)")
+            }
+        }
+    }
+
+    private func busLost() {
+        guard !closed else { return }
+        logger.error("bluez: the connection to the bus was lost")
+        owner = nil
+        objects.removeAll()
+        finishAll(with: .stopped)
+    }
+
+    private func finishAll(with event: BluetoothdEvent) {
+        for watcher in eventWatchers.values {
+            watcher.yield(event)
+            watcher.finish()
+        }
+        eventWatchers.removeAll()
+        for watcher in deviceWatchers.values { watcher.continuation.finish() }
+        deviceWatchers.removeAll()
+        for waiter in waiters.values { waiter.finish() }
+        waiters.removeAll()
+    }
+
+    private func changed() {
+        for waiter in waiters.values { waiter.yield(()) }
+    }
+
+    // MARK: - Waiting on the mirror
+
+    /// Waits until `check` returns a value for the current mirror (checked now and after every change).
+    /// `check` may throw to stop waiting. Fails with `.timeout` after `timeout`, `.disconnected` when the
+    /// bus is lost.
+    func wait<T: Sendable>(
+        timeout: Duration, for what: String,
+        _ check: @Sendable (_ objects: [String: InterfaceProperties], _ owner: String?) throws(BlueZError) -> T?
+    ) async throws(BlueZError) -> T {
+        if let value = try check(objects, owner) { return value }
+        let key = takeKey()
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        waiters[key] = continuation
+        defer { waiters[key] = nil }
+        let deadline = ContinuousClock.now + timeout
+        let timer = Task {
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            continuation.yield(())
+        }
+        defer { timer.cancel() }
+        for await _ in stream {
+            if let value = try check(objects, owner) { return value }
+            if ContinuousClock.now >= deadline { throw BlueZError(.timeout, "timed out waiting for \(what)") }
+        }
+        if Task.isCancelled { throw BlueZError(.timeout, "cancelled while waiting for \(what)") }
+        throw BlueZError(.disconnected, "the bus connection closed while waiting for \(what)")
+    }
+
+    // MARK: - Devices appearing
+
+    /// Devices known now and each time one appears or updates its advertisement (RSSI, name, UUIDs,
+    /// paired), limited to those advertising any of `uuids` (all devices when empty). BlueZ merges the
+    /// discovery filters of all clients, so the filter is applied here too.
+    public func discoveredDevices(matching uuids: [GATTUUID] = [.glucoseService]) -> AsyncStream<DiscoveredDevice> {
+        let (stream, continuation) = AsyncStream.makeStream(of: DiscoveredDevice.self, bufferingPolicy: .bufferingNewest(256))
+        let key = takeKey()
+        deviceWatchers[key] = (uuids, continuation)
+        continuation.onTermination = { _ in Task { await self.removeDeviceWatcher(key) } }
+        for device in devices() where device.advertises(any: uuids) { continuation.yield(device) }
+        if closed { continuation.finish() }
+        return stream
+    }
+
+    private func removeDeviceWatcher(_ key: Int) { deviceWatchers[key] = nil }
+
+    private func deviceChanged(_ path: String) {
+        guard !deviceWatchers.isEmpty, let device = DiscoveredDevice(path: path, interfaces: objects[path]) else { return }
+        for watcher in deviceWatchers.values where device.advertises(any: watcher.filter) {
+            watcher.continuation.yield(device)
+        }
+    }
+
+    // MARK: - Calls
+
+    /// Calls bluetoothd, mapping the D-Bus error.
+    func callBlueZ(path: String, interface: String, member: String, arguments: [DBusValue] = [],
+                   timeout: Duration? = nil) async throws(BlueZError) -> [DBusValue] {
+        do {
+            return try await connection.call(destination: BlueZNames.service, path: path, interface: interface,
+                                             member: member, arguments: arguments, timeout: timeout ?? callTimeout)
+        } catch {
+            throw BlueZError(error)
+        }
+    }
+
+    /// Sets a property of a BlueZ object.
+    public func setProperty(path: String, interface: String, name: String, value: DBusValue) async throws(BlueZError) {
+        _ = try await callBlueZ(path: path, interface: DBusNames.properties, member: "Set",
+                                arguments: [.string(interface), .string(name), .variant(value)])
+    }
+
+    // MARK: - Discovery registration (bookkeeping shared with the adapter extension)
+
+    func rememberDiscovery(adapterName: String?, uuids: [GATTUUID]) { discovery = (adapterName, uuids) }
+    func forgetDiscovery() { discovery = nil }
+}

@@ -1,0 +1,135 @@
+import DBusKit
+import GatewayCore
+import Synchronization
+
+/// The pairing agent (`org.bluez.Agent1`, capability `KeyboardOnly`): the meter displays a passkey and
+/// the gateway "types" the PIN it was given.
+///
+/// It answers `RequestPasskey` only for the device being paired, with that device's PIN, and rejects every
+/// other request (`org.bluez.Error.Rejected`). `Cancel` and `Release` are acknowledged. It is exported and
+/// registered on the same connection that calls `Pair`, because bluetoothd asks the agent of the
+/// connection that sent `Pair`.
+public final class PairingAgent: Sendable {
+    public let path: String
+    public static let capability = "KeyboardOnly"
+
+    /// What the agent has been asked, in order (for logs and tests). Holds no PINs.
+    public enum Request: Sendable, Equatable {
+        case passkeyAnswered(device: String)
+        case rejected(method: String, device: String?)
+        case cancelled
+        case released
+    }
+
+    private struct State {
+        var target: (device: String, pin: UInt32)?
+        var requests: [Request] = []
+    }
+    private let state = Mutex(State())
+
+    init(path: String) {
+        self.path = path
+    }
+
+    /// Requests seen so far.
+    public var requests: [Request] { state.withLock { $0.requests } }
+
+    func setTarget(device: String, pin: UInt32) { state.withLock { $0.target = (device, pin) } }
+    func clearTarget() { state.withLock { $0.target = nil } }
+
+    private func record(_ request: Request) { state.withLock { $0.requests.append(request) } }
+
+    var interface: DBusInterface {
+        let rejecting: [(String, String, String)] = [
+            ("RequestPinCode", "o", "s"),
+            ("DisplayPinCode", "os", ""),
+            ("DisplayPasskey", "ouq", ""),
+            ("RequestConfirmation", "ou", ""),
+            ("RequestAuthorization", "o", ""),
+            ("AuthorizeService", "os", ""),
+        ]
+        var methods: [DBusMethod] = rejecting.map { name, input, output in
+            DBusMethod(name, in: input, out: output) { [weak self] call in
+                self?.record(.rejected(method: name, device: call.arguments.first?.objectPath))
+                throw DBusError(name: BlueZErrorNames.rejected, message: "\(name) is not supported")
+            }
+        }
+        methods.append(DBusMethod("RequestPasskey", in: "o", out: "u") { [weak self] call in
+            guard let self else { throw DBusError(name: BlueZErrorNames.rejected, message: "agent gone") }
+            let device = call.arguments.first?.objectPath
+            let target = self.state.withLock { $0.target }
+            guard let target, let device, device == target.device else {
+                self.record(.rejected(method: "RequestPasskey", device: device))
+                throw DBusError(name: BlueZErrorNames.rejected, message: "not pairing with this device")
+            }
+            self.record(.passkeyAnswered(device: device))
+            return [.uint32(target.pin)]
+        })
+        methods.append(DBusMethod("Cancel") { [weak self] _ in
+            self?.record(.cancelled)
+            return []
+        })
+        methods.append(DBusMethod("Release") { [weak self] _ in
+            self?.record(.released)
+            return []
+        })
+        return DBusInterface(BlueZNames.agent, methods: methods)
+    }
+}
+
+extension BlueZClient {
+    static let agentPath = "/glucose_gateway/agent"
+
+    /// Exports and registers the agent if not done yet (kept for the client's lifetime, registered again
+    /// after a restart of bluetoothd).
+    public func ensureAgent() async throws(BlueZError) -> PairingAgent {
+        if let agent { return agent }
+        let created = PairingAgent(path: Self.agentPath)
+        do {
+            try await connection.export(path: created.path, interfaces: [created.interface])
+        } catch {
+            throw BlueZError(error)
+        }
+        try await registerAgent(created)
+        agent = created
+        return created
+    }
+
+    func registerAgent(_ agent: PairingAgent) async throws(BlueZError) {
+        do {
+            _ = try await callBlueZ(path: BlueZNames.root, interface: BlueZNames.agentManager, member: "RegisterAgent",
+                                    arguments: [.objectPath(agent.path), .string(PairingAgent.capability)])
+        } catch where error.name == BlueZErrorNames.alreadyExists {
+            // Registered already on this connection.
+        }
+        // Also the default agent, so that pairing the meter starts itself (security request, ATT
+        // insufficient authentication) reaches this agent too. Failure here is not fatal.
+        do {
+            _ = try await callBlueZ(path: BlueZNames.root, interface: BlueZNames.agentManager,
+                                    member: "RequestDefaultAgent", arguments: [.objectPath(agent.path)])
+        } catch {
+            logger.info("bluez: RequestDefaultAgent failed: \(error)")
+        }
+    }
+
+    /// Pairs with a meter using the passkey it displays, then marks it trusted.
+    ///
+    /// The device must be known to BlueZ (discovered). `Pair` gets `timeout` (bluetoothd alone gives the
+    /// agent 60 s). `AlreadyExists` (already paired) counts as success. Errors keep BlueZ's names, e.g.
+    /// `org.bluez.Error.AuthenticationFailed` for a wrong PIN.
+    public func pair(address: String, pin: UInt32, timeout: Duration = .seconds(120)) async throws(BlueZError) {
+        guard pin <= 999_999 else { throw BlueZError(.permanent, "the PIN must have at most 6 digits") }
+        guard let device = device(address: address) else {
+            throw BlueZError(.notFound, "device \(address) is not known to BlueZ; scan first")
+        }
+        let agent = try await ensureAgent()
+        agent.setTarget(device: device.path, pin: pin)
+        defer { agent.clearTarget() }
+        do {
+            _ = try await callBlueZ(path: device.path, interface: BlueZNames.device, member: "Pair", timeout: timeout)
+        } catch where error.name == BlueZErrorNames.alreadyExists {
+            logger.info("bluez: \(address) was already paired")
+        }
+        try await setProperty(path: device.path, interface: BlueZNames.device, name: "Trusted", value: .bool(true))
+    }
+}

@@ -1,0 +1,382 @@
+import Testing
+import DBusKit
+import GatewayCore
+import TestSupport
+@testable import BlueZ
+
+func withTimeout<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        guard let first = try await group.next(), let value = first else {
+            group.cancelAll()
+            throw BlueZError(.timeout, "test step timed out after \(seconds) s")
+        }
+        group.cancelAll()
+        return value
+    }
+}
+
+let meterAddress = "AA:BB:CC:DD:EE:01"
+
+/// A private bus, the fake BlueZ and a client.
+final class Rig: Sendable {
+    let bus: PrivateBus
+    let fake: FakeBlueZ
+    let client: BlueZClient
+
+    init(script: FakeBlueZ.Script = FakeBlueZ.Script()) async throws {
+        bus = try await PrivateBus.start()
+        fake = try await FakeBlueZ.start(on: bus, script: script)
+        client = try await BlueZClient.connect(bus: bus.address)
+    }
+
+    func close() async {
+        await client.close()
+        await fake.stop()
+        bus.close()
+    }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct BlueZClientTests {
+    @Test func mirrorFollowsBluetoothdStartingLateAndDiscoveryFiltersByUUID() async throws {
+        let bus = try await PrivateBus.start()
+        let client = try await BlueZClient.connect(bus: bus.address)
+        #expect(await client.owner == nil)
+        await #expect(throws: BlueZError.self) { try await client.adapter() }
+        let fake = try await FakeBlueZ.start(on: bus)
+        let adapter = try await client.waitForAdapter(timeout: .seconds(5))
+        #expect(adapter.name == "hci0")
+        #expect(adapter.powered)
+        #expect(await client.owner == fake.connection.uniqueName)
+
+        try await client.startDiscovery()
+        #expect(fake.calls.contains("SetDiscoveryFilter le 00001808-0000-1000-8000-00805f9b34fb"))
+        #expect(fake.calls.last == "StartDiscovery")
+        let found = await client.discoveredDevices(matching: [.glucoseService])
+        try await fake.addDevice(address: "11:22:33:44:55:66", name: "Headphones", uuids: ["0000110b-0000-1000-8000-00805f9b34fb"])
+        try await fake.addDevice(address: meterAddress, name: "Meter", rssi: -55)
+        let first = try await withTimeout(5) { () -> DiscoveredDevice? in
+            for await device in found { return device }
+            return nil
+        }
+        #expect(first?.address == meterAddress)
+        #expect(first?.name == "Meter")
+        #expect(first?.rssi == -55)
+        #expect(first?.paired == false)
+        #expect(first?.uuids.contains(GATTUUID.glucoseService.uuidString) == true)
+        // RSSI updates of a known device come through too.
+        await fake.connection.setProperties(path: FakeBlueZ.devicePath(meterAddress), interface: "org.bluez.Device1",
+                                            ["RSSI": .int16(-40)])
+        let update = try await withTimeout(5) { () -> Int? in
+            for await device in found where device.rssi == -40 { return device.rssi }
+            return nil
+        }
+        #expect(update == -40)
+        #expect(try await client.waitForAdapter(timeout: .seconds(1)).discovering)
+        try await client.stopDiscovery()
+        #expect(fake.calls.last == "StopDiscovery")
+        await client.close()
+        await fake.stop()
+        bus.close()
+    }
+
+    @Test func connectResolveSubscribeAndReportAllInOrder() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(records: 200))
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        #expect(await link.hasCharacteristic(.recordAccessControlPoint))
+        #expect(await link.hasCharacteristic(.glucoseMeasurementContext) == false)
+        #expect(try await link.read(.glucoseFeature) == [0x02, 0x04])
+        try await link.subscribe(.glucoseMeasurement)
+        try await link.subscribe(.recordAccessControlPoint)
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let events = try await withTimeout(10) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                if case .value(.recordAccessControlPoint, _) = event { break }
+            }
+            return out
+        }
+        #expect(events.count == 201)
+        let expected: [MeterLinkEvent] = (0..<200).map { .value(.glucoseMeasurement, [0x00, UInt8($0 & 0xFF), UInt8($0 >> 8)]) }
+            + [.value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01])]
+        #expect(events == expected)
+        #expect(rig.fake.calls.contains("WriteValue 2a52 request"))
+        await link.disconnect()
+        // StopNotify for every subscription before Disconnect.
+        let tail = Array(rig.fake.calls.suffix(3))
+        #expect(tail == ["StopNotify 2a18", "StopNotify 2a52", "Disconnect"])
+        let last = try await withTimeout(5) { () -> MeterLinkEvent? in
+            var last: MeterLinkEvent?
+            for await event in link.events { last = event }
+            return last
+        }
+        #expect(last == .disconnected(reason: "disconnected by the gateway"))
+        await rig.close()
+    }
+
+    @Test func transientConnectFailuresAreRetried() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(
+            connectFailures: [
+                DBusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local"),
+                DBusError(name: "org.bluez.Error.InProgress", message: "In Progress"),
+            ],
+            dropsBeforeResolve: 1))
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(20),
+                                                     backoff: Backoff(initial: .milliseconds(20), attempts: 6))
+        #expect(rig.fake.calls.filter { $0 == "Connect" }.count == 4)
+        #expect(await link.hasCharacteristic(.glucoseMeasurement))
+        await link.disconnect()
+        await rig.close()
+    }
+
+    @Test func permanentConnectFailureIsNotRetried() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(connectFailures: [
+            DBusError(name: "org.bluez.Error.NotPermitted", message: "Not paired"),
+        ]))
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let error = await #expect(throws: MeterLinkError.self) {
+            try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        }
+        #expect(error?.kind == .permanent)
+        #expect(error?.message.contains("org.bluez.Error.NotPermitted") == true)
+        #expect(rig.fake.calls.filter { $0 == "Connect" }.count == 1)
+        let unknown = await #expect(throws: MeterLinkError.self) {
+            try await rig.client.connectMeter(address: "00:00:00:00:00:09", timeout: .seconds(1))
+        }
+        #expect(unknown?.kind == .permanent)
+        await rig.close()
+    }
+
+    @Test func servicesNeverResolvingTimesOutAndDisconnects() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(hangAfterConnect: true))
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let error = await #expect(throws: MeterLinkError.self) {
+            try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(2))
+        }
+        #expect(error?.kind == .timeout)
+        #expect(rig.fake.calls.last == "Disconnect")
+        await rig.close()
+    }
+
+    @Test func attErrorsKeepTheirCode() async throws {
+        let rig = try await Rig()
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        let notConfigured = await #expect(throws: MeterLinkError.self) {
+            try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        }
+        #expect(notConfigured?.attError == 0x81)
+        try await link.subscribe(.recordAccessControlPoint)
+        let busy = await #expect(throws: MeterLinkError.self) {
+            try await link.write(.recordAccessControlPoint, [0x01, 0x06])
+        }
+        #expect(busy?.attError == 0x80)
+        let missing = await #expect(throws: MeterLinkError.self) { try await link.read(.dateTime) }
+        #expect(missing?.kind == .notSupported)
+        await link.disconnect()
+        let closed = await #expect(throws: MeterLinkError.self) { try await link.read(.glucoseFeature) }
+        #expect(closed?.kind == .disconnected)
+        await rig.close()
+    }
+
+    @Test func deviceVanishingMidTransferEndsTheLink() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(records: 3))
+        let path = try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        try await link.subscribe(.glucoseMeasurement)
+        try await link.subscribe(.recordAccessControlPoint)
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let fake = rig.fake
+        let events = try await withTimeout(5) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                // Remove the device in the middle of the transfer.
+                if out.count == 2 { await fake.removeDevice(path: path) }
+            }
+            return out
+        }
+        // Whatever arrived before the removal, then the end; nothing after it.
+        #expect(events.count >= 3 && events.count <= 5)
+        #expect(events.dropLast().allSatisfy { if case .value = $0 { true } else { false } })
+        #expect(events.last == .disconnected(reason: "the meter's device object was removed"))
+        await rig.close()
+    }
+
+    @Test func meterDisconnectingEndsTheLink() async throws {
+        let rig = try await Rig()
+        let path = try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        await rig.fake.connection.setProperties(path: path, interface: "org.bluez.Device1", ["Connected": .bool(false)])
+        let last = try await withTimeout(5) { () -> MeterLinkEvent? in
+            var last: MeterLinkEvent?
+            for await event in link.events { last = event }
+            return last
+        }
+        #expect(last == .disconnected(reason: "the meter disconnected"))
+        await rig.close()
+    }
+
+    @Test func bluetoothdRestartIsSeenAndRegistrationsAreRenewed() async throws {
+        let bus = try await PrivateBus.start()
+        let first = try await FakeBlueZ.start(on: bus)
+        let client = try await BlueZClient.connect(bus: bus.address)
+        let restarts = await client.bluetoothdRestarts()
+        try await first.addDevice(address: meterAddress, name: "Meter")
+        _ = try await client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        _ = try await client.ensureAgent()
+        try await client.startDiscovery()
+        let link = try await client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        try await link.subscribe(.glucoseMeasurement)
+        await first.stop()
+        let last = try await withTimeout(5) { () -> MeterLinkEvent? in
+            var last: MeterLinkEvent?
+            for await event in link.events { last = event }
+            return last
+        }
+        #expect(last == .disconnected(reason: "bluetoothd stopped"))
+        let second = try await FakeBlueZ.start(on: bus)
+        let newName = try await withTimeout(10) { () -> String? in
+            for await name in restarts { return name }
+            return nil
+        }
+        #expect(newName == second.connection.uniqueName)
+        #expect(newName != first.connection.uniqueName)
+        #expect(second.calls.contains("RegisterAgent KeyboardOnly"))
+        #expect(second.calls.contains("StartDiscovery"))
+        #expect(await client.device(address: meterAddress) == nil)
+        await client.close()
+        await second.stop()
+        bus.close()
+    }
+
+    @Test func pairingAnswersThePasskeyOnlyForTheDeviceBeingPaired() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(passkey: 4321))
+        let path = try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+
+        let wrong = await #expect(throws: BlueZError.self) {
+            try await rig.client.pair(address: meterAddress, pin: 1234, timeout: .seconds(10))
+        }
+        #expect(wrong?.name == "org.bluez.Error.AuthenticationFailed")
+        #expect(wrong?.kind == .permanent)
+        #expect(!rig.fake.calls.contains { $0.hasPrefix("Set Trusted") })
+
+        try await rig.client.pair(address: meterAddress, pin: 4321, timeout: .seconds(10))
+        #expect(rig.fake.calls.contains("Set Trusted=true"))
+        #expect(rig.fake.calls.filter { $0 == "RegisterAgent KeyboardOnly" }.count == 1)
+        let device = try await withTimeout(5) {
+            try await rig.client.wait(timeout: .seconds(5), for: "paired") { objects, _ in
+                DiscoveredDevice(path: path, interfaces: objects[path]).flatMap { $0.paired && $0.trusted ? $0 : nil }
+            }
+        }
+        #expect(device.paired)
+
+        // Outside a Pair call, or for another device, the agent refuses.
+        let agentPath = BlueZClient.agentPath
+        let refused = await #expect(throws: DBusError.self) {
+            try await rig.fake.connection.call(destination: rig.client.connection.uniqueName, path: agentPath,
+                                               interface: "org.bluez.Agent1", member: "RequestPasskey",
+                                               arguments: [.objectPath(path)], timeout: .seconds(5))
+        }
+        #expect(refused?.name.rawValue == "org.bluez.Error.Rejected")
+        let confirm = await #expect(throws: DBusError.self) {
+            try await rig.fake.connection.call(destination: rig.client.connection.uniqueName, path: agentPath,
+                                               interface: "org.bluez.Agent1", member: "RequestConfirmation",
+                                               arguments: [.objectPath(path), .uint32(1)], timeout: .seconds(5))
+        }
+        #expect(confirm?.name.rawValue == "org.bluez.Error.Rejected")
+        let cancel = try await rig.fake.connection.call(destination: rig.client.connection.uniqueName, path: agentPath,
+                                                        interface: "org.bluez.Agent1", member: "Cancel", timeout: .seconds(5))
+        #expect(cancel.isEmpty)
+        let agent = try await rig.client.ensureAgent()
+        #expect(agent.requests.filter { $0 == .passkeyAnswered(device: path) }.count == 2)
+        #expect(agent.requests.last == .cancelled)
+
+        #expect(try await rig.client.removeDevice(address: meterAddress))
+        #expect(rig.fake.calls.last == "RemoveDevice \(path)")
+        #expect(try await rig.client.removeDevice(address: meterAddress) == false)
+        await rig.close()
+    }
+
+    @Test func busLossEndsLinksAndEvents() async throws {
+        let rig = try await Rig()
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let events = await rig.client.bluetoothdEvents()
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        rig.bus.kill()
+        let last = try await withTimeout(5) { () -> MeterLinkEvent? in
+            var last: MeterLinkEvent?
+            for await event in link.events { last = event }
+            return last
+        }
+        #expect(last == .disconnected(reason: "the connection to the bus was lost"))
+        let seen = try await withTimeout(5) { () -> [BluetoothdEvent] in
+            var out: [BluetoothdEvent] = []
+            for await event in events { out.append(event) }
+            return out
+        }
+        #expect(seen == [.stopped])
+        await rig.close()
+    }
+}
+
+@Suite struct BlueZErrorTests {
+    struct Case: Sendable, CustomTestStringConvertible {
+        var name: String
+        var message: String
+        var kind: BlueZError.Kind
+        var att: UInt8? = nil
+        var testDescription: String { "\(name) \(message)" }
+    }
+
+    static let cases: [Case] = [
+        Case(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local", kind: .transient),
+        Case(name: "org.bluez.Error.Failed", message: "Software caused connection abort", kind: .transient),
+        Case(name: "org.bluez.Error.Failed", message: "br-connection-canceled", kind: .transient),
+        Case(name: "org.bluez.Error.InProgress", message: "In Progress", kind: .transient),
+        Case(name: "org.bluez.Error.NotReady", message: "Resource Not Ready", kind: .transient),
+        Case(name: "org.bluez.Error.Failed", message: "le-connection-key-missing", kind: .permanent),
+        Case(name: "org.bluez.Error.NotPermitted", message: "Not paired", kind: .permanent),
+        Case(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed", kind: .permanent),
+        Case(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist", kind: .notFound),
+        Case(name: "org.freedesktop.DBus.Error.UnknownObject", message: "Method \"Connect\" doesn't exist", kind: .notFound),
+        Case(name: "org.bluez.Error.NotConnected", message: "Not Connected", kind: .disconnected),
+        Case(name: "org.bluez.Error.NotSupported", message: "Operation is not supported", kind: .notSupported),
+        Case(name: "org.freedesktop.DBus.Error.NoReply", message: "Did not receive a reply", kind: .timeout),
+        Case(name: "org.freedesktop.DBus.Error.Disconnected", message: "gone", kind: .disconnected),
+        Case(name: "org.bluez.Error.Failed", message: "Operation failed with ATT error: 0x80", kind: .permanent, att: 0x80),
+        Case(name: "org.bluez.Error", message: "Operation failed with ATT error: 0x81", kind: .permanent, att: 0x81),
+        Case(name: "org.bluez.Error.Failed", message: "Operation failed with ATT error: 0xZZ", kind: .permanent),
+    ]
+
+    @Test(arguments: cases)
+    func classification(_ c: Case) {
+        let error = BlueZError(DBusError(name: c.name, message: c.message))
+        #expect(error.kind == c.kind)
+        #expect(error.name == c.name)
+        #expect(error.message == c.message)
+        #expect(error.attError == c.att)
+        #expect(error.meterLinkError.attError == c.att)
+    }
+
+    @Test func backoffDoublesUpToTheCap() {
+        let backoff = Backoff(initial: .milliseconds(250), maximum: .seconds(1), attempts: 6)
+        #expect((1...5).map { backoff.delay(before: $0) } == [.milliseconds(250), .milliseconds(500), .seconds(1), .seconds(1), .seconds(1)])
+    }
+}
