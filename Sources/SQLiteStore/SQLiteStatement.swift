@@ -71,7 +71,8 @@ final class SQLiteStatement {
                 // An empty buffer may have no address; SQLite reads a null pointer as NULL, so give it "".
                 guard let base = buffer.baseAddress else { return sqlite3_bind_text(handle, index, "", 0, csqlite_transient()) }
                 return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
-                    sqlite3_bind_text(handle, index, $0, Int32(buffer.count), csqlite_transient())
+                    // The 64-bit length never traps; SQLite answers SQLITE_TOOBIG past its own limit.
+                    sqlite3_bind_text64(handle, index, $0, UInt64(buffer.count), csqlite_transient(), UInt8(SQLITE_UTF8))
                 }
             }
             try connection.check(rc, sql: sql)
@@ -80,7 +81,7 @@ final class SQLiteStatement {
             let rc = bytes.withUnsafeBytes { buffer in
                 // A zero-length blob must stay a blob, not become NULL.
                 guard let base = buffer.baseAddress, buffer.count > 0 else { return sqlite3_bind_zeroblob(handle, index, 0) }
-                return sqlite3_bind_blob(handle, index, base, Int32(buffer.count), csqlite_transient())
+                return sqlite3_bind_blob64(handle, index, base, UInt64(buffer.count), csqlite_transient())
             }
             try connection.check(rc, sql: sql)
         }
