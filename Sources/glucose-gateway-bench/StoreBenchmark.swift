@@ -38,6 +38,7 @@ enum StoreInsertBenchmark {
             meter.name = "Bench meter"
             try await store.saveMeter(meter)
             let clock = ContinuousClock()
+            let cpuStart = processCPUSeconds()
             let start = clock.now
             var inserted = 0
             var index = 0
@@ -47,6 +48,7 @@ enum StoreInsertBenchmark {
                 index = end
             }
             let elapsed = clock.now - start
+            let cpu = processCPUSeconds() - cpuStart
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let pending = try await store.metrics().destinations.values.reduce(0) { $0 + $1.pending }
             await store.close()
@@ -57,7 +59,8 @@ enum StoreInsertBenchmark {
             let rate = Double(count) / seconds
             StandardStream.writeOutput(
                 "store-insert: \(count) readings, \(batch) per transaction, \(destinations) destination(s): "
-                    + "\(formatted(seconds, digits: 3)) s, \(Int(rate)) readings/s\n"
+                    + "\(formatted(seconds, digits: 3)) s, \(Int(rate)) readings/s; "
+                    + "CPU \(formatted(cpu, digits: 3)) s (user+system), \(Int(Double(count) / cpu)) readings per CPU second\n"
             )
             return 0
         } catch {
@@ -116,6 +119,15 @@ private func benchReading(meter: String, sequence: Int) -> NewReading {
         rawMeasurement: [0x0B, UInt8(truncatingIfNeeded: sequence), UInt8(truncatingIfNeeded: sequence >> 8), 0xE8, 0x07, 0x03, 0x05, 0x0E, 0x1E, 0x00, 0x00, 0x00, 0x69, 0xB0, 0x11],
         rawContext: nil, receivedAt: instant + 5_000, exclusion: nil
     )
+}
+
+/// User plus system CPU time of the whole process (every thread), in seconds.
+private func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let user = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+    let system = Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+    return user + system
 }
 
 private func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
