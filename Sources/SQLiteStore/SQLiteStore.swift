@@ -212,15 +212,14 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
 
     // MARK: OutboxStore
 
+    static let claimSQL = "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ? AND state = 'pending' ORDER BY id LIMIT ?"
+
     public func claimPending(_ destination: DestinationName, limit: Int) throws -> [OutboxItem] {
         guard limit > 0 else { return [] }
         let db = try openConnection()
         let claimedAt = now()
         return try db.transaction {
-            let items = try db.query(
-                "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ? AND state = 'pending' ORDER BY id LIMIT ?",
-                [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode
-            )
+            let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
             for item in items {
                 try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
             }
@@ -350,5 +349,12 @@ extension SQLiteStore {
     /// Pages in the database file (tests: to set `max_page_count` just above it).
     package func pageCountForTesting() throws -> Int {
         try openConnection().queryFirst("PRAGMA page_count") { $0.int(0) } ?? 0
+    }
+}
+
+extension SQLiteStore {
+    /// The plan SQLite chooses for the claim query (tests: the queue must be read through its index).
+    package func claimQueryPlanForTesting() throws -> [String] {
+        try openConnection().query("EXPLAIN QUERY PLAN " + Self.claimSQL, [.text("nightscout"), .integer(1)]) { $0.text(3) }
     }
 }

@@ -93,6 +93,14 @@ import Testing
         await store.close()
     }
 
+    @Test func claimingReadsThePendingIndexNotTheHistory() async throws {
+        let store = try await filledStore(":memory:", readings: 3)
+        let plan = try await store.claimQueryPlanForTesting()
+        #expect(plan.contains { $0.contains("outbox_pending") }, "plan: \(plan)")
+        #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "no sort: \(plan)")
+        await store.close()
+    }
+
     @Test func destinationStateRoundTrips() async throws {
         let store = try SQLiteStore(path: ":memory:")
         #expect(try await store.destinationState(.nightscout) == nil)
