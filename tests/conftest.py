@@ -50,3 +50,38 @@ def standin(private_bus, tmp_path):
     yield start
     for sim in started:
         sim.stop()
+
+
+@pytest.fixture
+def bluezoo(private_bus, tmp_path):
+    """bluezoo (a BlueZ emulator) on the private bus with two powered adapters, hci0 and hci1; stopped by
+    pid afterwards. Yields the adapters' addresses."""
+    import subprocess
+    import sys
+    import time
+    from gg_bus import stop_process
+
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=private_bus)
+    addresses = ["00:00:00:01:00:00", "00:00:00:02:00:00"]
+    log = open(tmp_path / "bluezoo.log", "w")
+    args = [os.path.join(os.path.dirname(sys.executable), "bluezoo"), "--auto-enable", "--scan-interval", "1"]
+    for a in addresses:
+        args += ["-a", a]
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        # Ready when org.bluez answers with both adapters.
+        deadline = time.monotonic() + 15
+        while True:
+            probe = subprocess.run(
+                ["dbus-send", "--bus=" + private_bus, "--print-reply", "--dest=org.bluez", "/org/bluez/hci1",
+                 "org.freedesktop.DBus.Properties.Get", "string:org.bluez.Adapter1", "string:Powered"],
+                capture_output=True, text=True, timeout=5)
+            if probe.returncode == 0 and "true" in probe.stdout:
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("bluezoo did not come up: " + (tmp_path / "bluezoo.log").read_text()[-2000:])
+            time.sleep(0.1)
+        yield addresses
+    finally:
+        stop_process(process)
+        log.close()

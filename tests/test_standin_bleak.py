@@ -1,7 +1,6 @@
 """bleak, the BlueZ client most Linux BLE code uses, against the BlueZ stand-in: scan by service UUID,
 connect, subscribe to 0x2A18 and 0x2A52, write a RACP request and receive every record in order."""
 import asyncio
-import os
 import struct
 
 import pytest
@@ -16,22 +15,24 @@ RACP = "00002a52-0000-1000-8000-00805f9b34fb"
 FEATURE = "00002a51-0000-1000-8000-00805f9b34fb"
 
 
-def run_with_bus(bus, coroutine_function, timeout=60):
+def run_with_bus(monkeypatch, bus, coroutine_function, timeout=60):
     """Runs a bleak scenario against the bus in a fresh event loop (bleak's manager is per loop)."""
-    os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", bus)
     return asyncio.run(asyncio.wait_for(coroutine_function(), timeout))
 
 
 async def download(address, request, expect_end):
     """Discovers the meter by the GLS UUID, subscribes and runs one RACP procedure; returns
     (measurements, contexts, racp indications)."""
-    device = None
-    async with BleakScanner(service_uuids=[GLS]) as scanner:
-        async for dev, adv in scanner.advertisement_data():
-            if dev.address == address:
-                assert GLS in adv.service_uuids
-                device = dev
-                break
+    found = asyncio.get_running_loop().create_future()
+
+    def on_advertisement(dev, adv):
+        if dev.address == address and not found.done():
+            found.set_result((dev, adv))
+
+    async with BleakScanner(on_advertisement, service_uuids=[GLS]):
+        device, adv = await asyncio.wait_for(found, 20)
+    assert GLS in adv.service_uuids
     measurements, contexts, racp = [], [], []
     done = asyncio.Event()
 
@@ -62,7 +63,7 @@ def sequence(measurement):
     return struct.unpack_from("<H", measurement, 1)[0]
 
 
-def test_bleak_downloads_every_record_in_order(standin, meter_file, private_bus):
+def test_bleak_downloads_every_record_in_order(standin, meter_file, private_bus, monkeypatch):
     meter = sample_meter(bonding=False, count=40, first=17)
     meter["records"][3]["context"] = {"meal": 1}
     standin("--meter", meter_file(meter))
@@ -70,7 +71,7 @@ def test_bleak_downloads_every_record_in_order(standin, meter_file, private_bus)
     async def scenario():
         return await download("C0:26:DA:01:02:03", b"\x01\x01", lambda d: d[:3] == b"\x06\x00\x01")
 
-    measurements, contexts, racp = run_with_bus(private_bus, scenario)
+    measurements, contexts, racp = run_with_bus(monkeypatch, private_bus, scenario)
     assert [sequence(m) for m in measurements] == list(range(17, 57))
     # Glucose concentration of the first record: 100 mg/dL as 100e-5 kg/L (flags: offset + concentration).
     assert measurements[0][0] & 0x03 == 0x03
@@ -79,7 +80,7 @@ def test_bleak_downloads_every_record_in_order(standin, meter_file, private_bus)
     assert racp == [b"\x06\x00\x01\x01"]
 
 
-def test_bleak_sequence_filter_and_count(standin, meter_file, private_bus):
+def test_bleak_sequence_filter_and_count(standin, meter_file, private_bus, monkeypatch):
     standin("--meter", meter_file(sample_meter(bonding=False, count=10, first=300)))
 
     async def scenario():
@@ -90,7 +91,7 @@ def test_bleak_sequence_filter_and_count(standin, meter_file, private_bus):
                               lambda d: d[0] == 0x06)
         return first, count, none
 
-    first, count, none = run_with_bus(private_bus, scenario)
+    first, count, none = run_with_bus(monkeypatch, private_bus, scenario)
     assert [sequence(m) for m in first[0]] == list(range(305, 310))
     assert first[2] == [b"\x06\x00\x01\x01"]
     assert count[2] == [b"\x05\x00\x0a\x00"]
