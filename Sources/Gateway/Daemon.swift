@@ -5,8 +5,8 @@ import GlucoseProfile
 public protocol DaemonStore: ReadingStore, OutboxStore {
     /// Meters paired with this gateway (unpaired ones are left alone).
     func pairedMeters() async throws -> [MeterInfo]
-    /// Readings stored, all meters.
-    func storedReadingCount() async throws -> Int
+    /// Readings stored, all meters, and how many of them are kept out of upload.
+    func readingTotals() async throws -> (stored: Int, excluded: Int)
 }
 
 /// The upload side as the daemon drives it (the sync engine's uploader in the product).
@@ -115,6 +115,7 @@ public struct DaemonSnapshot: Sendable, Equatable {
     public var activeSessions: [String] = []
     public var counters = DaemonCounters()
     public var readingsTotal: Int?
+    public var readingsExcluded: Int?
     public var destinations: [DestinationSnapshot] = []
     public var lastReloadError: String?
     /// Gateway-side milliseconds from a meter being reported to `Connect` being sent, last session.
@@ -527,7 +528,10 @@ public actor GatewayDaemon {
             list.append(DestinationSnapshot(name: name, counts: counts, state: state ?? nil))
         }
         snapshot.destinations = list
-        snapshot.readingsTotal = try? await store.storedReadingCount()
+        if let totals = try? await store.readingTotals() {
+            snapshot.readingsTotal = totals.stored
+            snapshot.readingsExcluded = totals.excluded
+        }
     }
 
     private func publish() async {

@@ -88,53 +88,28 @@ public enum DaemonStateFile {
     }
 }
 
-/// The Prometheus text exposition of a snapshot, for node_exporter's textfile collector (`metrics_file`).
-public enum DaemonMetrics {
-    public static func text(_ s: DaemonSnapshot, now: UnixMillis) -> String {
-        var out = ""
-        func metric(_ name: String, _ type: String, _ help: String, _ samples: [(labels: String, value: String)]) {
-            out += "# HELP glucose_gateway_\(name) \(help)\n# TYPE glucose_gateway_\(name) \(type)\n"
-            for sample in samples {
-                out += "glucose_gateway_\(name)\(sample.labels.isEmpty ? "" : "{\(sample.labels)}") \(sample.value)\n"
-            }
-        }
-        func dest(_ name: DestinationName) -> String { "destination=\"\(escape(name.rawValue))\"" }
-
-        metric("readings_stored", "gauge", "Readings in the database.", [("", String(s.readingsTotal ?? 0))])
-        metric("readings_downloaded_total", "counter", "Readings new to the database from downloads since the daemon started.",
-               [("", String(s.counters.readingsStored))])
-        metric("uploaded", "gauge", "Readings acknowledged by each destination.",
-               s.destinations.map { (dest($0.name), String($0.counts.acknowledged)) })
-        metric("pending", "gauge", "Readings waiting to be uploaded (pending or in flight).",
-               s.destinations.map { (dest($0.name), String($0.counts.pending + $0.counts.inFlight)) })
-        metric("quarantined", "gauge", "Readings a destination refused, kept aside.",
-               s.destinations.map { (dest($0.name), String($0.counts.quarantined)) })
-        metric("oldest_unsent_age_seconds", "gauge", "Age of the oldest reading not yet uploaded (0 when none).",
-               s.destinations.map { d in (dest(d.name), String(d.counts.oldestUnsent.map { max(0, (now - $0) / 1000) } ?? 0)) })
-        metric("network_state_code", "gauge", "Last upload error code: 0 ok, 1001 network not connected, 1002 network timeout, else HTTP status.",
-               s.destinations.map { (dest($0.name), String($0.state?.lastErrorCode ?? 0)) })
-        metric("meter_connects_total", "counter", "Meter connections since the daemon started.", [("", String(s.counters.connects))])
-        let reasons = s.counters.failures.keys.sorted()
-        metric("meter_failures_total", "counter", "Failed meter connections and downloads by reason.",
-               reasons.map { ("reason=\"\(escape($0))\"", String(s.counters.failures[$0] ?? 0)) })
-        metric("downloads_total", "counter", "Complete meter downloads since the daemon started.", [("", String(s.counters.downloads))])
-        metric("bluetoothd_up", "gauge", "1 when bluetoothd is on the bus.", [("", s.radio.bluetoothdRunning ? "1" : "0")])
-        metric("adapter_up", "gauge", "1 when a powered adapter is in use.", [("", s.radio.adapter != nil && s.radio.adapterPowered ? "1" : "0")])
-        metric("paired_meters", "gauge", "Meters paired with this gateway.", [("", String(s.pairedMeters))])
-        metric("last_update_timestamp_seconds", "gauge", "When these figures were written.", [("", String(now / 1000))])
-        return out
+extension DaemonSnapshot {
+    /// The figures for the Prometheus textfile (`metrics_file`, written by `PrometheusTextfile`).
+    public func metrics(now: UnixMillis) -> MetricsSnapshot {
+        let code = lastErrorCode ?? 0
+        return MetricsSnapshot(
+            readingsStored: readingsTotal ?? 0, readingsExcluded: readingsExcluded ?? 0,
+            destinations: destinations.map { d in
+                DestinationMetrics(name: d.name.rawValue, uploaded: d.counts.acknowledged, pending: d.counts.pending + d.counts.inFlight,
+                                   quarantined: d.counts.quarantined,
+                                   oldestUnsentAgeSeconds: d.counts.oldestUnsent.map { max(0, (now - $0) / 1000) })
+            },
+            connects: counters.connects, connectFailures: counters.failures, networkStateCode: code,
+            networkStateName: code == 0 ? nil : DaemonSnapshot.codeName(code), generatedAt: now
+        )
     }
 
-    static func escape(_ s: String) -> String {
-        var out = ""
-        for ch in s {
-            switch ch {
-            case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case "\n": out += "\\n"
-            default: out.append(ch)
-            }
+    /// `NETWORK_NOT_CONNECTED` for 1001, `NETWORK_TIMEOUT` for 1002, `HTTP n` otherwise.
+    public static func codeName(_ code: Int) -> String {
+        switch code {
+        case 1001: "NETWORK_NOT_CONNECTED"
+        case 1002: "NETWORK_TIMEOUT"
+        default: "HTTP \(code)"
         }
-        return out
     }
 }

@@ -13,7 +13,10 @@ import TestSupport
 struct TestDaemonStore: DaemonStore, SequenceCounterStore {
     let base: SQLiteStore
     func pairedMeters() async throws -> [MeterInfo] { try await base.meters().map(\.info) }
-    func storedReadingCount() async throws -> Int { try await base.readingCount() }
+    func readingTotals() async throws -> (stored: Int, excluded: Int) {
+        let m = try await base.metrics()
+        return (m.readings, m.excludedReadings)
+    }
     func meter(_ address: String) async throws -> MeterInfo? { try await base.meter(address) }
     func saveMeter(_ meter: MeterInfo) async throws { try await base.saveMeter(meter) }
     func insert(_ readings: [NewReading]) async throws -> Int { try await base.insert(readings) }
@@ -316,12 +319,12 @@ struct DaemonTests {
         s.counters.failures = ["timeout": 2]
         s.readingsTotal = 13
         #expect(s.statusLine == "2 meters, 4 pending, last error 1001")
-        let metrics = DaemonMetrics.text(s, now: 70_000)
+        let metrics = PrometheusTextfile.render(s.metrics(now: 70_000))
         #expect(metrics.contains("glucose_gateway_pending{destination=\"nightscout\"} 4\n"))
         #expect(metrics.contains("glucose_gateway_oldest_unsent_age_seconds{destination=\"nightscout\"} 60\n"))
-        #expect(metrics.contains("glucose_gateway_network_state_code{destination=\"nightscout\"} 1001\n"))
-        #expect(metrics.contains("glucose_gateway_meter_failures_total{reason=\"timeout\"} 2\n"))
-        #expect(metrics.contains("glucose_gateway_readings_stored 13\n"))
+        #expect(metrics.contains("glucose_gateway_network_state 1001\n"))
+        #expect(metrics.contains("glucose_gateway_meter_connect_failures_total{reason=\"timeout\"} 2\n"))
+        #expect(metrics.contains("glucose_gateway_readings_stored_total 13\n"))
         let json = DaemonStateFile.json(s).compactText
         #expect(json.contains("\"adapter\":\"hci0\""))
 
