@@ -1,11 +1,412 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DBusKit
+import Foundation
+import Gateway
 import GatewayCore
+import SQLiteStore
+import SyncEngine
 
 enum StatusCommand: GatewayCommand {
     static let name = "status"
-    static let abstract = "Show adapter, meters and destinations"
-    static let help = "usage: glucose-gateway status\n\nShow adapter, meters and destinations."
+    static let abstract = "Show the daemon, Bluetooth, meters and upload queues (--json for machines)"
+    static let help = """
+    usage: glucose-gateway status [--json]
+
+    Reads the database (while the daemon runs, too: SQLite WAL readers never block it), the daemon's
+    run-state file beside it (<database>.daemon.json) and asks bluetoothd on the system bus. Shows:
+      daemon        running or not, pid, what it is doing, connections and failures since it started
+      bluetooth     bluetoothd on the bus or not, the adapter, powered, rfkill, discovering
+      meters        last seen, last sync, highest sequence, clock skew, and a warning for meters that keep
+                    one bond only (pairing a phone with such a meter unpairs the gateway)
+      destinations  state, last error code (1001 NETWORK_NOT_CONNECTED, 1002 NETWORK_TIMEOUT, or HTTP) and
+                    message, pending, quarantined, age of the oldest unsent reading, last success
+
+    Options:
+      --json    one JSON object on stdout (times as Unix milliseconds, null when unknown)
+
+    Exit status: 0 the status was shown (also when bluetoothd or the daemon is not running: that is part
+    of the report); 78 configuration error; 1 the database cannot be read.
+    """
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'status' is not available in this build")
+        let json = arguments.flag("--json")
+        try arguments.finish()
+        let config = try context.loadConfig()
+        let now = SystemClock.now()
+        let report = StatusReport(
+            generatedAt: now,
+            daemon: DaemonStatusReader.read(database: config.gateway.database),
+            bluetooth: await BluetoothStatusReader.read(adapter: config.gateway.adapter),
+            store: try await StoreStatusReader.read(config: config, now: now)
+        )
+        StandardStream.writeOutput(json ? report.json.prettyText + "\n" : report.text)
+        return .ok
+    }
+}
+
+// MARK: - Parts
+
+struct DaemonStatus {
+    var running = false
+    var pid: Int32?
+    var phase: String?
+    var startedAt: UnixMillis?
+    var updatedAt: UnixMillis?
+    var watching: String?
+    var activeSessions: [String] = []
+    var counters: [String: Any] = [:]
+    var lastReloadError: String?
+    var lastReactionMs: Int?
+}
+
+enum DaemonStatusReader {
+    static func read(database: String) -> DaemonStatus {
+        var status = DaemonStatus()
+        let path = DaemonStateFile.path(database: database)
+        guard let data = FileManager.default.contents(atPath: path),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return status }
+        let pid = (object["pid"] as? NSNumber)?.int32Value
+        status.pid = pid
+        status.phase = object["phase"] as? String
+        status.startedAt = (object["started_at"] as? NSNumber)?.int64Value
+        status.updatedAt = (object["updated_at"] as? NSNumber)?.int64Value
+        status.watching = (object["radio"] as? [String: Any])?["watching"] as? String
+        status.activeSessions = object["active_sessions"] as? [String] ?? []
+        status.counters = object["counters"] as? [String: Any] ?? [:]
+        status.lastReloadError = object["last_reload_error"] as? String
+        status.lastReactionMs = (object["last_reaction_ms"] as? NSNumber)?.intValue
+        if let pid, pid > 0, status.phase != "stopped" {
+            status.running = kill(pid, 0) == 0 || errno == EPERM
+        }
+        return status
+    }
+}
+
+struct BluetoothStatus {
+    /// Nil when the system bus itself cannot be reached.
+    var busReachable = false
+    var bluetoothdRunning = false
+    var adapter: String?
+    var address: String?
+    var powered = false
+    var powerState: String?
+    var discovering = false
+    var error: String?
+}
+
+enum BluetoothStatusReader {
+    static func read(adapter wanted: String?) async -> BluetoothStatus {
+        var status = BluetoothStatus()
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.system()
+        } catch {
+            status.error = "system bus not reachable: \(error.message)"
+            return status
+        }
+        status.busReachable = true
+        await query(connection, wanted: wanted, into: &status)
+        await connection.close()
+        return status
+    }
+
+    private static func query(_ connection: DBusConnection, wanted: String?, into status: inout BluetoothStatus) async {
+        do {
+            guard let owner = try await connection.nameOwner(of: "org.bluez", timeout: .seconds(3)) else {
+                status.error = "bluetoothd is not running"
+                return
+            }
+            status.bluetoothdRunning = true
+            let reply = try await connection.call(destination: owner, path: "/", interface: "org.freedesktop.DBus.ObjectManager",
+                                                  member: "GetManagedObjects", timeout: .seconds(3))
+            let tree = reply.first?.managedObjects ?? [:]
+            var adapters: [(name: String, properties: [String: DBusValue])] = []
+            for path in tree.keys.sorted() {
+                guard let properties = tree[path]?["org.bluez.Adapter1"] else { continue }
+                adapters.append((String(path.split(separator: "/").last ?? ""), properties))
+            }
+            let candidates = wanted.map { w in adapters.filter { $0.name == w || $0.properties["Address"]?.string == w } } ?? adapters
+            let chosen = candidates.first { $0.properties["Powered"]?.bool == true } ?? candidates.first
+            if let chosen {
+                status.adapter = chosen.name
+                status.address = chosen.properties["Address"]?.string
+                status.powered = chosen.properties["Powered"]?.bool ?? false
+                status.powerState = chosen.properties["PowerState"]?.string
+                status.discovering = chosen.properties["Discovering"]?.bool ?? false
+            } else {
+                status.error = wanted.map { "no adapter \($0)" } ?? "no Bluetooth adapter"
+            }
+        } catch {
+            status.error = "bluetoothd did not answer: \(error.message)"
+        }
+    }
+}
+
+struct MeterStatus {
+    var info: MeterInfo
+    var readings: Int
+}
+
+struct DestinationStatusLine {
+    var name: DestinationName
+    var enabled: Bool
+    var counts: OutboxCounts
+    var state: DestinationState?
+    var oldestUnsentAgeSeconds: Int64?
+}
+
+struct StoreStatus {
+    var database: String
+    var exists: Bool
+    var readings = 0
+    var excluded = 0
+    var meters: [MeterStatus] = []
+    var destinations: [DestinationStatusLine] = []
+}
+
+enum StoreStatusReader {
+    static func read(config: GatewayConfig, now: UnixMillis) async throws(GatewayFailure) -> StoreStatus {
+        let path = config.gateway.database
+        var status = StoreStatus(database: path, exists: access(path, F_OK) == 0)
+        let enabled = config.uploadSettings.destinations
+        guard status.exists else {
+            status.destinations = enabled.map { DestinationStatusLine(name: $0, enabled: true, counts: OutboxCounts()) }
+            return status
+        }
+        do {
+            let store = try SQLiteStore(path: path)
+            do {
+                let metrics = try await store.metrics()
+                status.readings = metrics.readings
+                status.excluded = metrics.excludedReadings
+                for record in try await store.meters() {
+                    status.meters.append(MeterStatus(info: record.info, readings: try await store.readingCount(meterAddress: record.info.address)))
+                }
+                var names = enabled
+                for name in try await store.destinations() where !names.contains(name) { names.append(name) }
+                for name in names {
+                    let counts = try await store.counts(name)
+                    status.destinations.append(DestinationStatusLine(
+                        name: name, enabled: enabled.contains(name), counts: counts, state: try await store.destinationState(name),
+                        oldestUnsentAgeSeconds: counts.oldestUnsent.map { max(0, (now - $0) / 1000) }
+                    ))
+                }
+                await store.close()
+            } catch {
+                await store.close()
+                throw error
+            }
+        } catch {
+            throw GatewayFailure(.failure, "cannot read \(path): \(error)")
+        }
+        return status
+    }
+}
+
+// MARK: - Report
+
+struct StatusReport {
+    var generatedAt: UnixMillis
+    var daemon: DaemonStatus
+    var bluetooth: BluetoothStatus
+    var store: StoreStatus
+
+    /// The Glucose Feature bit "Multiple Bond Supported".
+    static let multipleBond = 1 << 10
+
+    static func singleBond(_ info: MeterInfo) -> Bool {
+        guard let features = info.features else { return false }
+        return features & multipleBond == 0
+    }
+
+    static func time(_ ms: UnixMillis?) -> GatewayCore.JSONValue { ms.map { GatewayCore.JSONValue.int($0) } ?? .null }
+    static func int(_ v: Int?) -> GatewayCore.JSONValue { v.map { GatewayCore.JSONValue.int($0) } ?? .null }
+    static func string(_ v: String?) -> GatewayCore.JSONValue { v.map(GatewayCore.JSONValue.string) ?? .null }
+
+    var json: GatewayCore.JSONValue {
+        var root = JSONObjectBuilder()
+        root.add("generated_at", Int(generatedAt))
+
+        var d = JSONObjectBuilder()
+        d.add("running", daemon.running)
+        d.add("pid", daemon.pid.map { GatewayCore.JSONValue.int($0) } ?? .null)
+        d.add("phase", Self.string(daemon.phase))
+        d.add("started_at", Self.time(daemon.startedAt))
+        d.add("updated_at", Self.time(daemon.updatedAt))
+        d.add("watching", Self.string(daemon.watching))
+        d.add("active_sessions", daemon.activeSessions)
+        var counters = JSONObjectBuilder()
+        for key in daemon.counters.keys.sorted() {
+            if let n = daemon.counters[key] as? NSNumber {
+                counters.add(key, n.intValue)
+            } else if let map = daemon.counters[key] as? [String: Any] {
+                var inner = JSONObjectBuilder()
+                for k in map.keys.sorted() { inner.add(k, (map[k] as? NSNumber)?.intValue ?? 0) }
+                counters.add(key, inner.value)
+            }
+        }
+        d.add("counters", counters.value)
+        d.add("last_reaction_ms", Self.int(daemon.lastReactionMs))
+        d.add("last_reload_error", Self.string(daemon.lastReloadError))
+        root.add("daemon", d.value)
+
+        var b = JSONObjectBuilder()
+        b.add("bus_reachable", bluetooth.busReachable)
+        b.add("bluetoothd_running", bluetooth.bluetoothdRunning)
+        b.add("adapter", Self.string(bluetooth.adapter))
+        b.add("adapter_address", Self.string(bluetooth.address))
+        b.add("powered", bluetooth.powered)
+        b.add("power_state", Self.string(bluetooth.powerState))
+        b.add("discovering", bluetooth.discovering)
+        b.add("error", Self.string(bluetooth.error))
+        root.add("bluetooth", b.value)
+
+        var s = JSONObjectBuilder()
+        s.add("database", store.database)
+        s.add("exists", store.exists)
+        s.add("readings", store.readings)
+        s.add("excluded_readings", store.excluded)
+        root.add("store", s.value)
+
+        root.add("meters", .array(store.meters.map { m in
+            var o = JSONObjectBuilder()
+            o.add("address", m.info.address)
+            o.add("name", Self.string(m.info.name))
+            o.add("model", Self.string(m.info.model))
+            o.add("serial", Self.string(m.info.serial))
+            o.add("time_zone", m.info.timeZone)
+            o.add("paired_at", Self.time(m.info.pairedAt))
+            o.add("last_seen", Self.time(m.info.lastSeen))
+            o.add("last_sync", Self.time(m.info.lastSync))
+            o.add("highest_sequence", Self.int(m.info.highestSequence))
+            o.add("clock_skew_seconds", Self.int(m.info.lastClockSkewSeconds))
+            o.add("readings", m.readings)
+            o.add("single_bond", Self.singleBond(m.info))
+            return o.value
+        }))
+
+        root.add("destinations", .array(store.destinations.map { dest in
+            var o = JSONObjectBuilder()
+            o.add("name", dest.name.rawValue)
+            o.add("enabled", dest.enabled)
+            o.add("state", dest.state?.state ?? "ok")
+            var e = JSONObjectBuilder()
+            if let state = dest.state, let code = state.lastErrorCode {
+                e.add("code", code)
+                e.add("name", DaemonSnapshot.codeName(code))
+                e.add("message", Self.string(state.lastErrorMessage))
+                e.add("at", Self.time(state.lastErrorAt))
+                o.add("last_error", e.value)
+            } else {
+                o.add("last_error", GatewayCore.JSONValue.null)
+            }
+            o.add("pending", dest.counts.pending + dest.counts.inFlight)
+            o.add("quarantined", dest.counts.quarantined)
+            o.add("uploaded", dest.counts.acknowledged)
+            o.add("oldest_unsent_age_seconds", dest.oldestUnsentAgeSeconds.map { GatewayCore.JSONValue.int($0) } ?? .null)
+            o.add("last_success_at", Self.time(dest.state?.lastSuccessAt))
+            return o.value
+        }))
+        return root.value
+    }
+
+    static func iso(_ ms: UnixMillis?) -> String {
+        guard let ms else { return "never" }
+        return MeterCommandSupportTime.isoUTC(ms)
+    }
+
+    static func age(_ seconds: Int64) -> String {
+        if seconds < 120 { return "\(seconds) s" }
+        if seconds < 7200 { return "\(seconds / 60) min" }
+        if seconds < 172_800 { return "\(seconds / 3600) h" }
+        return "\(seconds / 86_400) days"
+    }
+
+    var text: String {
+        var out = ""
+        if daemon.running, let pid = daemon.pid {
+            out += "daemon: running (pid \(pid)), \(daemon.phase ?? "?")"
+            if let w = daemon.watching { out += ", watching by \(w)" }
+            if !daemon.activeSessions.isEmpty { out += ", downloading from \(daemon.activeSessions.joined(separator: ", "))" }
+            out += "\n"
+            let connects = (daemon.counters["connects"] as? NSNumber)?.intValue ?? 0
+            let failures = (daemon.counters["failures"] as? [String: Any]) ?? [:]
+            var line = "  since \(Self.iso(daemon.startedAt)): \(connects) meter connection\(connects == 1 ? "" : "s")"
+            if !failures.isEmpty {
+                line += ", failures " + failures.keys.sorted().map { "\($0) \((failures[$0] as? NSNumber)?.intValue ?? 0)" }.joined(separator: ", ")
+            }
+            out += line + "\n"
+            if let e = daemon.lastReloadError { out += "  last reload refused: \(e)\n" }
+        } else {
+            out += "daemon: not running\n"
+        }
+        if !bluetooth.busReachable {
+            out += "bluetooth: \(bluetooth.error ?? "system bus not reachable")\n"
+        } else if !bluetooth.bluetoothdRunning {
+            out += "bluetooth: bluetoothd is not running\n"
+        } else if let adapter = bluetooth.adapter {
+            var line = "bluetooth: bluetoothd running, adapter \(adapter)"
+            if let a = bluetooth.address { line += " (\(a))" }
+            line += bluetooth.powered ? ", powered" : ", not powered"
+            if bluetooth.powerState == "off-blocked" { line += " (blocked by rfkill)" }
+            if bluetooth.discovering { line += ", discovering" }
+            out += line + "\n"
+        } else {
+            out += "bluetooth: bluetoothd running, \(bluetooth.error ?? "no adapter")\n"
+        }
+        out += "database: \(store.database)" + (store.exists ? ", \(store.readings) readings (\(store.excluded) kept out of upload)\n" : " (not created yet)\n")
+        if store.meters.isEmpty {
+            out += "meters: none paired (glucose-gateway pair ADDRESS --pin PIN)\n"
+        }
+        for m in store.meters {
+            var line = "meter \(m.info.address)"
+            if let n = m.info.name ?? m.info.model { line += " \(n)" }
+            line += ": last seen \(Self.iso(m.info.lastSeen)), last sync \(Self.iso(m.info.lastSync))"
+            line += ", highest sequence \(m.info.highestSequence.map(String.init) ?? "none"), \(m.readings) readings"
+            if let skew = m.info.lastClockSkewSeconds { line += ", clock skew \(skew) s" }
+            out += line + "\n"
+            if Self.singleBond(m.info) {
+                out += "  warning: this meter keeps one bond only; pairing it with a phone unpairs the gateway\n"
+            }
+        }
+        if store.destinations.isEmpty { out += "uploads: no destination configured\n" }
+        for dest in store.destinations {
+            var line = "\(dest.name): \(dest.state?.state ?? "ok")"
+            if !dest.enabled { line += " (not enabled in the config)" }
+            line += ", \(dest.counts.pending + dest.counts.inFlight) pending, \(dest.counts.quarantined) quarantined, \(dest.counts.acknowledged) uploaded"
+            if let age = dest.oldestUnsentAgeSeconds { line += ", oldest unsent \(Self.age(age))" }
+            line += ", last success \(Self.iso(dest.state?.lastSuccessAt))"
+            out += line + "\n"
+            if let state = dest.state, let code = state.lastErrorCode {
+                out += "  last error \(code) \(DaemonSnapshot.codeName(code))"
+                if let m = state.lastErrorMessage { out += ": \(m)" }
+                if let at = state.lastErrorAt { out += " (\(Self.iso(at)))" }
+                out += "\n"
+            }
+        }
+        return out
+    }
+}
+
+/// `2024-05-01T08:00:00Z` for an instant, without Foundation's formatters.
+enum MeterCommandSupportTime {
+    static func isoUTC(_ millis: UnixMillis) -> String {
+        let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
+        var days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let rest = seconds - days * 86_400
+        // Civil from days (proleptic Gregorian), after H. Hinnant's algorithm.
+        days += 719_468
+        let era = (days >= 0 ? days : days - 146_096) / 146_097
+        let doe = days - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let day = doy - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
+        func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(year)-\(two(month))-\(two(day))T\(two(rest / 3600)):\(two(rest / 60 % 60)):\(two(rest % 60))Z"
     }
 }
