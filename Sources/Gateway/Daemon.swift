@@ -231,6 +231,7 @@ public actor GatewayDaemon {
     }
 
     private func radioEnded() {
+        guard !stopRequested else { return }
         logger.error("the connection to the system bus was lost; stopping so the service manager restarts the gateway")
         stop()
     }

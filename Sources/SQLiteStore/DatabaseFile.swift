@@ -12,26 +12,35 @@ import Darwin
 enum DatabaseFile {
     static let mode: mode_t = 0o600
 
+    /// Files are inspected and tightened by path (`stat`, `chmod`), never opened once the database may be
+    /// open in this process: closing any descriptor of a file drops every POSIX lock the process holds on
+    /// it, and SQLite's lock on `-shm` is what stops another process from deleting the live WAL.
     static func prepare(path: String) throws(SQLiteStoreError) {
         try createParentDirectories(of: path)
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw .file(path: path, operation: "create", errno: errno) }
-        defer { close(fd) }
-        try restrict(fd: fd, path: path)
+        var info = stat()
+        if stat(path, &info) != 0 {
+            guard errno == ENOENT else { throw .file(path: path, operation: "inspect", errno: errno) }
+            let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+            if fd >= 0 {
+                close(fd)
+            } else if errno != EEXIST {
+                throw .file(path: path, operation: "create", errno: errno)
+            }
+        }
+        try restrict(path: path)
         for suffix in ["-wal", "-shm", "-journal"] {
-            let companion = path + suffix
-            let fd = open(companion, O_RDWR | O_CLOEXEC)
-            if fd < 0 { continue }
-            defer { close(fd) }
-            try restrict(fd: fd, path: companion)
+            try restrict(path: path + suffix)
         }
     }
 
-    private static func restrict(fd: Int32, path: String) throws(SQLiteStoreError) {
+    private static func restrict(path: String) throws(SQLiteStoreError) {
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw .file(path: path, operation: "inspect", errno: errno) }
+        guard stat(path, &info) == 0 else {
+            if errno == ENOENT { return }
+            throw .file(path: path, operation: "inspect", errno: errno)
+        }
         if info.st_mode & 0o077 != 0 {
-            guard fchmod(fd, mode) == 0 else { throw .file(path: path, operation: "restrict to mode 0600", errno: errno) }
+            guard chmod(path, mode) == 0 else { throw .file(path: path, operation: "restrict to mode 0600", errno: errno) }
         }
     }
 

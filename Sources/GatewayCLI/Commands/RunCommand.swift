@@ -1,11 +1,267 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import Gateway
 import GatewayCore
+import SQLiteStore
+import Synchronization
+import SyncEngine
 
 enum RunCommand: GatewayCommand {
     static let name = "run"
     static let abstract = "Run the gateway daemon (discovery, downloads, uploads, status)"
-    static let help = "usage: glucose-gateway run\n\nRun the gateway daemon (discovery, downloads, uploads, status)."
+    static let help = """
+    usage: glucose-gateway run [--quiet-after SECONDS] [--connect-timeout SECONDS]
+
+    The gateway as a service (systemd Type=notify). It keeps the adapter looking for glucose meters (LE
+    discovery filtered to the Glucose Service 0x1808, or with scan_mode = "profile" a GATT profile so
+    bluetoothd connects bonded meters itself), connects to a paired meter as soon as it shows up and
+    downloads its new records (one session per meter, several meters at once), and uploads continuously
+    with recovery mode. It waits for an adapter that is not there yet, follows bluetoothd through
+    restarts, and closes connections left behind by an earlier run.
+
+    Signals: SIGTERM or SIGINT abort a running download cleanly (Record Access Control Point abort, what
+    arrived is committed) and exit 0 within 5 s. SIGHUP reloads the config file; a config that does not
+    load is reported and the running one kept.
+
+    Files: the database from the config; <database>.daemon.json (run state for `status`); metrics_file
+    (Prometheus textfile) when set. Logs go to stderr with syslog priority prefixes under systemd.
+
+    Options:
+      --quiet-after SECONDS      leave a meter alone this long after a complete download (default 20)
+      --connect-timeout SECONDS  connect and resolve services within this time (default 20)
+
+    Exit status: 0 stopped by a signal; 1 failure (database, bus lost); 69 no system bus; 75 another
+    glucose-gateway process is uploading from this database; 78 configuration error.
+    """
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'run' is not available in this build")
+        let quietAfter = try arguments.secondsOption("--quiet-after", max: 86_400) ?? 20
+        let connectTimeout = try arguments.secondsOption("--connect-timeout", max: 600) ?? 20
+        try arguments.finish()
+        let signals = DaemonSignals()
+        let config = try context.loadConfig()
+        let logger = context.logger.with(label: "gateway")
+
+        let upload = config.uploadSettings
+        if let problem = upload.validate().first { throw GatewayFailure(.config, problem) }
+        let lock: UploadLock?
+        do {
+            lock = try UploadLock.acquire(database: config.gateway.database)
+        } catch {
+            throw GatewayFailure(.failure, error.description)
+        }
+        guard let lock else {
+            throw GatewayFailure(.tempFail, "another glucose-gateway process is uploading from \(config.gateway.database)")
+        }
+        defer { withExtendedLifetime(lock) {} }
+
+        let sqlite: SQLiteStore
+        do {
+            sqlite = try SQLiteStore(path: config.gateway.database, builders: upload.bodyBuilders)
+        } catch {
+            throw GatewayFailure(.failure, "cannot open \(config.gateway.database): \(error)")
+        }
+        let store = SQLiteDaemonStore(sqlite)
+        let radio: DaemonBlueZRadio
+        do {
+            radio = try await DaemonBlueZRadio.open(logger: logger)
+        } catch {
+            await sqlite.close()
+            throw error
+        }
+        let connectivity = await UploadWiring.startConnectivity(logger: logger)
+        let changes = ChangeRelay()
+        func uploads(_ settings: UploadSettings) -> DaemonUploader {
+            DaemonUploader(Uploader(settings: settings, store: ObservedOutbox(sqlite, changes), connectivity: connectivity.hub,
+                                    logger: context.logger.with(label: "upload")))
+        }
+
+        func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
+            var s = DaemonSettings(config: config, destinations: upload.destinations)
+            s.quietAfterDownload = .milliseconds(Int64(quietAfter * 1000))
+            s.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
+            return s
+        }
+
+        let notifier = SystemdNotifier(environment: context.environment)
+        let statePath = DaemonStateFile.path(database: config.gateway.database)
+        let metricsPath = Mutex(config.gateway.metricsFile)
+        let hooks = DaemonHooks(
+            ready: { notifier.ready(status: $0) },
+            status: { notifier.status($0) },
+            stopping: { notifier.stopping() },
+            snapshot: { snapshot in
+                do {
+                    try AtomicFile.write(DaemonStateFile.json(snapshot).compactText + "\n", to: statePath)
+                } catch {
+                    logger.warning("\(error)")
+                }
+                if let path = metricsPath.withLock({ $0 }) {
+                    do {
+                        try PrometheusTextfile.write(snapshot.metrics(now: SystemClock.now()), to: path)
+                    } catch let failure {
+                        logger.warning("\(failure)")
+                    }
+                }
+            }
+        )
+        let daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads(upload), settings: daemonSettings(config, upload),
+                                   logger: logger, hooks: hooks, pid: getpid())
+        changes.set { Task { await daemon.uploadStateChanged() } }
+
+        let signalStream = signals.stream
+        let signalTask = Task {
+            for await signal in signalStream {
+                switch signal {
+                case SIGHUP:
+                    logger.notice("SIGHUP: reloading \(config.path ?? "the configuration")")
+                    do {
+                        let fresh = try ConfigLoader.load(explicitPath: context.configPath, requireFile: false)
+                        let freshUpload = fresh.uploadSettings
+                        if let problem = freshUpload.validate().first { throw GatewayFailure(.config, problem) }
+                        if fresh.gateway.database != config.gateway.database {
+                            logger.warning("a new database path takes effect at the next start; keeping \(config.gateway.database)")
+                        }
+                        if freshUpload.destinations != upload.destinations {
+                            logger.warning("readings stored from now on are queued for the destinations enabled at start; restart to change which are enabled")
+                        }
+                        metricsPath.withLock { $0 = fresh.gateway.metricsFile }
+                        await daemon.reload(settings: daemonSettings(fresh, freshUpload), uploads: uploads(freshUpload))
+                    } catch let failure as GatewayFailure {
+                        await daemon.reloadFailed(failure.message)
+                    } catch {
+                        await daemon.reloadFailed("\(error)")
+                    }
+                default:
+                    logger.notice("signal \(signal): stopping")
+                    await daemon.stop()
+                }
+            }
+        }
+        let watchdog = Task { await notifier.runWatchdog() }
+
+        await daemon.run()
+
+        watchdog.cancel()
+        signalTask.cancel()
+        signals.stop()
+        connectivity.stop()
+        await sqlite.close()
+        return .ok
     }
+}
+
+/// SIGTERM, SIGINT and SIGHUP as a stream, from dispatch signal sources (the default actions are
+/// turned off so the process is not killed before it can end its downloads).
+final class DaemonSignals {
+    let stream: AsyncStream<Int32>
+    private let sources: [any DispatchSourceSignal]
+    private let continuation: AsyncStream<Int32>.Continuation
+
+    init() {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self, bufferingPolicy: .unbounded)
+        self.stream = stream
+        self.continuation = continuation
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT, SIGHUP] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield(number) }
+            source.resume()
+            sources.append(source)
+        }
+        self.sources = sources
+    }
+
+    func stop() {
+        for s in sources { s.cancel() }
+        continuation.finish()
+    }
+}
+
+/// The store behind the daemon: SQLite, with the paired-meter list and totals the daemon asks for.
+struct SQLiteDaemonStore: DaemonStore, SequenceCounterStore {
+    let base: SQLiteStore
+    init(_ base: SQLiteStore) { self.base = base }
+    func pairedMeters() async throws -> [MeterInfo] { try await base.meters().map(\.info) }
+    func readingTotals() async throws -> (stored: Int, excluded: Int) {
+        let m = try await base.metrics()
+        return (m.readings, m.excludedReadings)
+    }
+    func meter(_ address: String) async throws -> MeterInfo? { try await base.meter(address) }
+    func saveMeter(_ meter: MeterInfo) async throws { try await base.saveMeter(meter) }
+    func insert(_ readings: [NewReading]) async throws -> Int { try await base.insert(readings) }
+    func highestSequence(_ address: String) async throws -> Int? { try await base.highestSequence(address) }
+    func log(_ event: GatewayEvent) async throws { try await base.log(event) }
+    func resetHighestSequence(_ address: String, to sequence: Int?) async throws { try await base.resetHighestSequence(address, to: sequence) }
+    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { try await base.claimPending(destination, limit: limit) }
+    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws { try await base.acknowledge(ids, at: at) }
+    func release(_ ids: [Int64]) async throws { try await base.release(ids) }
+    func quarantine(_ id: Int64, answer: String) async throws { try await base.quarantine(id, answer: answer) }
+    func redrive(_ destination: DestinationName) async throws -> Int { try await base.redrive(destination) }
+    func requeueInFlight() async throws -> Int { try await base.requeueInFlight() }
+    func counts(_ destination: DestinationName) async throws -> OutboxCounts { try await base.counts(destination) }
+    func saveDestinationState(_ state: DestinationState) async throws { try await base.saveDestinationState(state) }
+    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { try await base.destinationState(destination) }
+}
+
+/// Tells the daemon when the upload side changed the queue, so status and metrics follow without polling.
+final class ChangeRelay: Sendable {
+    private let action = Mutex<(@Sendable () -> Void)?>(nil)
+    func set(_ body: @escaping @Sendable () -> Void) { action.withLock { $0 = body } }
+    func fire() { action.withLock { $0 }?() }
+}
+
+/// The outbox as the uploader sees it, reporting each change.
+struct ObservedOutbox: OutboxStore {
+    let base: SQLiteStore
+    let changes: ChangeRelay
+    init(_ base: SQLiteStore, _ changes: ChangeRelay) {
+        self.base = base
+        self.changes = changes
+    }
+    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { try await base.claimPending(destination, limit: limit) }
+    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws {
+        try await base.acknowledge(ids, at: at)
+        changes.fire()
+    }
+    func release(_ ids: [Int64]) async throws {
+        try await base.release(ids)
+        changes.fire()
+    }
+    func quarantine(_ id: Int64, answer: String) async throws {
+        try await base.quarantine(id, answer: answer)
+        changes.fire()
+    }
+    func redrive(_ destination: DestinationName) async throws -> Int {
+        let n = try await base.redrive(destination)
+        changes.fire()
+        return n
+    }
+    func requeueInFlight() async throws -> Int { try await base.requeueInFlight() }
+    func counts(_ destination: DestinationName) async throws -> OutboxCounts { try await base.counts(destination) }
+    func saveDestinationState(_ state: DestinationState) async throws {
+        try await base.saveDestinationState(state)
+        changes.fire()
+    }
+    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { try await base.destinationState(destination) }
+}
+
+/// The sync engine's uploader as the daemon drives it.
+struct DaemonUploader: DaemonUploads {
+    let uploader: Uploader
+    init(_ uploader: Uploader) { self.uploader = uploader }
+    func prepare() async {
+        do {
+            try await uploader.prepare()
+        } catch {
+            StandardStream.writeError("glucose-gateway run: upload queue: \(error)\n")
+        }
+    }
+    /// The uploader sleeps until new readings, connectivity or the end of a backoff; the hourly look is
+    /// only a safety net.
+    func run() async { await uploader.run(idleCheckMs: 3_600_000) }
+    func readingsStored() { uploader.notifyNewReadings() }
 }
