@@ -47,6 +47,20 @@ import Testing
             return String(decoding: buffer[0..<n], as: UTF8.self)
         }
 
+        /// The next datagram without blocking a thread of the shared pool: polls, sleeping between tries,
+        /// for at most `seconds` (generous, since the suite may run on a loaded machine).
+        func receiveAsync(within seconds: Int = 30) async -> String? {
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(seconds)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while clock.now < deadline {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if n >= 0 { return String(decoding: buffer[0..<n], as: UTF8.self) }
+                do { try await Task.sleep(for: .milliseconds(10)) } catch { return nil }
+            }
+            return nil
+        }
+
         func closeAndRemove() {
             close(fd)
             if let filePath { unlink(filePath) }
@@ -104,9 +118,12 @@ import Testing
         let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": listener.address, "WATCHDOG_USEC": "100000"])
         #expect(notifier.watchdogInterval == .milliseconds(50))
         let task = Task { await notifier.runWatchdog() }
-        #expect(listener.receive() == "WATCHDOG=1")
-        #expect(listener.receive() == "WATCHDOG=1")
-        #expect(listener.receive() == "WATCHDOG=1")
+        let start = ContinuousClock.now
+        #expect(await listener.receiveAsync() == "WATCHDOG=1")
+        #expect(await listener.receiveAsync() == "WATCHDOG=1")
+        #expect(await listener.receiveAsync() == "WATCHDOG=1")
+        // Three pings take at least two intervals: the loop waits between pings.
+        #expect(ContinuousClock.now - start >= .milliseconds(100))
         task.cancel()
         await task.value
     }
