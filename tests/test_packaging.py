@@ -153,6 +153,7 @@ def test_unit_has_the_required_settings():
     assert int(s["WatchdogSec"]) > 0
     assert s["ExecStart"].split()[0] == "/usr/local/bin/glucose-gateway"
     assert s["ExecStart"].split()[-1] == "run"
+    assert s["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert s["User"] == "glucose-gateway"
     assert "bluetooth" in s["SupplementaryGroups"].split()
     assert s["StateDirectory"] == "glucose-gateway"
