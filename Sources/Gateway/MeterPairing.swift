@@ -1,0 +1,124 @@
+import GatewayCore
+
+/// What pairing learned about a meter.
+public struct PairingResult: Sendable, Equatable {
+    public var meter: MeterInfo
+    /// The meter keeps a single bond (Glucose Feature bit 10 clear): pairing the gateway may have
+    /// un-paired the user's phone app.
+    public var singleBond: Bool
+}
+
+/// `pair`: waits for the meter to advertise (the user presses its Bluetooth button), pairs with the
+/// meter's PIN through the gateway's passkey agent and trusts it, checks that it has the Glucose Service,
+/// reads its identity and stores it with its time zone.
+public struct MeterPairing: Sendable {
+    public static let multipleBondFeature: Int = 1 << 10
+
+    public var radio: any MeterRadio
+    public var store: any ReadingStore
+    public var logger: Logger
+    public var now: @Sendable () -> UnixMillis
+    /// How long the meter may take to start advertising.
+    public var advertiseTimeout: Duration
+    /// How long bonding may take (the agent alone may wait 60 s).
+    public var pairTimeout: Duration
+    public var connectTimeout: Duration
+
+    public init(radio: any MeterRadio, store: any ReadingStore, logger: Logger, now: @escaping @Sendable () -> UnixMillis = SystemClock.now,
+                advertiseTimeout: Duration = .seconds(60), pairTimeout: Duration = .seconds(90), connectTimeout: Duration = .seconds(30)) {
+        self.radio = radio
+        self.store = store
+        self.logger = logger
+        self.now = now
+        self.advertiseTimeout = advertiseTimeout
+        self.pairTimeout = pairTimeout
+        self.connectTimeout = connectTimeout
+    }
+
+    /// Parses a meter PIN: exactly six digits.
+    public static func passkey(_ text: String) -> UInt32? {
+        guard text.utf8.count == 6, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return UInt32(text)
+    }
+
+    public func run(address: String, passkey: UInt32, timeZone: String) async throws(GatewayFailure) -> PairingResult {
+        let nearby: NearbyMeter
+        do {
+            nearby = try await radio.waitForMeter(address: address, timeout: advertiseTimeout)
+        } catch {
+            throw Self.failure(error, address: address, step: "waiting for the meter")
+        }
+        do {
+            try await radio.pair(address: address, passkey: passkey, timeout: pairTimeout)
+        } catch {
+            throw Self.failure(error, address: address, step: "pairing")
+        }
+
+        let link: any MeterLink
+        do {
+            link = try await radio.connect(address: address, timeout: connectTimeout)
+        } catch {
+            throw Self.failure(error, address: address, step: "connecting after pairing")
+        }
+        let isMeter = await link.hasCharacteristic(.glucoseMeasurement)
+        let hasRACP = await link.hasCharacteristic(.recordAccessControlPoint)
+        guard isMeter, hasRACP else {
+            await link.disconnect()
+            _ = try? await radio.forget(address: address)
+            throw GatewayFailure(.failure, "\(address) has no Glucose Service; it is not a glucose meter (its pairing was removed)")
+        }
+        var info = MeterInfo(address: address, timeZone: timeZone)
+        info.name = nearby.name
+        info.manufacturer = await Self.readString(link, .manufacturerName)
+        info.model = await Self.readString(link, .modelNumber)
+        info.serial = await Self.readString(link, .serialNumber)
+        info.firmware = await Self.readString(link, .firmwareRevision)
+        if let bytes = try? await link.read(.glucoseFeature), bytes.count >= 2 {
+            info.features = Int(bytes[0]) | Int(bytes[1]) << 8
+        }
+        await link.disconnect()
+
+        let at = now()
+        info.pairedAt = at
+        info.lastSeen = at
+        do {
+            // Keep the bookkeeping of a meter paired before (highest sequence, last sync).
+            if let old = try await store.meter(address) {
+                info.highestSequence = old.highestSequence
+                info.lastSync = old.lastSync
+                info.lastClockSkewSeconds = old.lastClockSkewSeconds
+            }
+            try await store.saveMeter(info)
+            try await store.log(GatewayEvent(at: at, kind: .paired, meterAddress: address,
+                                             message: "paired \(info.model ?? info.name ?? "meter"), time zone \(timeZone)"))
+        } catch {
+            throw GatewayFailure(.failure, "paired \(address) but could not store it: \(error)")
+        }
+        let singleBond = info.features.map { $0 & Self.multipleBondFeature == 0 } ?? false
+        return PairingResult(meter: info, singleBond: singleBond)
+    }
+
+    static func failure(_ error: MeterAccessError, address: String, step: String) -> GatewayFailure {
+        switch error.kind {
+        case .authenticationFailed:
+            return GatewayFailure(.failure, "pairing with \(address) failed: wrong PIN (the meter refused the passkey); check the PIN on the meter's display and try again")
+        case .notFound:
+            return GatewayFailure(.unavailable, "\(address) was not seen while \(step): press the meter's Bluetooth button so it advertises, then try again")
+        case .timeout:
+            return GatewayFailure(.unavailable, "\(step) \(address) timed out: \(error.message)")
+        case .adapterUnavailable:
+            return GatewayFailure(.unavailable, "Bluetooth adapter unavailable: \(error.message)")
+        case .notAMeter:
+            return GatewayFailure(.failure, "\(address) is not a glucose meter: \(error.message)")
+        case .failed:
+            return GatewayFailure(.failure, "\(step) \(address) failed: \(error.message)")
+        }
+    }
+
+    static func readString(_ link: any MeterLink, _ uuid: GATTUUID) async -> String? {
+        guard await link.hasCharacteristic(uuid), var bytes = try? await link.read(uuid) else { return nil }
+        while let last = bytes.last, last == 0 { bytes.removeLast() }
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.isEmpty ? nil : text
+    }
+}

@@ -1,0 +1,141 @@
+import GatewayCore
+import Testing
+import TestSupport
+@testable import Gateway
+
+@Suite("Pairing and sync orchestration", .timeLimit(.minutes(1)))
+struct MeterPairingTests {
+    static func setup(features: UInt16 = 0x0400) -> (FakeMeter, FakeMeterRadio, MemoryReadingStore) {
+        var script = FakeMeterScript(records: (UInt16(0)...4).map { FakeRecord.glucose($0) })
+        script.features = features
+        let meter = FakeMeter(script: script)
+        let radio = FakeMeterRadio()
+        radio.add(meter, name: "meter+01234567", pin: 654_321)
+        return (meter, radio, MemoryReadingStore())
+    }
+
+    @Test func rightPinPairsAndStoresTheIdentity() async throws {
+        let (meter, radio, store) = Self.setup()
+        let result = try await MeterPairing(radio: radio, store: store, logger: .silent, now: { 42 })
+            .run(address: meter.address, passkey: 654_321, timeZone: "Europe/Berlin")
+        #expect(radio.isPaired(meter.address))
+        #expect(!result.singleBond)
+        let row = try #require(try await store.meter(meter.address))
+        #expect(row.timeZone == "Europe/Berlin")
+        #expect(row.serial == "SN0001")
+        #expect(row.manufacturer == "Acme Diagnostics")
+        #expect(row.name == "meter+01234567")
+        #expect(row.features == 0x0400)
+        #expect(row.pairedAt == 42)
+        #expect(store.events.contains { $0.kind == .paired })
+        #expect(meter.callLog.last == "disconnect")
+        #expect(radio.calls.prefix(2) == ["wait \(meter.address)", "pair \(meter.address)"])
+    }
+
+    @Test func singleBondMeterIsReported() async throws {
+        let (meter, radio, store) = Self.setup(features: 0x0003)
+        let result = try await MeterPairing(radio: radio, store: store, logger: .silent)
+            .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+        #expect(result.singleBond)
+    }
+
+    @Test func wrongPinFailsWithStatusOneAndStoresNothing() async throws {
+        let (meter, radio, store) = Self.setup()
+        do {
+            _ = try await MeterPairing(radio: radio, store: store, logger: .silent)
+                .run(address: meter.address, passkey: 111_111, timeZone: "UTC")
+            Issue.record("expected a failure")
+        } catch {
+            #expect(error.status == .failure)
+            #expect(error.message.contains("wrong PIN"))
+        }
+        #expect(try await store.meter(meter.address) == nil)
+        #expect(!radio.isPaired(meter.address))
+    }
+
+    @Test func meterNotAdvertisingIsUnavailable() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.setInRange(meter.address, false)
+        await #expect(throws: GatewayFailure.self) {
+            _ = try await MeterPairing(radio: radio, store: store, logger: .silent)
+                .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+        }
+        do {
+            _ = try await MeterPairing(radio: radio, store: store, logger: .silent)
+                .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+        } catch {
+            #expect(error.status == .unavailable)
+        }
+    }
+
+    @Test func pairingTimeoutIsUnavailable() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.pairingHangs.withLock { $0 = true }
+        do {
+            _ = try await MeterPairing(radio: radio, store: store, logger: .silent, pairTimeout: .milliseconds(50))
+                .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+            Issue.record("expected a failure")
+        } catch {
+            #expect(error.status == .unavailable)
+            #expect(error.message.contains("timed out"))
+        }
+    }
+
+    @Test func deviceWithoutGlucoseServiceIsRefusedAndForgotten() async throws {
+        let (meter, radio, store) = Self.setup()
+        meter.update { $0.characteristics = [.manufacturerName] }
+        do {
+            _ = try await MeterPairing(radio: radio, store: store, logger: .silent)
+                .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+            Issue.record("expected a failure")
+        } catch {
+            #expect(error.message.contains("not a glucose meter"))
+        }
+        #expect(!radio.isPaired(meter.address))
+        #expect(try await store.meter(meter.address) == nil)
+    }
+
+    @Test(arguments: [("123456", UInt32(123_456)), ("000042", 42), ("12345", nil), ("1234567", nil), ("12a456", nil), ("", nil), ("-12345", nil), ("１２３４５６", nil)] as [(String, UInt32?)])
+    func pins(_ text: String, _ expected: UInt32?) {
+        #expect(MeterPairing.passkey(text) == expected)
+    }
+
+    @Test(arguments: [
+        ("aa:bb:cc:dd:ee:ff", "AA:BB:CC:DD:EE:FF"), ("AA-BB-CC-DD-EE-01", "AA:BB:CC:DD:EE:01"),
+        ("AA:BB:CC:DD:EE", nil), ("AA:BB:CC:DD:EE:GG", nil), ("AABBCCDDEEFF", nil), ("AA:BB:CC:DD:EE:FFF", nil), ("", nil),
+    ] as [(String, String?)])
+    func addresses(_ text: String, _ expected: String?) {
+        #expect(MeterAddress.normalize(text) == expected)
+    }
+
+    @Test func syncDownloadsAReachableMeter() async throws {
+        let (meter, radio, store) = Self.setup()
+        let info = MeterInfo(address: meter.address, timeZone: "UTC")
+        try await store.saveMeter(info)
+        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let result = await sync.sync(info, wait: .seconds(1))
+        #expect(result.isComplete)
+        #expect(store.readings.count == 5)
+        #expect(result.summary == "\(meter.address): 5 new readings")
+        #expect(store.events.contains { $0.kind == .connected })
+    }
+
+    @Test func syncReportsAnUnreachableMeter() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.setInRange(meter.address, false)
+        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
+        #expect(!result.isComplete)
+        #expect(result.summary.contains("not reachable"))
+        #expect(store.readings.isEmpty)
+    }
+
+    @Test func syncSummaryNamesAnInterruption() async throws {
+        let (meter, radio, store) = Self.setup()
+        meter.update { $0.disconnectAfterRecords = 2 }
+        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
+        #expect(!result.isComplete)
+        #expect(result.summary.contains("2 new readings; interrupted"))
+    }
+}
