@@ -1,11 +1,69 @@
+import Gateway
 import GatewayCore
+import SQLiteStore
 
 enum MetersCommand: GatewayCommand {
     static let name = "meters"
     static let abstract = "List paired meters"
-    static let help = "usage: glucose-gateway meters\n\nList paired meters."
+    static let help = """
+    usage: glucose-gateway meters [--all] [--json]
+
+    Lists the paired meters: address, model, serial, time zone, readings stored, last sync and the meter
+    clock's skew at that sync.
+      --all    also meters that were unpaired (their readings are kept)
+      --json   one JSON array instead of a table
+    """
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'meters' is not available in this build")
+        let all = arguments.flag("--all")
+        let json = arguments.flag("--json")
+        try arguments.finish()
+        let config = try context.loadConfig()
+        let (meters, counts) = try await MeterCommandSupport.withStore(config) { store in
+            let meters = try await store.meters(includingUnpaired: all)
+            var counts: [String: Int] = [:]
+            for m in meters { counts[m.info.address] = try await store.readingCount(meterAddress: m.info.address) }
+            return (meters, counts)
+        }
+        if json {
+            let items: [JSONValue] = meters.map { m in
+                var o = JSONObjectBuilder()
+                o.add("address", m.info.address)
+                o.add("name", m.info.name)
+                o.add("manufacturer", m.info.manufacturer)
+                o.add("model", m.info.model)
+                o.add("serial", m.info.serial)
+                o.add("firmware", m.info.firmware)
+                o.add("timeZone", m.info.timeZone)
+                o.add("features", m.info.features)
+                o.add("pairedAt", m.info.pairedAt.map(MeterCommandSupport.isoUTC))
+                o.add("unpairedAt", m.unpairedAt.map(MeterCommandSupport.isoUTC))
+                o.add("highestSequence", m.info.highestSequence)
+                o.add("lastSync", m.info.lastSync.map(MeterCommandSupport.isoUTC))
+                o.add("clockSkewSeconds", m.info.lastClockSkewSeconds)
+                o.add("readings", counts[m.info.address] ?? 0)
+                return o.value
+            }
+            StandardStream.writeOutput(JSONValue.array(items).prettyText + "\n")
+            return .ok
+        }
+        if meters.isEmpty {
+            StandardStream.writeOutput("no paired meters (pair one with: glucose-gateway pair ADDRESS --pin PIN)\n")
+            return .ok
+        }
+        let rows = meters.map { m -> [String] in
+            [
+                m.info.address,
+                m.info.model ?? m.info.name ?? "-",
+                m.info.serial ?? "-",
+                m.info.timeZone,
+                String(counts[m.info.address] ?? 0),
+                m.info.lastSync.map(MeterCommandSupport.isoUTC) ?? "never",
+                m.info.lastClockSkewSeconds.map { "\($0) s" } ?? "-",
+            ] + (all ? [m.unpairedAt == nil ? "paired" : "unpaired"] : [])
+        }
+        let header = ["ADDRESS", "MODEL", "SERIAL", "TIME ZONE", "READINGS", "LAST SYNC", "CLOCK SKEW"] + (all ? ["STATE"] : [])
+        StandardStream.writeOutput(MeterCommandSupport.table(header, rows))
+        return .ok
     }
 }

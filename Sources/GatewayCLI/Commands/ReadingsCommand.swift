@@ -1,11 +1,168 @@
+import Gateway
 import GatewayCore
+import SQLiteStore
 
 enum ReadingsCommand: GatewayCommand {
     static let name = "readings"
     static let abstract = "Export stored readings as a table, JSON or CSV"
-    static let help = "usage: glucose-gateway readings\n\nExport stored readings as a table, JSON or CSV."
+    static let help = """
+    usage: glucose-gateway readings [--meter ADDRESS] [--since TIME] [--limit N] [--json | --csv]
+
+    Exports the readings stored on this gateway, oldest first, every one of them: also those kept out of
+    upload (control solution, HI/LO, sensor faults, ketone, unresolved time), with the reason.
+      --meter ADDRESS  only this meter's readings
+      --since TIME     only readings at or after TIME: 2024-05-01, 2024-05-01T08:00 (gateway time zone),
+                       2024-05-01T08:00Z or +02:00, or relative: 30m, 24h, 7d
+      --limit N        at most N readings
+      --json           a JSON array: times in UTC (time = corrected, meterTime = as the meter's clock
+                       said), localTime as the meter showed it, values in mg/dL and mmol/L
+      --csv            the same fields as comma-separated values with a header line
+    """
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'readings' is not available in this build")
+        let meterText = try arguments.option("--meter")
+        let sinceText = try arguments.option("--since")
+        let limit = try arguments.intOption("--limit", in: 1...10_000_000)
+        let json = arguments.flag("--json")
+        let csv = arguments.flag("--csv")
+        try arguments.finish()
+        if json && csv { throw GatewayFailure(.usage, "choose one of --json and --csv") }
+        let meter = try meterText.map { text throws(GatewayFailure) in try MeterCommandSupport.address(text, command: "--meter") }
+        var since: UnixMillis?
+        if let sinceText {
+            let zone = MeterTimeZone(identifier: MeterTimeZone.systemIdentifier(environment: context.environment), environment: context.environment)
+            guard let t = TimeArgument.parse(sinceText, now: SystemClock.now(), zone: zone) else {
+                throw GatewayFailure(.usage, "--since: '\(sinceText.prefix(40))' is not a time (2024-05-01, 2024-05-01T08:00Z, 24h, 7d)")
+            }
+            since = t
+        }
+        let config = try context.loadConfig()
+        let readings = try await MeterCommandSupport.withStore(config) { store in
+            if let meter, try await store.meters(includingUnpaired: true).contains(where: { $0.info.address == meter }) == false {
+                throw GatewayFailure(.failure, "no meter \(meter) in this gateway's database (see glucose-gateway meters --all)")
+            }
+            return try await store.readings(ReadingFilter(meterAddress: meter, since: since, limit: limit))
+        }
+        if json {
+            StandardStream.writeOutput(JSONValue.array(readings.map(jsonObject)).prettyText + "\n")
+        } else if csv {
+            var out = csvHeader.joined(separator: ",") + "\n"
+            for r in readings { out += csvRow(r).map(csvField).joined(separator: ",") + "\n" }
+            StandardStream.writeOutput(out)
+        } else {
+            StandardStream.writeOutput(table(readings))
+        }
+        return .ok
+    }
+
+    static func decimal(_ value: Double?, digits: Int) -> String? {
+        guard let value, value.isFinite else { return nil }
+        var scale = 1.0
+        for _ in 0..<digits { scale *= 10 }
+        let scaled = (value * scale).rounded()
+        let negative = scaled < 0
+        let magnitude = Int64(abs(scaled))
+        let whole = magnitude / Int64(scale)
+        var text = String(whole)
+        if digits > 0 {
+            var fraction = String(magnitude % Int64(scale))
+            while fraction.count < digits { fraction = "0" + fraction }
+            text += "." + fraction
+        }
+        return negative ? "-" + text : text
+    }
+
+    static func jsonObject(_ stored: StoredReading) -> JSONValue {
+        let r = stored.reading
+        var o = JSONObjectBuilder()
+        o.add("id", stored.id)
+        o.add("meter", r.meterAddress)
+        o.add("sequence", r.sequence)
+        o.add("time", r.instant.map(MeterCommandSupport.isoUTC))
+        o.add("meterTime", r.meterInstant.map(MeterCommandSupport.isoUTC))
+        o.add("localTime", r.userFacingTime)
+        o.add("baseTime", r.baseTime)
+        o.add("timeOffsetMinutes", r.timeOffsetMinutes)
+        o.add("analyte", r.analyte.rawValue)
+        o.add("mgdl", decimal(r.mgdl, digits: 1).map(JSONValue.decimal))
+        o.add("mmoll", decimal(r.mmoll, digits: 2).map(JSONValue.decimal))
+        o.add("unit", r.unit)
+        o.add("special", r.special)
+        o.add("type", r.type)
+        o.add("sampleLocation", r.sampleLocation)
+        o.add("sensorStatus", r.sensorStatus)
+        o.add("exclusion", r.exclusion?.rawValue)
+        if let c = r.context {
+            var ctx = JSONObjectBuilder()
+            ctx.add("meal", c.meal)
+            ctx.add("carbohydrateID", c.carbohydrateID)
+            ctx.add("carbohydrateGrams", decimal(c.carbohydrateKg.map { $0 * 1000 }, digits: 1).map(JSONValue.decimal))
+            ctx.add("tester", c.tester)
+            ctx.add("health", c.health)
+            ctx.add("exerciseDurationSeconds", c.exerciseDurationSeconds)
+            ctx.add("exerciseIntensityPercent", c.exerciseIntensityPercent)
+            ctx.add("medicationID", c.medicationID)
+            ctx.add("medicationAmount", c.medicationAmount.map(JSONValue.double))
+            ctx.add("medicationUnit", c.medicationUnit)
+            ctx.add("hba1cPercent", c.hba1cPercent.map(JSONValue.double))
+            o.add("context", ctx.value)
+        }
+        o.add("receivedAt", MeterCommandSupport.isoUTC(r.receivedAt))
+        return o.value
+    }
+
+    static let csvHeader = [
+        "id", "meter", "sequence", "time", "meter_time", "local_time", "base_time", "time_offset_min", "analyte",
+        "mgdl", "mmoll", "unit", "special", "type", "sample_location", "sensor_status", "exclusion", "meal", "received_at",
+    ]
+
+    static func csvRow(_ stored: StoredReading) -> [String] {
+        let r = stored.reading
+        return [
+            String(stored.id), r.meterAddress, String(r.sequence),
+            r.instant.map(MeterCommandSupport.isoUTC) ?? "", r.meterInstant.map(MeterCommandSupport.isoUTC) ?? "",
+            r.userFacingTime, r.baseTime, String(r.timeOffsetMinutes), r.analyte.rawValue,
+            decimal(r.mgdl, digits: 1) ?? "", decimal(r.mmoll, digits: 2) ?? "", r.unit, r.special ?? "",
+            r.type.map(String.init) ?? "", r.sampleLocation.map(String.init) ?? "", r.sensorStatus.map(String.init) ?? "",
+            r.exclusion?.rawValue ?? "", r.context?.meal.map(String.init) ?? "", MeterCommandSupport.isoUTC(r.receivedAt),
+        ]
+    }
+
+    static func csvField(_ text: String) -> String {
+        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+        return "\"" + text.replacingQuotes() + "\""
+    }
+
+    static func value(_ r: NewReading) -> String {
+        switch r.special {
+        case "+inf"?: return "HI"
+        case "-inf"?: return "LO"
+        case let s?: return s.uppercased()
+        case nil: break
+        }
+        if r.analyte == .ketone { return (decimal(r.mmoll, digits: 1) ?? "?") + " mmol/L ketone" }
+        if r.unit == "mol/L" { return (decimal(r.mmoll, digits: 1) ?? "?") + " mmol/L" }
+        return (decimal(r.mgdl, digits: 0) ?? "-") + " mg/dL"
+    }
+
+    static func table(_ readings: [StoredReading]) -> String {
+        if readings.isEmpty { return "no readings\n" }
+        let rows = readings.map { s -> [String] in
+            let r = s.reading
+            return [r.userFacingTime.replacingT(), r.meterAddress, String(r.sequence), value(r), r.exclusion.map { "not uploaded: \($0.rawValue)" } ?? ""]
+        }
+        return MeterCommandSupport.table(["METER TIME", "METER", "SEQ", "VALUE", "NOTE"], rows)
+    }
+}
+
+extension String {
+    fileprivate func replacingQuotes() -> String {
+        var out = ""
+        for c in self { out += c == "\"" ? "\"\"" : String(c) }
+        return out
+    }
+
+    fileprivate func replacingT() -> String {
+        String(map { $0 == "T" ? " " : $0 })
     }
 }

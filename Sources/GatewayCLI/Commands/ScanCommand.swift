@@ -1,11 +1,61 @@
+import Gateway
 import GatewayCore
 
 enum ScanCommand: GatewayCommand {
     static let name = "scan"
     static let abstract = "List nearby meters advertising the Glucose Service"
-    static let help = "usage: glucose-gateway scan\n\nList nearby meters advertising the Glucose Service."
+    static let help = """
+    usage: glucose-gateway scan [--timeout SECONDS] [--adapter hciN] [--json]
+
+    Scans for Bluetooth LE devices advertising the Glucose Service (0x1808) and lists them: address, name,
+    signal strength (RSSI, dBm) and whether this gateway is paired with them. Most meters advertise only
+    for a short while after a measurement or a press of their Bluetooth button.
+      --timeout SECONDS  how long to scan (default 10)
+      --adapter hciN     the Bluetooth adapter (default: [gateway] adapter, else the first powered one)
+      --json             a JSON array instead of a table
+    Exit status: 0 (also when nothing was found), 69 no Bluetooth adapter or bluetoothd.
+    """
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
-        throw GatewayFailure(.failure, "'scan' is not available in this build")
+        let timeout = try arguments.secondsOption("--timeout", max: 600) ?? 10
+        let adapterOption = try arguments.option("--adapter")
+        let json = arguments.flag("--json")
+        try arguments.finish()
+        let config = try context.loadConfig()
+        let radio = try await BlueZRadio.open(adapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
+        let found: [NearbyMeter]
+        do {
+            found = try await radio.scan(timeout: .milliseconds(Int(timeout * 1000)))
+        } catch {
+            await radio.close()
+            throw GatewayFailure(.unavailable, "scan failed: \(error.message)")
+        }
+        await radio.close()
+        if json {
+            let items = found.map { m -> JSONValue in
+                var o = JSONObjectBuilder()
+                o.add("address", m.address)
+                o.add("name", m.name)
+                o.add("rssi", m.rssi)
+                o.add("paired", m.paired)
+                return o.value
+            }
+            StandardStream.writeOutput(JSONValue.array(items).prettyText + "\n")
+            return .ok
+        }
+        if found.isEmpty {
+            StandardStream.writeOutput("no meter found (press the meter's Bluetooth button and scan again)\n")
+            return .ok
+        }
+        let rows = found.map { m in
+            [m.address, m.name.map(printable) ?? "-", m.rssi.map { "\($0) dBm" } ?? "-", m.paired ? "yes" : "no"]
+        }
+        StandardStream.writeOutput(MeterCommandSupport.table(["ADDRESS", "NAME", "RSSI", "PAIRED"], rows))
+        return .ok
+    }
+
+    /// A device name as received over the air, without control characters.
+    static func printable(_ name: String) -> String {
+        String(name.prefix(40).map { $0.isASCII && ($0.asciiValue ?? 0) < 0x20 ? "?" : $0 })
     }
 }

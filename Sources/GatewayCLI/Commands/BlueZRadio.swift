@@ -1,0 +1,122 @@
+import BlueZ
+import Gateway
+import GatewayCore
+
+/// The gateway's radio: BlueZ over the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set).
+final class BlueZRadio: MeterRadio {
+    let client: BlueZClient
+    let adapterName: String?
+
+    private init(client: BlueZClient, adapterName: String?) {
+        self.client = client
+        self.adapterName = adapterName
+    }
+
+    /// Connects to bluetoothd and waits (briefly) for a powered adapter.
+    static func open(adapter: String?, logger: Logger) async throws(GatewayFailure) -> BlueZRadio {
+        let client: BlueZClient
+        do {
+            client = try await BlueZClient.connect(logger: logger.with(label: "bluez"))
+        } catch {
+            throw GatewayFailure(.unavailable, "Bluetooth is not available (bluetoothd on the system bus): \(error)")
+        }
+        do {
+            _ = try await client.waitForAdapter(named: adapter, powered: true, timeout: .seconds(5))
+        } catch {
+            await client.close()
+            let which = adapter.map { "adapter \($0)" } ?? "a powered Bluetooth adapter"
+            throw GatewayFailure(.unavailable, "no \(which): \(error.message)")
+        }
+        return BlueZRadio(client: client, adapterName: adapter)
+    }
+
+    func close() async {
+        _ = try? await client.stopDiscovery(adapterName: adapterName)
+        await client.close()
+    }
+
+    static func accessError(_ error: BlueZError) -> MeterAccessError {
+        switch error.name {
+        case BlueZErrorNames.authenticationFailed?, BlueZErrorNames.authenticationRejected?, BlueZErrorNames.authenticationCanceled?:
+            return MeterAccessError(.authenticationFailed, error.description)
+        case BlueZErrorNames.authenticationTimeout?:
+            return MeterAccessError(.timeout, error.description)
+        case BlueZErrorNames.notReady?:
+            return MeterAccessError(.adapterUnavailable, error.description)
+        default:
+            break
+        }
+        switch error.kind {
+        case .notFound: return MeterAccessError(.notFound, error.message)
+        case .timeout: return MeterAccessError(.timeout, error.message)
+        case .notSupported: return MeterAccessError(.notAMeter, error.message)
+        default: return MeterAccessError(.failed, error.description)
+        }
+    }
+
+    func scan(timeout: Duration) async throws(MeterAccessError) -> [NearbyMeter] {
+        do {
+            try await client.startDiscovery(adapterName: adapterName, uuids: [.glucoseService])
+        } catch {
+            throw Self.accessError(error)
+        }
+        try? await Task.sleep(for: timeout)
+        _ = try? await client.stopDiscovery(adapterName: adapterName)
+        return await client.devices()
+            .filter { $0.advertises(any: [.glucoseService]) }
+            .sorted { ($0.rssi ?? -200) > ($1.rssi ?? -200) }
+            .map { NearbyMeter(address: $0.address.uppercased(), name: $0.name, rssi: $0.rssi, paired: $0.paired) }
+    }
+
+    func waitForMeter(address: String, timeout: Duration) async throws(MeterAccessError) -> NearbyMeter {
+        if let known = await client.device(address: address), known.connected {
+            return NearbyMeter(address: address, name: known.name, rssi: known.rssi, paired: known.paired)
+        }
+        do {
+            try await client.startDiscovery(adapterName: adapterName, uuids: [.glucoseService])
+        } catch {
+            throw Self.accessError(error)
+        }
+        let device: DiscoveredDevice
+        do {
+            device = try await client.waitForDevice(address: address, timeout: timeout)
+        } catch {
+            _ = try? await client.stopDiscovery(adapterName: adapterName)
+            if error.kind == .timeout {
+                throw MeterAccessError(.notFound, "\(address) was not seen within \(timeout)")
+            }
+            throw Self.accessError(error)
+        }
+        // Scanning while connecting slows many controllers down.
+        _ = try? await client.stopDiscovery(adapterName: adapterName)
+        return NearbyMeter(address: address, name: device.name, rssi: device.rssi, paired: device.paired)
+    }
+
+    func connect(address: String, timeout: Duration) async throws(MeterAccessError) -> any MeterLink {
+        do {
+            return try await client.connectMeter(address: address, timeout: timeout)
+        } catch {
+            switch error.kind {
+            case .timeout: throw MeterAccessError(.timeout, error.message)
+            case .notSupported: throw MeterAccessError(.notAMeter, error.message)
+            default: throw MeterAccessError(.notFound, error.message)
+            }
+        }
+    }
+
+    func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
+        do {
+            try await client.pair(address: address, pin: passkey, timeout: timeout)
+        } catch {
+            throw Self.accessError(error)
+        }
+    }
+
+    func forget(address: String) async throws(MeterAccessError) -> Bool {
+        do {
+            return try await client.removeDevice(address: address)
+        } catch {
+            throw Self.accessError(error)
+        }
+    }
+}
