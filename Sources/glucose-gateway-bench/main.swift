@@ -9,7 +9,9 @@ let benchArguments = Array(CommandLine.arguments.dropFirst())
 switch benchArguments.first {
 case "store-insert": exit(await StoreInsertBenchmark.run(Array(benchArguments.dropFirst())))
 case "store-writer": exit(await StoreWriter.run(Array(benchArguments.dropFirst())))
+case "download": exit(await DownloadBenchmark.run(Array(benchArguments.dropFirst())))
 default:
     print("usage: glucose-gateway-bench NAME")
     print("  store-insert   bulk insert of readings into SQLite, readings per second")
+    print("  download       a 1,000-record meter download through the BlueZ stand-in: CPU seconds, peak RSS")
 }

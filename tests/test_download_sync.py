@@ -1,0 +1,170 @@
+"""Downloads through the BlueZ stand-in: first and incremental sync, resumption, counter reset, context
+pairing, records arriving meanwhile, and the clinical rules end to end."""
+import asyncio
+
+from gg_dbus import Client
+from gg_download import Gateway, meter, records
+
+ADDRESS = "C0:26:DA:01:02:03"
+
+
+def control(bus, member, signature="", body=()):
+    async def call():
+        client = await Client.connect(bus)
+        try:
+            return await client.control(member, signature, body)
+        finally:
+            client.bus.disconnect()
+    return asyncio.run(call())
+
+
+def test_first_and_incremental_sync(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter(records_list=records(1, 20))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    first = gw.sync()
+    assert ADDRESS + ": 20 new readings" in first.stdout
+    assert gw.sequences() == list(range(1, 21))
+
+    seq = control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-03-06T09:00:00", "mgdl": 123}'])[0]
+    assert seq == 21
+    second = gw.sync(ADDRESS)
+    assert ADDRESS + ": 1 new reading" in second.stdout
+    assert gw.sequences() == list(range(1, 22))
+    third = gw.sync()
+    assert ADDRESS + ": 0 new readings" in third.stdout
+    assert len(gw.readings()) == 21
+    # The meter was asked only for what it had not sent yet, and never to delete anything.
+    log = control(private_bus, "CallLog")[0]
+    assert not any("Delete" in line for line in log)
+
+
+def test_link_drop_then_resync_has_no_gap_and_no_duplicate(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter(records_list=records(1, 300), faults={"dropLinkAfter": 120, "dropLinkTimes": 1})))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    interrupted = gw.sync(expect=1)
+    assert "interrupted" in interrupted.stdout
+    stored = gw.sequences()
+    assert stored == list(range(1, len(stored) + 1))
+    assert 0 < len(stored) <= 120
+    gw.sync()
+    assert gw.sequences() == list(range(1, 301))
+    assert gw.query("SELECT count(*) FROM reading")[0][0] == 300
+
+
+def test_counter_reset_downloads_everything_again(private_bus, standin, meter_file, tmp_path):
+    state = str(tmp_path / "bonds.json")
+    first = standin("--state", state, "--meter", meter_file(meter(records_list=records(100, 10))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    gw.sync()
+    assert gw.sequences() == list(range(100, 110))
+    first.stop()
+    # After a battery change the meter starts again at sequence 1, with new readings.
+    fresh = records(1, 4, start_hour=24 * 10)
+    standin("--state", state, "--meter", meter_file(meter(records_list=fresh)))
+    result = gw.sync()
+    assert "counter restarted" in result.stdout
+    assert gw.sequences() == [1, 2, 3, 4] + list(range(100, 110))
+    control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-03-20T09:00:00", "mgdl": 150}'])
+    gw.sync()
+    assert gw.sequences() == [1, 2, 3, 4, 5] + list(range(100, 110))
+
+
+def context_records():
+    out = records(1, 6)
+    for r in out:
+        r["context"] = {"meal": 1 + r["sequence"] % 5}
+    return out
+
+
+def test_context_after_its_measurement(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter(records_list=context_records())))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    gw.sync()
+    got = {r["sequence"]: r.get("context", {}).get("meal") for r in gw.readings()}
+    assert got == {s: 1 + s % 5 for s in range(1, 7)}
+
+
+def test_context_before_its_measurement(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter(records_list=context_records(), faults={"contextOrder": "before"})))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    gw.sync()
+    got = {r["sequence"]: r.get("context", {}).get("meal") for r in gw.readings()}
+    assert got == {s: 1 + s % 5 for s in range(1, 7)}
+
+
+def test_context_missing_never_holds_a_measurement(private_bus, standin, meter_file, tmp_path):
+    # No 0x2A34 at all (Accu-Chek Instant), and a context that belongs to no record.
+    standin("--meter", meter_file(meter(records_list=context_records(), contextCharacteristic=False)))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    gw.sync()
+    readings = gw.readings()
+    assert [r["sequence"] for r in readings] == list(range(1, 7))
+    assert all("context" not in r for r in readings)
+
+
+def test_stray_context_is_not_attached(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter(records_list=context_records(),
+                                        faults={"malformed": [{"sequence": 3, "kind": "stray-context"}]})))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    gw.sync()
+    by_seq = {r["sequence"]: r for r in gw.readings()}
+    assert sorted(by_seq) == list(range(1, 7))
+    assert by_seq[4]["context"]["meal"] == 1 + 4 % 5
+
+
+def test_records_arriving_during_a_sync(private_bus, standin, meter_file, tmp_path):
+    standin("--time-scale", "20", "--meter", meter_file(meter(
+        records_list=records(1, 200), faults={"notificationDelayMs": 2},
+        newRecords={"everySeconds": 10, "limit": 6, "mgdl": 120})))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    gw.sync()
+    # Wait until the meter has made all its new records, then sync again: every one exactly once.
+    import time
+    deadline = time.monotonic() + 20
+    while len(control(private_bus, "Records", "s", [ADDRESS])[0]) < 206:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    gw.sync()
+    assert gw.sequences() == list(range(1, 207))
+
+
+def test_clinical_rules_end_to_end(private_bus, standin, meter_file, tmp_path):
+    recs = [
+        {"sequence": 1, "time": "2024-05-01T08:00:00", "timeOffset": 0, "mgdl": 111},
+        {"sequence": 2, "time": "2024-05-01T08:10:00", "timeOffset": 0, "mgdl": 95, "control": True},
+        {"sequence": 3, "time": "2024-05-01T08:20:00", "timeOffset": 0, "result": "high"},
+        {"sequence": 4, "time": "2024-05-01T08:30:00", "timeOffset": 0, "result": "low"},
+        {"sequence": 5, "time": "2024-05-01T08:40:00", "timeOffset": 0, "mmol": 5.5, "unit": "mol/L"},
+        {"sequence": 6, "time": "2024-05-01T15:00:00", "timeOffset": -420, "mgdl": 120},       # Contour: UTC base
+        {"sequence": 7, "time": "2024-05-01T08:00:00", "timeOffset": 2000, "mgdl": 130},        # large offset
+        {"sequence": 8, "time": "2024-03-31T02:30:00", "timeOffset": 0, "mgdl": 140},           # DST gap
+        {"sequence": 9, "time": "2024-10-27T02:30:00", "timeOffset": 0, "mgdl": 150},           # repeated hour
+        {"sequence": 10, "time": "2024-05-01T09:00:00", "timeOffset": 0, "mgdl": 100, "status": ["batteryLow", "timeFault"]},
+        {"sequence": 11, "time": "2024-05-01T09:10:00", "timeOffset": 0, "mgdl": 100, "status": ["stripInsertionError"]},
+    ]
+    standin("--meter", meter_file(meter(records_list=recs)))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS, time_zone="Europe/Berlin")
+    gw.sync()
+    r = {x["sequence"]: x for x in gw.readings()}
+    assert r[1]["time"] == "2024-05-01T06:00:00Z" and r[1]["mgdl"] == 111 and "exclusion" not in r[1]
+    assert r[2]["exclusion"] == "control-solution"
+    assert r[3]["exclusion"] == "hi" and r[3]["special"] == "+inf" and "mgdl" not in r[3]
+    assert r[4]["exclusion"] == "lo" and r[4]["special"] == "-inf"
+    assert r[5]["unit"] == "mol/L" and r[5]["mmoll"] == 5.5 and "exclusion" not in r[5]
+    assert r[6]["localTime"] == "2024-05-01T08:00:00" and r[6]["time"] == "2024-05-01T06:00:00Z"
+    assert r[7]["localTime"] == "2024-05-02T17:20:00" and r[7]["time"] == "2024-05-02T15:20:00Z"
+    assert r[8]["time"] == "2024-03-31T01:30:00Z"
+    assert r[9]["time"] == "2024-10-27T00:30:00Z"
+    assert "exclusion" not in r[10]
+    assert r[11]["exclusion"] == "sensor-fault"
+    # Excluded readings are kept but never queued for upload (no destination here: nothing queued at all).
+    assert gw.query("SELECT count(*) FROM reading")[0][0] == 11
