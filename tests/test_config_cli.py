@@ -43,10 +43,12 @@ def test_secrets_are_summarised_never_printed(tmp_path):
     cfg = tmp_path / "gw.toml"
     cfg.write_text('[nightscout]\nurl = "https://ns.example"\napi_secret_file = "ns.secret"\n'
                    f'[fhir]\nbearer_token = "{secret}"\n')
+    os.chmod(cfg, 0o644)
     r = run("config", "check", str(cfg))
     assert r.returncode == 0, r.stderr
     assert f"api_secret: (set, from {tmp_path}/ns.secret)" in r.stdout
     assert "bearer_token: (set)" in r.stdout
+    assert "warning: fhir.bearer_token is written in a file every local user can read (mode 0644)" in r.stdout
     assert secret not in r.stdout + r.stderr
 
 

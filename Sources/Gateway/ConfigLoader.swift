@@ -60,6 +60,23 @@ public enum ConfigLoader {
         }
     }
 
+    /// Advice that does not make the file invalid: an inline secret in a config file that every local
+    /// user can read.
+    public static func warnings(for config: GatewayConfig) -> [String] {
+        guard let path = config.path, let info = ConfigFiles.info(path), info.mode & 0o004 != 0 else { return [] }
+        var inline: [String] = []
+        switch config.nightscout.credential {
+        case .apiSecret(let s) where s.file == nil: inline.append("nightscout.api_secret")
+        case .token(let s) where s.file == nil: inline.append("nightscout.token")
+        default: break
+        }
+        if let token = config.fhir.bearerToken, token.file == nil { inline.append("fhir.bearer_token") }
+        return inline.map {
+            "\($0) is written in a file every local user can read (mode \(ConfigFiles.octal(info.mode))); "
+                + "chmod 640 \(path), or move it to a secret file (mode 600)"
+        }
+    }
+
     static func failure(path: String, first: ConfigProblem, count: Int) -> GatewayFailure {
         let location = first.line > 0 ? "\(path):\(first.line)" : path
         var message = "\(location): \(first.message)"

@@ -99,6 +99,22 @@ import Testing
         }
     }
 
+    @Test func inlineSecretsInAWorldReadableFileAreWarnedAbout() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let text = "[nightscout]\nurl = \"https://ns.example\"\napi_secret = \"0123456789abcdef\"\n[fhir]\nbearer_token = \"tok\"\n"
+        let open = try dir.write("open.toml", text, mode: 0o644)
+        let warnings = ConfigLoader.warnings(for: try ConfigLoader.load(path: open))
+        #expect(warnings.count == 2)
+        #expect(warnings.first?.hasPrefix("nightscout.api_secret is written in a file every local user can read (mode 0644)") == true)
+        #expect(!warnings.joined().contains("0123456789abcdef"))
+        let closed = try dir.write("closed.toml", text, mode: 0o640)
+        #expect(ConfigLoader.warnings(for: try ConfigLoader.load(path: closed)) == [])
+        try dir.write("ns.secret", "0123456789abcdef\n")
+        let viaFile = try dir.write("file.toml", "[nightscout]\nurl = \"https://ns.example\"\napi_secret_file = \"ns.secret\"\n", mode: 0o644)
+        #expect(ConfigLoader.warnings(for: try ConfigLoader.load(path: viaFile)) == [])
+    }
+
     @Test func missingAndEmptySecretFilesAreRefused() throws {
         let dir = try TempDirectory()
         defer { dir.remove() }

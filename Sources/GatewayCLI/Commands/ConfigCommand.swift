@@ -30,6 +30,9 @@ enum ConfigCommand: GatewayCommand {
             for line in config.summaryLines() {
                 text += line.hasPrefix("[") ? line + "\n" : "  " + line + "\n"
             }
+            for warning in ConfigLoader.warnings(for: config) {
+                text += "warning: \(warning)\n"
+            }
             if !config.hasDestination {
                 text += "note: no upload destination is enabled; readings are stored locally only\n"
             }
