@@ -278,12 +278,16 @@ private final class DownloadSession {
             report.unmatchedContexts += orphanContexts.count
             logger.warning("meter \(meter.address): \(report.unmatchedContexts) context value(s) without a matching measurement were not kept")
         }
-        await saveBookkeeping()
         if var failure {
             failure.stored = report.stored
-            await log(.error, code: nil, "download failed: \(failure.message)")
+            // A store that refused a commit (locked, full) would refuse the bookkeeping too.
+            if failure.kind != .store {
+                await saveBookkeeping()
+                await log(.error, code: nil, "download failed: \(failure.message)")
+            }
             throw failure
         }
+        await saveBookkeeping()
         await log(.downloadFinished, code: nil,
                   "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored")
         return report

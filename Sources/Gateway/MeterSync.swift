@@ -70,7 +70,6 @@ public struct MeterSync: Sendable {
         } catch {
             return MeterSyncResult(address: address, status: .unreachable(error.message))
         }
-        try? await download.store.log(GatewayEvent(at: download.now(), kind: .connected, meterAddress: address, message: "connected for download"))
         do {
             let report = try await download.run(link: link, meter: meter, progress: progress)
             return MeterSyncResult(address: address, status: .downloaded(report))

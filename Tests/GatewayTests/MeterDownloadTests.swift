@@ -203,6 +203,8 @@ struct MeterDownloadTests {
         await #expect(throws: DownloadError.self) { try await Self.download(meter, store) }
         #expect(store.readings.count == 200)
         #expect(meter.callLog.last == "disconnect")
+        // The store refused a commit: no bookkeeping or event writes are attempted against it.
+        #expect(store.events.isEmpty)
         store.failInserts(after: nil)
         let report = try await Self.download(meter, store)
         #expect(report.stored == 250)

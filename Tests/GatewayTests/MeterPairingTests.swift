@@ -117,7 +117,7 @@ struct MeterPairingTests {
         #expect(result.isComplete)
         #expect(store.readings.count == 5)
         #expect(result.summary == "\(meter.address): 5 new readings")
-        #expect(store.events.contains { $0.kind == .connected })
+        #expect(store.events.contains { $0.kind == .downloadFinished })
     }
 
     @Test func syncReportsAnUnreachableMeter() async throws {
