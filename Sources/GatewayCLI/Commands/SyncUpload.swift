@@ -3,7 +3,7 @@ import GatewayCore
 import SQLiteStore
 import SyncEngine
 
-/// The upload half of `sync`.
+/// The upload half of `sync`, wired as `upload` wires it.
 enum SyncUpload {
     /// The body builders of the enabled destinations, so that downloaded readings are queued for upload
     /// in the transaction that stores them.
@@ -15,7 +15,22 @@ enum SyncUpload {
     static func run(config: GatewayConfig, store: SQLiteStore, logger: Logger, wait: Duration = .seconds(30)) async -> ExitStatus {
         let settings = config.uploadSettings
         guard !settings.destinations.isEmpty else { return .ok }
-        let uploader = Uploader(settings: settings, store: store, logger: logger.with(label: "upload"))
+        let lock: UploadLock?
+        do {
+            lock = try UploadLock.acquire(database: config.gateway.database)
+        } catch {
+            StandardStream.writeError("glucose-gateway sync: \(error.description)\n")
+            return .tempFail
+        }
+        guard let lock else {
+            StandardStream.writeOutput("uploads are left to the running gateway daemon\n")
+            return .ok
+        }
+        defer { withExtendedLifetime(lock) {} }
+        let logger = logger.with(label: "upload")
+        let connectivity = await UploadWiring.startConnectivity(logger: logger)
+        defer { connectivity.stop() }
+        let uploader = Uploader(settings: settings, store: store, connectivity: connectivity.hub, logger: logger)
         do {
             try await uploader.prepare()
         } catch {
@@ -23,16 +38,7 @@ enum SyncUpload {
             return .tempFail
         }
         let outcome = await uploader.drain(deadline: ContinuousClock.now.advanced(by: wait))
-        for r in outcome.reports {
-            var line = "\(r.destination): \(r.uploaded) uploaded"
-            switch r.end {
-            case .drained: break
-            case let .deferred(code, message), let .paused(code, message), let .blocked(code, message):
-                line += "; deferred (\(code)): \(message)"
-            }
-            StandardStream.writeOutput(line + "\n")
-        }
-        if outcome.pending > 0 { StandardStream.writeOutput("\(outcome.pending) upload(s) pending\n") }
+        for line in UploadWiring.summary(outcome) { StandardStream.writeOutput(line + "\n") }
         return outcome.exitStatus(errorBypass: settings.recovery.errorBypass)
     }
 }
