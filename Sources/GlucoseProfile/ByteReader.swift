@@ -3,29 +3,57 @@
 /// and every later read returns 0 without moving, so decoders need no index arithmetic and no early exits.
 /// The error is thrown once, at the public boundary: malformed input costs no unwinding inside the codec.
 struct ByteReader {
+    /// The first failure, in a form with no references (static text and numbers), so that a reader is a
+    /// plain value: no reference counting on the decoding path.
+    struct Failure {
+        var kind: GlucoseDecodingError.Kind
+        var field: StaticString
+        var part: StaticString?
+        var offset: Int
+        var detail: Detail
+
+        enum Detail {
+            case needs(Int, available: Int)
+            case outside(Int, StaticString)
+            case length(expected: StaticString, got: Int)
+        }
+
+        var error: GlucoseDecodingError {
+            let f: GlucoseDecodingError.Field = part.map { .part(field, $0) } ?? .name(field)
+            switch detail {
+            case let .needs(n, available): return GlucoseDecodingError(kind, f, offset: offset, .needs(n, available: available))
+            case let .outside(v, allowed): return GlucoseDecodingError(kind, f, offset: offset, .outside(v, allowed))
+            case let .length(expected, got): return GlucoseDecodingError(kind, f, offset: offset, .length(expected: expected, got: got))
+            }
+        }
+    }
+
     private let bytes: UnsafeRawBufferPointer
     private(set) var offset: Int = 0
-    private(set) var error: GlucoseDecodingError?
+    private(set) var failure: Failure?
 
     init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
     var remaining: Int { bytes.count - offset }
+    var failed: Bool { failure != nil }
+    var error: GlucoseDecodingError? { failure?.error }
 
     /// The decoded value, or the first error.
+    @inline(__always)
     func result<T>(_ value: T) -> Result<T, GlucoseDecodingError> {
-        if let error { return .failure(error) }
+        if let failure { return .failure(failure.error) }
         return .success(value)
     }
 
-    mutating func fail(_ e: GlucoseDecodingError) {
-        if error == nil { error = e }
+    mutating func fail(_ f: Failure) {
+        if failure == nil { failure = f }
     }
 
     @inline(__always)
     mutating func need(_ count: Int, _ field: StaticString) -> Bool {
-        if error != nil { return false }
+        if failure != nil { return false }
         if bytes.count - offset < count {
-            error = .truncated(field, offset: offset, needed: count, available: bytes.count - offset)
+            failure = Failure(kind: .truncated, field: field, offset: offset, detail: .needs(count, available: bytes.count - offset))
             return false
         }
         return true
@@ -59,7 +87,7 @@ struct ByteReader {
 
     /// The rest of the value, consumed.
     mutating func rest() -> [UInt8] {
-        guard error == nil, offset < bytes.count else { return [] }
+        guard failure == nil, offset < bytes.count else { return [] }
         let tail = Array(bytes[offset...])
         offset = bytes.count
         return tail
@@ -77,10 +105,8 @@ struct ByteReader {
         let minute = Int(bytes[start + 5])
         let second = Int(bytes[start + 6])
         if let invalid = GlucoseDateTime.firstInvalidPart(year: year, month: month, day: day, hour: hour, minute: minute, second: second) {
-            fail(GlucoseDecodingError(
-                .invalidValue, .part(field, invalid.name), offset: start + invalid.offset,
-                .outside(invalid.value, invalid.allowed)
-            ))
+            fail(Failure(kind: .invalidValue, field: field, part: invalid.name, offset: start + invalid.offset,
+                         detail: .outside(invalid.value, invalid.allowed)))
             return .placeholder
         }
         offset += 7
@@ -89,8 +115,8 @@ struct ByteReader {
 }
 
 /// Runs a decoder over any collection of bytes through one contiguous buffer: arrays and slices are read
-/// in place, anything else is copied once.
-@inline(__always)
+/// in place, anything else is copied once. Inlinable so that callers get it specialised for their type.
+@inlinable @inline(__always)
 func withContiguousBytes<C: Collection<UInt8>, T>(
     _ bytes: C, _ body: (UnsafeRawBufferPointer) -> Result<T, GlucoseDecodingError>
 ) -> Result<T, GlucoseDecodingError> {

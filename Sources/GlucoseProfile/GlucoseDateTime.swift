@@ -87,8 +87,10 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
     /// This wall-clock time moved by `minutes` (negative moves back), with day, month and year roll-over
     /// and leap days of the proleptic Gregorian calendar. Seconds are kept. User-facing time is
     /// `baseTime.adding(minutes: timeOffset)`.
+    /// Offsets beyond about 11 000 years are clamped so that the arithmetic cannot overflow.
     public func adding(minutes: Int) -> GlucoseDateTime {
-        let total = (GlucoseDateTime.daysFromCivil(year, month, day) * 1440) + hour * 60 + minute + minutes
+        let step = min(max(minutes, -6_000_000_000), 6_000_000_000)
+        let total = (GlucoseDateTime.daysFromCivil(year, month, day) * 1440) + hour * 60 + minute + step
         let days = total >= 0 ? total / 1440 : (total - 1439) / 1440
         let minuteOfDay = total - days * 1440
         let (y, m, d) = GlucoseDateTime.civilFromDays(days)

@@ -54,15 +54,18 @@ public struct GlucoseMeasurement: Hashable, Sendable {
         self.contextFollows = contextFollows
     }
 
+    @inlinable
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
         self = try GlucoseMeasurement.decode(bytes).get()
     }
 
     /// Decodes without throwing: the value or the typed error.
+    @inlinable
     public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
         withContiguousBytes(bytes, decode(raw:))
     }
 
+    @usableFromInline
     static func decode(raw: UnsafeRawBufferPointer) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
         var r = ByteReader(raw)
         let flags = r.uint8("Flags")

@@ -69,15 +69,18 @@ public struct GlucoseMeasurementContext: Hashable, Sendable {
         self.hba1cPercent = hba1cPercent
     }
 
+    @inlinable
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
         self = try GlucoseMeasurementContext.decode(bytes).get()
     }
 
     /// Decodes without throwing: the value or the typed error.
+    @inlinable
     public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseMeasurementContext, GlucoseDecodingError> {
         withContiguousBytes(bytes, decode(raw:))
     }
 
+    @usableFromInline
     static func decode(raw: UnsafeRawBufferPointer) -> Result<GlucoseMeasurementContext, GlucoseDecodingError> {
         var r = ByteReader(raw)
         let flags = r.uint8("Flags")

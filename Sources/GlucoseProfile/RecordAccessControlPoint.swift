@@ -186,15 +186,18 @@ public struct RACPRequest: Hashable, Sendable {
         reportNumberOfRecords(.greaterThanOrEqual, .sequenceNumber(min: sequence, max: nil))
     }
 
+    @inlinable
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
         self = try RACPRequest.decode(bytes).get()
     }
 
     /// Decodes without throwing: the value or the typed error.
+    @inlinable
     public static func decode(_ bytes: some Collection<UInt8>) -> Result<RACPRequest, GlucoseDecodingError> {
         withContiguousBytes(bytes, decode(raw:))
     }
 
+    @usableFromInline
     static func decode(raw: UnsafeRawBufferPointer) -> Result<RACPRequest, GlucoseDecodingError> {
         var r = ByteReader(raw)
         let opCode = RACPOpCode(rawValue: r.uint8("Op Code"))
@@ -269,27 +272,30 @@ public enum RACPResponse: Hashable, Sendable {
     /// `06 00 <request op code> <response code>`; bytes after the response code are ignored.
     case response(requestOpCode: RACPOpCode, code: RACPResponseCode)
 
+    @inlinable
     public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
         self = try RACPResponse.decode(bytes).get()
     }
 
     /// Decodes without throwing: the value or the typed error.
+    @inlinable
     public static func decode(_ bytes: some Collection<UInt8>) -> Result<RACPResponse, GlucoseDecodingError> {
         withContiguousBytes(bytes, decode(raw:))
     }
 
+    @usableFromInline
     static func decode(raw: UnsafeRawBufferPointer) -> Result<RACPResponse, GlucoseDecodingError> {
         var r = ByteReader(raw)
         let opCode = RACPOpCode(rawValue: r.uint8("Op Code"))
         switch opCode {
-        case _ where r.error != nil:
+        case _ where r.failed:
             return r.result(.numberOfRecords(0))
         case .numberOfStoredRecordsResponse:
             _ = r.uint8("Operator")
-            if r.error == nil && r.remaining != 2 {
-                r.fail(GlucoseDecodingError(
-                    .wrongLength, .name("Number of Stored Records"), offset: r.offset,
-                    .length(expected: "a uint16 (2 bytes)", got: r.remaining)
+            if !r.failed && r.remaining != 2 {
+                r.fail(ByteReader.Failure(
+                    kind: .wrongLength, field: "Number of Stored Records", offset: r.offset,
+                    detail: .length(expected: "a uint16 (2 bytes)", got: r.remaining)
                 ))
             }
             let count = r.uint16("Number of Stored Records")

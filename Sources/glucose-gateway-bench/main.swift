@@ -8,6 +8,7 @@ import Darwin
 let benchArguments = Array(CommandLine.arguments.dropFirst())
 switch benchArguments.first {
 case "store-insert": exit(await StoreInsertBenchmark.run(Array(benchArguments.dropFirst())))
+case "codec": exit(CodecBenchmark.run(Array(benchArguments.dropFirst())))
 case "store-writer": exit(await StoreWriter.run(Array(benchArguments.dropFirst())))
 case "download": exit(await DownloadBenchmark.run(Array(benchArguments.dropFirst())))
 case "upload-replay", "upload-resume", "upload-seed":
@@ -19,4 +20,5 @@ default:
     print("  upload-replay  10,000-reading backlog to the loopback Nightscout: seconds and requests")
     print("  upload-resume  network back -> first batch acknowledged (--mode event|probe)")
     print("  upload-seed    fill a database with synthetic readings (--database PATH --count N)")
+    print("  codec          0x2A18 decodes per second on one thread")
 }
