@@ -34,6 +34,14 @@ def test_first_and_incremental_sync(private_bus, standin, meter_file, tmp_path):
     third = gw.sync()
     assert ADDRESS + ": 0 new readings" in third.stdout
     assert len(gw.readings()) == 21
+    csv = gw.run("readings", "--csv", "--meter", ADDRESS)
+    lines = csv.stdout.splitlines()
+    assert lines[0].startswith("id,meter,sequence,time,meter_time,local_time")
+    assert len(lines) == 22
+    since = gw.readings("--since", "2024-03-06T09:00:00+01:00")
+    assert [r["sequence"] for r in since] == [21]
+    table = gw.run("readings", "--meter", ADDRESS)
+    assert table.stdout.splitlines()[0].split() == ["METER", "TIME", "METER", "SEQ", "VALUE", "NOTE"]
     # The meter was asked only for what it had not sent yet, and never to delete anything.
     log = control(private_bus, "CallLog")[0]
     assert not any("Delete" in line for line in log)
@@ -168,3 +176,33 @@ def test_clinical_rules_end_to_end(private_bus, standin, meter_file, tmp_path):
     assert r[11]["exclusion"] == "sensor-fault"
     # Excluded readings are kept but never queued for upload (no destination here: nothing queued at all).
     assert gw.query("SELECT count(*) FROM reading")[0][0] == 11
+
+
+def test_progress_bar_on_a_terminal_summary_otherwise(private_bus, standin, meter_file, tmp_path):
+    import os
+    import pty
+    import subprocess
+    standin("--meter", meter_file(meter(records_list=records(1, 300), faults={"notificationDelayMs": 1})))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    master, slave = pty.openpty()
+    process = subprocess.Popen(gw.command("sync"), env=gw.env, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=60) == 0
+    os.close(master)
+    text = output.decode(errors="replace")
+    assert "[" in text and "/300" in text and "#" in text
+    assert ADDRESS + ": 300 new readings" in text
+    # Not a terminal: exactly the summary, no bar.
+    control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-04-06T09:00:00", "mgdl": 123}'])
+    plain = gw.sync()
+    assert plain.stdout == ADDRESS + ": 1 new reading\n"
