@@ -106,8 +106,9 @@ class Gateway:
         self.process = None
         self.runs = 0
 
-    def command(self, *args, timeout=60, check=True):
-        out = subprocess.run([gateway_binary(), "--config", self.config] + list(args), capture_output=True, text=True,
+    def command(self, *args, timeout=60, check=True, prefix=True):
+        head = ["--config", self.config] if prefix else []
+        out = subprocess.run([gateway_binary()] + head + list(args), capture_output=True, text=True,
                              env=self.env, timeout=timeout)
         if check and out.returncode != 0:
             raise AssertionError("glucose-gateway %s exited %d: %s" % (" ".join(args), out.returncode, out.stderr))

@@ -25,11 +25,12 @@ public struct DaemonHooks: Sendable {
     public var status: @Sendable (_ status: String) -> Void
     public var stopping: @Sendable () -> Void
     /// Called with each new snapshot (the run-state file and the metrics file are written from here).
-    public var snapshot: @Sendable (DaemonSnapshot) async -> Void
+    /// Synchronous, so that two snapshots never write their files at the same time.
+    public var snapshot: @Sendable (DaemonSnapshot) -> Void
 
     public init(
         ready: @escaping @Sendable (String) -> Void = { _ in }, status: @escaping @Sendable (String) -> Void = { _ in },
-        stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) async -> Void = { _ in }
+        stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) -> Void = { _ in }
     ) {
         self.ready = ready
         self.status = status
@@ -266,7 +267,7 @@ public actor GatewayDaemon {
         snapshot.activeSessions = []
         await refreshUploadState()
         snapshot.updatedAt = now()
-        await hooks.snapshot(snapshot)
+        hooks.snapshot(snapshot)
         logger.notice("stopped")
     }
 
@@ -539,7 +540,7 @@ public actor GatewayDaemon {
         await refreshUploadState()
         snapshot.updatedAt = now()
         if ready { hooks.status(snapshot.statusLine) }
-        await hooks.snapshot(snapshot)
+        hooks.snapshot(snapshot)
     }
 }
 

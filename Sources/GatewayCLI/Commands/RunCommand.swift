@@ -12,7 +12,7 @@ enum RunCommand: GatewayCommand {
     static let name = "run"
     static let abstract = "Run the gateway daemon (discovery, downloads, uploads, status)"
     static let help = """
-    usage: glucose-gateway run [--quiet-after SECONDS] [--connect-timeout SECONDS]
+    usage: glucose-gateway run [--quiet-after SECONDS] [--connect-timeout SECONDS] [--time-scale X]
 
     The gateway as a service (systemd Type=notify). It keeps the adapter looking for glucose meters (LE
     discovery filtered to the Glucose Service 0x1808, or with scan_mode = "profile" a GATT profile so
@@ -31,6 +31,8 @@ enum RunCommand: GatewayCommand {
     Options:
       --quiet-after SECONDS      leave a meter alone this long after a complete download (default 20)
       --connect-timeout SECONDS  connect and resolve services within this time (default 20)
+      --time-scale X             divide the upload retry and backoff times by X (demos and tests that
+                                 compress an hour of outage into minutes; default 1)
 
     Exit status: 0 stopped by a signal; 1 failure (database, bus lost); 69 no system bus; 75 another
     glucose-gateway process is uploading from this database; 78 configuration error.
@@ -39,6 +41,17 @@ enum RunCommand: GatewayCommand {
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let quietAfter = try arguments.secondsOption("--quiet-after", max: 86_400) ?? 20
         let connectTimeout = try arguments.secondsOption("--connect-timeout", max: 600) ?? 20
+        let scale = try arguments.secondsOption("--time-scale", max: 10_000) ?? 1
+        guard scale >= 1 else { throw GatewayFailure(.usage, "--time-scale must be 1 or more") }
+        var timing = UploadTiming.standard
+        func scaled(_ ms: Int) -> Int { max(1, Int(Double(ms) / scale)) }
+        timing.retryBaseMs = scaled(timing.retryBaseMs)
+        timing.retryCapMs = scaled(timing.retryCapMs)
+        timing.longBackoffBaseMs = scaled(timing.longBackoffBaseMs)
+        timing.longBackoffCapMs = scaled(timing.longBackoffCapMs)
+        timing.probeBaseMs = scaled(timing.probeBaseMs)
+        timing.probeCapMs = scaled(timing.probeCapMs)
+        timing.retryAfterCapMs = scaled(timing.retryAfterCapMs)
         try arguments.finish()
         let signals = DaemonSignals()
         let config = try context.loadConfig()
@@ -75,7 +88,7 @@ enum RunCommand: GatewayCommand {
         let changes = ChangeRelay()
         func uploads(_ settings: UploadSettings) -> DaemonUploader {
             DaemonUploader(Uploader(settings: settings, store: ObservedOutbox(sqlite, changes), connectivity: connectivity.hub,
-                                    logger: context.logger.with(label: "upload")))
+                                    logger: context.logger.with(label: "upload"), timing: timing))
         }
 
         func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {

@@ -1,0 +1,230 @@
+"""`glucose-gateway run` against the BlueZ stand-in and a loopback Nightscout: meters that advertise only
+after a measurement, two meters, the receiver down and back, bluetoothd restarting, the adapter unplugged,
+SIGTERM in the middle of a download, SIGHUP with a bad config, and kill -9 at random moments.
+
+Simulated time is compressed (the stand-in's --time-scale, the daemon's --time-scale for upload backoff);
+state is polled through the sqlite file (a WAL reader), the run-state file and `status --json`, with
+bounded waits."""
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from gg_daemon import Gateway, NightscoutDouble, control, wait_until
+
+A = "C0:26:DA:01:02:03"
+B = "C0:26:DA:0A:0B:0C"
+PIN = "123456"
+
+
+def meter(address, count=5, first=1, day=5, **extra):
+    # Nightscout keeps one entry per {sysTime, type}: each meter measures on its own day.
+    records = [{"sequence": first + i, "time": "2024-03-%02dT%02d:%02d:00" % (day, 6 + i // 60, i % 60), "timeOffset": 0,
+                "mgdl": 90 + i % 50} for i in range(count)]
+    m = {"address": address, "name": "meter+" + address[-5:].replace(":", ""), "pin": PIN, "bonding": True,
+         "records": records, "advertising": "off"}
+    m.update(extra)
+    return m
+
+
+def meter_records(bus, address):
+    out = control(bus, "Records", address)
+    return [int(line.split()[-1]) for line in out.splitlines() if line.strip().startswith("uint16")]
+
+
+@pytest.fixture
+def nightscout(tmp_path):
+    ns = NightscoutDouble(log_path=str(tmp_path / "nightscout.log"))
+    yield ns
+    ns.stop()
+
+
+@pytest.fixture
+def gateways():
+    started = []
+    yield started
+    for gw in started:
+        gw.stop()
+
+
+def paired_gateway(gateways, tmp_path, bus, addresses, nightscout=None, args=("--quiet-after", "0.3", "--time-scale", "20")):
+    gw = Gateway(tmp_path, bus, nightscout_url=nightscout.url if nightscout else None,
+                 secret=nightscout.secret if nightscout else None, args=args)
+    gateways.append(gw)
+    for address in addresses:
+        control(bus, "Advertise", address, 60.0)
+        gw.pair(address, PIN)
+    return gw
+
+
+def assert_uploaded_exactly_once(gw, nightscout):
+    readings = gw.query("SELECT count(*) FROM reading")[0][0]
+    entries = nightscout.entries()
+    identifiers = [e.get("identifier") for e in entries]
+    assert len(identifiers) == len(set(identifiers)), "duplicate uploads"
+    assert len(entries) == readings
+    assert nightscout.stats()["inserted"] == readings
+
+
+def test_meter_advertising_after_measurements_over_an_hour(private_bus, standin, meter_file, tmp_path, gateways, nightscout):
+    """One simulated hour at 100x: a measurement every 5 min, each followed by a short advertising burst."""
+    standin("--time-scale", "100", "--meter", meter_file(meter(A, count=5, newRecords={"everySeconds": 300, "limit": 12})))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A], nightscout)
+    gw.start()
+    started = time.monotonic()
+    wait_until("12 measurements downloaded", lambda: len(gw.sequences(A)) == 17, timeout=60)
+    elapsed = time.monotonic() - started
+    assert gw.sequences(A) == meter_records(private_bus, A) == list(range(1, 18))
+    wait_until("every reading uploaded", lambda: len(nightscout.entries()) == 17, timeout=20)
+    assert_uploaded_exactly_once(gw, nightscout)
+    state = gw.state()
+    # One connection per burst at most (a burst is 30 simulated seconds, the quiet period covers it).
+    assert 12 <= state["counters"]["connects"] <= 14
+    assert state["last_reaction_ms"] is not None and state["last_reaction_ms"] < 100
+    status = gw.status()
+    assert status["daemon"]["running"] is True
+    assert status["meters"][0]["highest_sequence"] == 17
+    assert status["destinations"][0]["pending"] == 0
+    assert status["destinations"][0]["last_success_at"] is not None
+    wait_until("the metrics file", lambda: 'glucose_gateway_uploaded_total{destination="nightscout"} 17' in open(gw.metrics).read(),
+               timeout=5)
+    assert elapsed < 50
+    assert gw.stop() == 0
+
+
+def test_two_meters_and_the_receiver_down_then_back(private_bus, standin, meter_file, tmp_path, gateways, nightscout):
+    standin("--time-scale", "20", "--meter", meter_file(meter(A, count=10)), "--meter", meter_file(meter(B, count=30, first=100, day=6)))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A, B], nightscout)
+    gw.start()
+    control(private_bus, "Advertise", A, 20.0)
+    control(private_bus, "Advertise", B, 20.0)
+    wait_until("both meters downloaded", lambda: len(gw.sequences(A)) == 10 and len(gw.sequences(B)) == 30, timeout=30)
+    wait_until("uploaded", lambda: len(nightscout.entries()) == 40, timeout=20)
+
+    nightscout.set_mode(mode="down")
+    for _ in range(3):
+        control(private_bus, "AddGeneratedRecord", A)
+        control(private_bus, "AddGeneratedRecord", B)
+    wait_until("new readings stored while the receiver is down",
+               lambda: len(gw.sequences(A)) == 13 and len(gw.sequences(B)) == 33, timeout=30)
+
+    def failing():
+        d = gw.status()["destinations"][0]
+        return d if d["pending"] == 6 and d["last_error"] and d["last_error"]["code"] in (1001, 1002) else None
+    down = wait_until("the error code in status", failing, timeout=30)
+    assert down["oldest_unsent_age_seconds"] is not None
+    wait_until("the code in the metrics file", lambda: "glucose_gateway_network_state 100" in open(gw.metrics).read(), timeout=5)
+    assert len(nightscout.entries()) == 40
+
+    back = time.monotonic()
+    nightscout.set_mode(mode="up")
+    wait_until("the replay", lambda: len(nightscout.entries()) == 46, timeout=30)
+    # Recovery bound at --time-scale 20: probe and backoff caps of 3 s and 45 s scaled; the replay must
+    # not wait for a new reading.
+    assert time.monotonic() - back < 25
+    assert_uploaded_exactly_once(gw, nightscout)
+    wait_until("status clean", lambda: gw.status()["destinations"][0]["pending"] == 0, timeout=10)
+    assert gw.stop() == 0
+
+
+def test_bluetoothd_restart_and_adapter_replug(private_bus, standin, meter_file, tmp_path, gateways):
+    standin("--time-scale", "20", "--meter", meter_file(meter(A, count=3)))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    gw.start()
+    control(private_bus, "Advertise", A, 20.0)
+    wait_until("first download", lambda: gw.sequences(A) == [1, 2, 3], timeout=20)
+
+    control(private_bus, "RestartBluetoothd")
+    wait_until("the restart noticed", lambda: gw.state()["counters"]["bluetoothd_restarts"] == 1, timeout=20)
+    wait_until("watching again", lambda: gw.state()["radio"]["watching"] == "discovery", timeout=20)
+    control(private_bus, "AddGeneratedRecord", A)
+    wait_until("download after the restart", lambda: gw.sequences(A) == [1, 2, 3, 4], timeout=20)
+
+    control(private_bus, "RemoveAdapter")
+    wait_until("no adapter", lambda: gw.state()["radio"]["adapter"] is None, timeout=20)
+    assert gw.status()["bluetooth"]["adapter"] is None
+    control(private_bus, "AddAdapter")
+    wait_until("watching the new adapter", lambda: gw.state()["radio"]["watching"] == "discovery", timeout=20)
+    control(private_bus, "AddGeneratedRecord", A)
+    wait_until("download after the re-plug", lambda: gw.sequences(A) == [1, 2, 3, 4, 5], timeout=20)
+    log = gw.log()
+    assert "waiting for one to be plugged in" in log
+    assert gw.stop() == 0
+
+
+def test_sigterm_mid_download_then_restart(private_bus, standin, meter_file, tmp_path, gateways):
+    standin("--meter", meter_file(meter(A, count=300, faults={"notificationDelayMs": 15})))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    gw.start()
+    control(private_bus, "Advertise", A, 120.0)
+    wait_until("a download under way", lambda: len(gw.sequences(A)) >= 20, timeout=20)
+    stopped = time.monotonic()
+    gw.signal(signal.SIGTERM)
+    code = gw.process.wait(timeout=10)
+    took = time.monotonic() - stopped
+    assert code == 0
+    assert took < 5
+    kept = gw.sequences(A)
+    assert 20 <= len(kept) < 300
+    assert kept == list(range(1, len(kept) + 1))
+    log = gw.log()
+    assert "stopping: 1 download(s) to end" in log
+    assert "interrupted (gateway stopping)" in log
+    assert gw.state()["phase"] == "stopped"
+
+    gw.start()
+    control(private_bus, "Advertise", A, 120.0)
+    wait_until("the rest after the restart", lambda: len(gw.sequences(A)) == 300, timeout=40)
+    assert gw.sequences(A) == list(range(1, 301))
+    assert gw.stop() == 0
+
+
+def test_sighup_with_a_bad_config_keeps_the_running_one(private_bus, standin, meter_file, tmp_path, gateways):
+    standin("--meter", meter_file(meter(A, count=2)))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    gw.start()
+    good = open(gw.config).read()
+    with open(gw.config, "a") as f:
+        f.write("unknown_key = 1\n")
+    gw.signal(signal.SIGHUP)
+    wait_until("the refusal", lambda: gw.state().get("last_reload_error"), timeout=10)
+    assert "unknown_key" in gw.state()["last_reload_error"]
+    assert gw.process.poll() is None
+    assert "configuration not reloaded, keeping the running one" in gw.log()
+    # `status` with a valid config shows the refusal too.
+    good_copy = str(tmp_path / "good.toml")
+    open(good_copy, "w").write(good)
+    status = json.loads(gw.command("--config", good_copy, "status", "--json", prefix=False).stdout)
+    assert "unknown_key" in status["daemon"]["last_reload_error"]
+
+    open(gw.config, "w").write(good)
+    gw.signal(signal.SIGHUP)
+    wait_until("the reload", lambda: gw.state()["counters"]["reloads"] == 1, timeout=10)
+    assert gw.state()["last_reload_error"] is None
+    control(private_bus, "Advertise", A, 60.0)
+    wait_until("still downloading", lambda: gw.sequences(A) == [1, 2], timeout=20)
+    assert gw.stop() == 0
+
+
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(private_bus, standin, meter_file, tmp_path, gateways, nightscout):
+    standin("--time-scale", "50", "--meter",
+            meter_file(meter(A, count=40, advertising="always", newRecords={"everySeconds": 10, "limit": 60},
+                             faults={"notificationDelayMs": 5})))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A], nightscout, args=("--quiet-after", "0.1", "--time-scale", "50"))
+    rng = random.Random(int(os.environ.get("GG_SEED", "7")))
+    for cycle in range(20):
+        gw.start()
+        time.sleep(rng.uniform(0.05, 1.2))
+        gw.kill9()
+        stored = gw.sequences(A)
+        assert stored == list(range(1, len(stored) + 1)), "gap or duplicate after cycle %d" % cycle
+    gw.start()
+    # The meter stops measuring after 60 new records; then everything it holds must be here once.
+    wait_until("the meter's last record", lambda: len(meter_records(private_bus, A)) == 100, timeout=30)
+    wait_until("caught up", lambda: gw.sequences(A) == list(range(1, 101)), timeout=30)
+    wait_until("all uploaded", lambda: len(nightscout.entries()) == gw.query("SELECT count(*) FROM reading")[0][0], timeout=30)
+    assert_uploaded_exactly_once(gw, nightscout)
+    assert gw.stop() == 0
