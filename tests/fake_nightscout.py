@@ -57,6 +57,7 @@ class State:
         self.next_id = 1
         self.fail_times = {}    # ip -> [times]
         self.in_flight = 0
+        self.active = set()
         self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
                       "auth_failures": 0, "faults": {}, "elements_received": 0}
         self.mode_changed = threading.Condition(self.lock)
@@ -319,11 +320,19 @@ class ApiHandler(BaseHandler):
         if not st.authorized(self.headers, urllib.parse.parse_qs(url.query)):
             self.unauthorized()
             return
+        # A client that gave up on an earlier request closed it before sending this one: settle those first,
+        # so in_flight counts requests the client still waits for, not server threads still busy.
+        with st.lock:
+            others = list(st.active)
+        for other in others:
+            if other.client_gone():
+                other.leave()
         with st.lock:
             st.in_flight += 1
             st.stats["max_in_flight"] = max(st.stats["max_in_flight"], st.in_flight)
             st.stats["uploads"] += 1
-        self.counted = True
+            st.active.add(self)
+            self.counted = True
         try:
             self.upload(raw)
         finally:
@@ -331,10 +340,11 @@ class ApiHandler(BaseHandler):
 
     def leave(self):
         """This request stops counting as in flight: answered, dropped, or abandoned by the client."""
-        if getattr(self, "counted", False):
-            self.counted = False
-            with self.app.state.lock:
+        with self.app.state.lock:
+            if getattr(self, "counted", False):
+                self.counted = False
                 self.app.state.in_flight -= 1
+                self.app.state.active.discard(self)
 
     def client_gone(self):
         try:

@@ -132,6 +132,8 @@ def test_wrong_credentials_pause_without_touching_readings_then_fixed(nightscout
     assert "credentials refused" in check.stdout
     out = upload(config)
     assert out.returncode == 75, out.stdout + out.stderr
+    # The uploads timed out; the long credential check told why.
+    assert "paused" in out.stdout and "credentials refused" in out.stdout, out.stdout
     for text in (check.stdout, check.stderr, out.stdout, out.stderr):
         assert wrong not in text
     assert states(db) == {"pending": 50}

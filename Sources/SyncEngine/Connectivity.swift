@@ -21,6 +21,7 @@ public final class ConnectivityHub: ConnectivityMonitor {
     private struct Waiter {
         let id: UInt64
         let continuation: CheckedContinuation<Bool, Never>
+        let timer: Task<Void, Never>
     }
     private struct State {
         /// What each source last said; the first known one in `priority` order wins.
@@ -58,7 +59,10 @@ public final class ConnectivityHub: ConnectivityMonitor {
             s.waiters.removeAll()
             return list
         }
-        for w in woken { w.continuation.resume(returning: true) }
+        for w in woken {
+            w.timer.cancel()
+            w.continuation.resume(returning: true)
+        }
     }
 
     public func waitForUp(timeoutMs: Int) async -> Bool {
@@ -68,11 +72,13 @@ public final class ConnectivityHub: ConnectivityMonitor {
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                state.withLock { $0.waiters.append(Waiter(id: id, continuation: continuation)) }
-                Task {
+                let timer = Task {
                     try? await Task.sleep(for: .milliseconds(max(0, timeoutMs)))
                     self.resume(id, with: false)
                 }
+                state.withLock { $0.waiters.append(Waiter(id: id, continuation: continuation, timer: timer)) }
+                // Cancelled before the waiter was registered: the cancellation handler found nothing.
+                if Task.isCancelled { self.resume(id, with: false) }
             }
         } onCancel: {
             self.resume(id, with: false)
@@ -84,6 +90,7 @@ public final class ConnectivityHub: ConnectivityMonitor {
             guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
             return s.waiters.remove(at: i)
         }
+        waiter?.timer.cancel()
         waiter?.continuation.resume(returning: value)
     }
 }

@@ -313,6 +313,16 @@ public actor Dispatcher {
             return .waitedForNetwork  // the same batch again, no attempt spent
         }
         let limitReached = attempts > settings.retryCount
+        if limitReached, failure.isTimeout, code == NetworkErrorCode.timeout {
+            // Nightscout answers a wrong secret only after a delay that grows with each failure, so wrong
+            // credentials look like timeouts: ask the credential check, which waits long enough.
+            if case .refused(let why) = await destination.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, settings.networkTimeoutMs)) {
+                await releaseAll(batch)
+                let message = "credentials refused by \(destination.origin) (\(why)); uploads paused until they are fixed"
+                await report(state: "paused", code: 401, message: message)
+                throw Stop.end(.paused(code: 401, message: message))
+            }
+        }
         await report(state: limitReached ? "backoff" : "retrying", code: code, message: message)
         if limitReached {
             await releaseAll(batch)

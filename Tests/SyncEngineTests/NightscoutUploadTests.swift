@@ -56,3 +56,46 @@ struct NightscoutUploadTests {
         }
     }
 }
+
+@Suite("Daemon service", .serialized, .timeLimit(.minutes(1)))
+struct DaemonServiceTests {
+    @Test func uploadsNewReadingsWhenToldAndStopsOnCancellation() async throws {
+        let server = try FakeNightscout()
+        let store = FakeOutboxStore()
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings()), store: store,
+                                connectivity: ConnectivityHub(), logger: .silent, timing: fastTiming())
+        try await uploader.prepare()
+        let service = Task { await uploader.run(idleCheckMs: 60_000) }
+        await store.enqueue(syntheticReading(1), meter: testMeter, builders: [NightscoutBodyBuilder()], createdAt: 1)
+        uploader.notifyNewReadings()
+        #expect(await waitUntil(5) { (try? await server.stats()["count"] as? Int) == 1 })
+        for n in 2...11 { await store.enqueue(syntheticReading(n), meter: testMeter, builders: [NightscoutBodyBuilder()], createdAt: Int64(n)) }
+        uploader.notifyNewReadings()
+        #expect(await waitUntil(5) { (try? await server.stats()["count"] as? Int) == 11 })
+        let status = try await uploader.status(now: 1_000_000)
+        #expect(status.first?.counts.acknowledged == 11)
+        #expect(status.first?.counts.pending == 0)
+        #expect(status.first?.oldestUnsentAgeSeconds == nil)
+        #expect(status.first?.state.state == "ok")
+        #expect(status.first?.state.lastSuccessAt != nil)
+        let stopped = ContinuousClock.now
+        service.cancel()
+        await service.value
+        #expect(ContinuousClock.now - stopped < .seconds(2))
+    }
+
+    @Test func statusShowsTheLastErrorAndTheOldestUnsentReading() async throws {
+        let server = try FakeNightscout()
+        try await server.control(["mode": "status", "status": 503])
+        let store = await filledStore(3)
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings(retryCount: 0)), store: store,
+                                logger: .silent, timing: fastTiming())
+        _ = await uploader.drain(deadline: deadline(seconds: 10))
+        let status = try #require(try await uploader.status(now: 60_000).first)
+        #expect(status.state.state == "backoff")
+        #expect(status.state.lastErrorCode == 1002)
+        #expect(status.state.lastErrorMessage?.contains("HTTP 503") == true)
+        #expect(status.counts.pending == 3)
+        #expect(status.oldestUnsentAgeSeconds == 60)
+    }
+}
