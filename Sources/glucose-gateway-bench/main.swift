@@ -13,6 +13,8 @@ case "store-writer": exit(await StoreWriter.run(Array(benchArguments.dropFirst()
 case "download": exit(await DownloadBenchmark.run(Array(benchArguments.dropFirst())))
 case "upload-replay", "upload-resume", "upload-seed":
     exit(await UploadBenchmark.run(benchArguments[0], Array(benchArguments.dropFirst())))
+case "bluez-notify": exit(await BlueZNotifyBenchmark.run(Array(benchArguments.dropFirst())))
+case "bluez-notify-peer": exit(await BlueZNotifyBenchmark.peer(Array(benchArguments.dropFirst())))
 default:
     print("usage: glucose-gateway-bench NAME")
     print("  store-insert   bulk insert of readings into SQLite, readings per second")
@@ -21,4 +23,5 @@ default:
     print("  upload-resume  network back -> first batch acknowledged (--mode event|probe)")
     print("  upload-seed    fill a database with synthetic readings (--database PATH --count N)")
     print("  codec          0x2A18 decodes per second on one thread")
+    print("  bluez-notify   GATT notifications through D-Bus to a meter link: rate, CPU, idle wake-ups")
 }
