@@ -88,6 +88,7 @@ public actor Dispatcher {
 
     private(set) var batchSize: Int
     private var longBackoffLevel = 0
+    private var recoveryLevel = 0
     /// When the next session may start after a deferred one (long-term backoff); nil: any time.
     public private(set) var nextAttemptAt: ContinuousClock.Instant?
     private var lastReported: (state: String, code: Int?)?
@@ -234,6 +235,7 @@ public actor Dispatcher {
                             throw Stop.end(.deferred(code: NetworkErrorCode.timeout, message: "cannot record acknowledgements"))
                         }
                         counters.uploaded += stored.count
+                        recoveryLevel = 0
                         counters.duplicates += duplicates
                         batchSize = min(timing.maxBatch, max(batchSize + 1, batchSize + batchSize / 4))
                         await reportSuccess()
@@ -351,10 +353,10 @@ public actor Dispatcher {
     /// Recovery mode: wait for a connectivity event, or probe every min(probe cap, backoff). Returns
     /// false when the deadline passes or the task is cancelled first.
     private func waitForNetwork(deadline: ContinuousClock.Instant?) async -> Bool {
-        var level = 0
         while !Task.isCancelled {
-            var interval = Backoff.ceilingMs(attempt: level, baseMs: timing.probeBaseMs, capMs: timing.probeCapMs)
-            level += 1
+            // The probe interval keeps growing across waits of one outage; a success resets it.
+            var interval = Backoff.ceilingMs(attempt: recoveryLevel, baseMs: timing.probeBaseMs, capMs: timing.probeCapMs)
+            recoveryLevel += 1
             if let deadline {
                 let left = clock.now.duration(to: deadline)
                 if left <= .zero { return false }
@@ -370,6 +372,7 @@ public actor Dispatcher {
             if Task.isCancelled { return false }
             if woken {
                 logger.info("connectivity reported back; resuming the session")
+                recoveryLevel = 0
                 return true
             }
             if let deadline, clock.now >= deadline { return false }
