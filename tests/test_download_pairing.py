@@ -110,3 +110,16 @@ def test_bad_input_is_refused_in_one_line(private_bus, tmp_path):
     result = gw.run("meters")
     assert result.returncode == 78
     assert "bad.toml:2:" in result.stderr
+
+
+def test_scan_lists_only_meters_advertising_now(private_bus, standin, meter_file, tmp_path):
+    quiet = "C0:26:DA:01:02:04"
+    standin("--meter", meter_file(meter()), "--meter", meter_file(meter(address=quiet, advertising="off")))
+    gw = Gateway(private_bus, tmp_path)
+    result = gw.run("scan", "--timeout", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert [m["address"] for m in found] == [ADDRESS]
+    assert found[0]["paired"] is False
+    assert isinstance(found[0]["rssi"], int)
+    assert found[0]["name"].startswith("meter+")
