@@ -184,6 +184,7 @@ public actor BlueZClient {
             objects[path] = entry
             changed()
             if added[BlueZNames.device] != nil { deviceChanged(path) }
+            if added[BlueZNames.adapter] != nil { adapterReturned() }
         case (DBusNames.objectManager?, "InterfacesRemoved"):
             guard message.body.count == 2, let path = message.body[0].objectPath,
                   let names = message.body[1].stringArray, var entry = objects[path] else { return }
@@ -201,6 +202,7 @@ public actor BlueZClient {
             entry[interface] = properties
             objects[path] = entry
             changed()
+            if interface == BlueZNames.adapter, changes["Powered"]?.bool == true { adapterReturned() }
             if interface == BlueZNames.device,
                !Set(changes.keys).isDisjoint(with: ["RSSI", "Name", "Alias", "UUIDs", "Paired", "ManufacturerData", "ServiceData"]) {
                 deviceChanged(path)
@@ -247,6 +249,22 @@ public actor BlueZClient {
             }
         }
     }
+
+    /// An adapter was plugged in or powered on: BlueZ has no discovery session for it, so ask again.
+    private func adapterReturned() {
+        guard let discovery else { return }
+        Task {
+            do {
+                let adapter = try await self.waitForAdapter(named: discovery.adapterName, timeout: .seconds(30))
+                guard self.discoveryWanted else { return }
+                try await self.beginDiscovery(on: adapter, uuids: discovery.uuids)
+            } catch {
+                self.logger.warning("bluez: starting discovery on the returning adapter failed: \(error)")
+            }
+        }
+    }
+
+    private var discoveryWanted: Bool { discovery != nil }
 
     private func busLost() {
         guard !closed else { return }

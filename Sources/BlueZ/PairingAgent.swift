@@ -21,8 +21,12 @@ public final class PairingAgent: Sendable {
         case released
     }
 
+    /// Supplies the passkey for a device path (a fixed PIN, or a prompt). Throwing refuses.
+    public typealias PasskeyProvider = @Sendable (_ device: String) async throws -> UInt32
+
     private struct State {
-        var target: (device: String, pin: UInt32)?
+        var target: (device: String, passkey: PasskeyProvider)?
+        var pending: Task<UInt32, any Error>?
         var requests: [Request] = []
     }
     private let state = Mutex(State())
@@ -34,8 +38,14 @@ public final class PairingAgent: Sendable {
     /// Requests seen so far.
     public var requests: [Request] { state.withLock { $0.requests } }
 
-    func setTarget(device: String, pin: UInt32) { state.withLock { $0.target = (device, pin) } }
-    func clearTarget() { state.withLock { $0.target = nil } }
+    func setTarget(device: String, passkey: @escaping PasskeyProvider) { state.withLock { $0.target = (device, passkey) } }
+    func clearTarget() {
+        state.withLock { state in
+            state.target = nil
+            state.pending?.cancel()
+            state.pending = nil
+        }
+    }
 
     private func record(_ request: Request) { state.withLock { $0.requests.append(request) } }
 
@@ -57,16 +67,38 @@ public final class PairingAgent: Sendable {
         methods.append(DBusMethod("RequestPasskey", in: "o", out: "u") { [weak self] call in
             guard let self else { throw DBusError(name: BlueZErrorNames.rejected, message: "agent gone") }
             let device = call.arguments.first?.objectPath
-            let target = self.state.withLock { $0.target }
-            guard let target, let device, device == target.device else {
+            let task = self.state.withLock { state -> Task<UInt32, any Error>? in
+                guard let target = state.target, let device, device == target.device else { return nil }
+                let provider = target.passkey
+                let task = Task { try await provider(device) }
+                state.pending?.cancel()
+                state.pending = task
+                return task
+            }
+            guard let task, let device else {
                 self.record(.rejected(method: "RequestPasskey", device: device))
                 throw DBusError(name: BlueZErrorNames.rejected, message: "not pairing with this device")
             }
+            let passkey: UInt32
+            do {
+                passkey = try await task.value
+            } catch {
+                self.record(.rejected(method: "RequestPasskey", device: device))
+                throw DBusError(name: BlueZErrorNames.canceled, message: "no passkey")
+            }
+            guard passkey <= 999_999 else {
+                self.record(.rejected(method: "RequestPasskey", device: device))
+                throw DBusError(name: BlueZErrorNames.rejected, message: "passkey out of range")
+            }
             self.record(.passkeyAnswered(device: device))
-            return [.uint32(target.pin)]
+            return [.uint32(passkey)]
         })
         methods.append(DBusMethod("Cancel") { [weak self] _ in
             self?.record(.cancelled)
+            self?.state.withLock { state in
+                state.pending?.cancel()
+                state.pending = nil
+            }
             return []
         })
         methods.append(DBusMethod("Release") { [weak self] _ in
@@ -115,20 +147,31 @@ extension BlueZClient {
     /// Pairs with a meter using the passkey it displays, then marks it trusted.
     ///
     /// The device must be known to BlueZ (discovered). `Pair` gets `timeout` (bluetoothd alone gives the
-    /// agent 60 s). `AlreadyExists` (already paired) counts as success. Errors keep BlueZ's names, e.g.
+    /// agent 60 s); when it runs out, the pairing is cancelled (`CancelPairing`) and `.timeout` thrown.
+    /// `AlreadyExists` (already paired) counts as success. Errors keep BlueZ's names, e.g.
     /// `org.bluez.Error.AuthenticationFailed` for a wrong PIN.
     public func pair(address: String, pin: UInt32, timeout: Duration = .seconds(120)) async throws(BlueZError) {
         guard pin <= 999_999 else { throw BlueZError(.permanent, "the PIN must have at most 6 digits") }
+        try await pair(address: address, timeout: timeout) { _ in pin }
+    }
+
+    /// Like ``pair(address:pin:timeout:)`` with the passkey asked for when bluetoothd requests it (a prompt).
+    public func pair(address: String, timeout: Duration = .seconds(120),
+                     passkey: @escaping PairingAgent.PasskeyProvider) async throws(BlueZError) {
         guard let device = device(address: address) else {
             throw BlueZError(.notFound, "device \(address) is not known to BlueZ; scan first")
         }
         let agent = try await ensureAgent()
-        agent.setTarget(device: device.path, pin: pin)
+        agent.setTarget(device: device.path, passkey: passkey)
         defer { agent.clearTarget() }
         do {
             _ = try await callBlueZ(path: device.path, interface: BlueZNames.device, member: "Pair", timeout: timeout)
         } catch where error.name == BlueZErrorNames.alreadyExists {
             logger.info("bluez: \(address) was already paired")
+        } catch where error.kind == .timeout {
+            _ = try? await callBlueZ(path: device.path, interface: BlueZNames.device, member: "CancelPairing",
+                                     timeout: .seconds(5))
+            throw BlueZError(.timeout, "pairing with \(address) did not finish in time", name: error.name)
         }
         try await setProperty(path: device.path, interface: BlueZNames.device, name: "Trusted", value: .bool(true))
     }

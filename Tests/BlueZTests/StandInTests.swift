@@ -1,0 +1,233 @@
+import Testing
+import DBusKit
+import GatewayCore
+import GlucoseProfile
+import MeterSimulator
+import TestSupport
+@testable import BlueZ
+
+/// The client against the meter simulator's BlueZ stand-in on a private bus.
+final class StandInRig: Sendable {
+    static let address = "C0:FF:EE:00:00:01"
+    static let passkey: UInt32 = 246_813
+
+    let bus: PrivateBus
+    let standIn: BlueZStandIn
+    let client: BlueZClient
+
+    init(records: Int = 50, faults: MeterFaults = MeterFaults()) async throws {
+        bus = try await PrivateBus.start()
+        var options = StandInOptions(busAddress: bus.address)
+        options.clock = SimulationClock(scale: 20)
+        let meter = MeterDescription(
+            address: Self.address, name: "GlucoSim", passkey: Self.passkey,
+            records: MeterSeries.records(count: records, firstSequence: 1, start: nil, intervalMinutes: 60,
+                                         timeOffset: nil, unit: .kilogramPerLitre),
+            faults: faults)
+        standIn = BlueZStandIn(meters: [meter], options: options, logger: .silent)
+        try await standIn.start()
+        client = try await BlueZClient.connect(bus: bus.address)
+    }
+
+    /// The stand-in's log of BlueZ calls, "Interface.Method /path".
+    func callLog() async throws -> [String] {
+        let reply = try await client.connection.call(
+            destination: "org.bluez", path: StandInDocs.controlPath, interface: "org.glucosegateway.Simulator1",
+            member: "CallLog", timeout: .seconds(5))
+        return reply.first?.stringArray ?? []
+    }
+
+    /// Discovers the meter (by the Glucose Service UUID) and returns it.
+    func discover() async throws -> DiscoveredDevice {
+        _ = try await client.waitForAdapter(timeout: .seconds(5))
+        let found = await client.discoveredDevices(matching: [.glucoseService])
+        try await client.startDiscovery()
+        return try await withTimeout(10) { () -> DiscoveredDevice in
+            for await device in found where device.address == Self.address { return device }
+            throw BlueZError(.notFound, "meter not discovered")
+        }
+    }
+
+    /// Discovers, pairs and connects; subscribes to 0x2A18 and RACP.
+    func connectedLink() async throws -> BlueZMeterLink {
+        _ = try await discover()
+        try await client.pair(address: Self.address, pin: Self.passkey, timeout: .seconds(20))
+        let link = try await client.connectMeter(address: Self.address, timeout: .seconds(20))
+        try await link.subscribe(.glucoseMeasurement)
+        try await link.subscribe(.recordAccessControlPoint)
+        return link
+    }
+
+    func close() async {
+        await client.close()
+        await standIn.stop()
+        bus.close()
+    }
+}
+
+/// The sequence number of a Glucose Measurement (flags, then the sequence number, little-endian).
+func sequenceNumber(_ bytes: [UInt8]) -> Int? {
+    guard bytes.count >= 3 else { return nil }
+    return Int(bytes[1]) | Int(bytes[2]) << 8
+}
+
+@Suite(.timeLimit(.minutes(1))) struct StandInTests {
+    @Test func discoverPairConnectAndReportAllInOrder() async throws {
+        let rig = try await StandInRig(records: 60)
+        let device = try await rig.discover()
+        #expect(device.name == "GlucoSim")
+        #expect(device.uuids.contains(GATTUUID.glucoseService.uuidString))
+        #expect(device.paired == false)
+
+        try await rig.client.pair(address: StandInRig.address, pin: StandInRig.passkey, timeout: .seconds(20))
+        let paired = try #require(await rig.client.device(address: StandInRig.address))
+        #expect(paired.paired)
+
+        let link = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20))
+        #expect(await link.hasCharacteristic(.glucoseFeature))
+        let feature = try await link.read(.glucoseFeature)
+        #expect(feature.count == 2)
+        try await link.subscribe(.glucoseMeasurement)
+        if await link.hasCharacteristic(.glucoseMeasurementContext) { try await link.subscribe(.glucoseMeasurementContext) }
+        try await link.subscribe(.recordAccessControlPoint)
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let events = try await withTimeout(20) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                if case .value(.recordAccessControlPoint, _) = event { break }
+            }
+            return out
+        }
+        let sequences = events.compactMap { event -> Int? in
+            if case .value(.glucoseMeasurement, let bytes) = event { return sequenceNumber(bytes) }
+            return nil
+        }
+        #expect(sequences == Array(1...60))
+        #expect(events.last == .value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]))
+
+        await link.disconnect()
+        let log = try await rig.callLog()
+        let stops = log.indices.filter { log[$0].hasPrefix("org.bluez.GattCharacteristic1.StopNotify") }
+        let disconnect = try #require(log.lastIndex { $0.hasPrefix("org.bluez.Device1.Disconnect") })
+        #expect(stops.count >= 2)
+        #expect(stops.allSatisfy { $0 < disconnect })
+        #expect(log.contains { $0.hasPrefix("org.bluez.Adapter1.SetDiscoveryFilter") })
+        #expect(log.contains("org.bluez.AgentManager1.RegisterAgent /org/bluez"))
+        await rig.close()
+    }
+
+    @Test func wrongPinIsAuthenticationFailedAndAnUnansweredAgentTimesOut() async throws {
+        let rig = try await StandInRig()
+        _ = try await rig.discover()
+        let wrong = await #expect(throws: BlueZError.self) {
+            try await rig.client.pair(address: StandInRig.address, pin: 111_111, timeout: .seconds(20))
+        }
+        #expect(wrong?.name == "org.bluez.Error.AuthenticationFailed")
+        #expect(wrong?.kind == .permanent)
+        #expect(await rig.client.device(address: StandInRig.address)?.paired == false)
+
+        // Nobody types the PIN: our Pair gives up after its own timeout and cancels the pairing.
+        let start = ContinuousClock.now
+        let timedOut = await #expect(throws: BlueZError.self) {
+            try await rig.client.pair(address: StandInRig.address, timeout: .seconds(1)) { _ in
+                try await Task.sleep(for: .seconds(30))
+                return StandInRig.passkey
+            }
+        }
+        #expect(timedOut?.kind == .timeout)
+        #expect(ContinuousClock.now - start < .seconds(10))
+        #expect(try await rig.callLog().contains { $0.hasPrefix("org.bluez.Device1.CancelPairing") })
+
+        // The right PIN still works afterwards.
+        try await rig.client.pair(address: StandInRig.address, pin: StandInRig.passkey, timeout: .seconds(20))
+        #expect(await rig.client.device(address: StandInRig.address)?.paired == true)
+        await rig.close()
+    }
+
+    @Test func bluetoothdRestartWhileSubscribed() async throws {
+        let rig = try await StandInRig()
+        let restarts = await rig.client.bluetoothdRestarts()
+        let link = try await rig.connectedLink()
+        let before = await rig.client.owner
+        try await rig.standIn.restartBluetoothd()
+        let last = try await withTimeout(10) { () -> MeterLinkEvent? in
+            var last: MeterLinkEvent?
+            for await event in link.events { last = event }
+            return last
+        }
+        #expect(last == .disconnected(reason: "bluetoothd stopped") || last == .disconnected(reason: "bluetoothd restarted"))
+        let newName = try await withTimeout(10) { () -> String? in
+            for await name in restarts { return name }
+            return nil
+        }
+        #expect(newName != nil)
+        #expect(newName != before)
+        let log = try await rig.callLog()
+        #expect(log.contains("org.bluez.AgentManager1.RegisterAgent /org/bluez"))
+        #expect(log.contains { $0.hasPrefix("org.bluez.Adapter1.StartDiscovery") })
+        // The bond survived; the meter is found again and a new link works.
+        _ = try await rig.client.waitForDevice(address: StandInRig.address, timeout: .seconds(10))
+        let again = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20))
+        try await again.subscribe(.recordAccessControlPoint)
+        await again.disconnect()
+        await rig.close()
+    }
+
+    @Test func meterDroppingTheLinkMidTransfer() async throws {
+        let rig = try await StandInRig(records: 40, faults: MeterFaults(dropLinkAfter: 10))
+        let link = try await rig.connectedLink()
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let events = try await withTimeout(20) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events { out.append(event) }
+            return out
+        }
+        let values = events.filter { if case .value(.glucoseMeasurement, _) = $0 { true } else { false } }
+        #expect(values.count <= 10)
+        #expect(events.last == .disconnected(reason: "the meter disconnected"))
+        await rig.close()
+    }
+
+    @Test func adapterVanishingMidTransfer() async throws {
+        let rig = try await StandInRig(records: 400, faults: MeterFaults(notificationDelay: 0.2))
+        let link = try await rig.connectedLink()
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let standIn = rig.standIn
+        let events = try await withTimeout(20) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                if out.count == 3 { await standIn.removeAdapter() }
+            }
+            return out
+        }
+        #expect(events.count < 400)
+        guard case .disconnected = events.last else {
+            Issue.record("the link did not end: \(String(describing: events.last))")
+            await rig.close()
+            return
+        }
+        await rig.close()
+    }
+
+    @Test func busLossEndsTheLink() async throws {
+        let rig = try await StandInRig()
+        let link = try await rig.connectedLink()
+        let events = await rig.client.bluetoothdEvents()
+        rig.bus.kill()
+        let last = try await withTimeout(10) { () -> MeterLinkEvent? in
+            var last: MeterLinkEvent?
+            for await event in link.events { last = event }
+            return last
+        }
+        #expect(last == .disconnected(reason: "the connection to the bus was lost"))
+        let seen = try await withTimeout(10) { () -> [BluetoothdEvent] in
+            var out: [BluetoothdEvent] = []
+            for await event in events { out.append(event) }
+            return out
+        }
+        #expect(seen.last == .stopped)
+        await rig.close()
+    }
+}
