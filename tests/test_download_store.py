@@ -24,3 +24,21 @@ def test_locked_database_fails_cleanly_and_loses_nothing(private_bus, standin, m
     gw.sync()
     assert gw.sequences() == list(range(1, 31))
     assert gw.query("PRAGMA integrity_check") == [("ok",)]
+
+
+def test_meter_being_downloaded_by_another_process_is_skipped(private_bus, standin, meter_file, tmp_path):
+    import fcntl
+    import os
+    standin("--meter", meter_file(meter(records_list=records(1, 3))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    fd = os.open(gw.database + ".meter-" + ADDRESS.replace(":", "") + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = gw.sync()
+        assert "skipped, another glucose-gateway process is downloading it" in result.stdout
+        assert gw.readings() == []
+    finally:
+        os.close(fd)
+    gw.sync()
+    assert gw.sequences() == [1, 2, 3]

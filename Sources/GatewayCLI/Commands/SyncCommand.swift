@@ -78,8 +78,22 @@ enum SyncCommand: GatewayCommand {
         var reachable = 0
         var incomplete = false
         for meter in meters {
+            let lock: MeterSessionLock?
+            do {
+                lock = try MeterSessionLock.acquire(database: config.gateway.database, address: meter.address)
+            } catch {
+                StandardStream.writeOutput("\(meter.address): not downloaded: \(error.description)\n")
+                incomplete = true
+                continue
+            }
+            guard let lock else {
+                StandardStream.writeOutput("\(meter.address): skipped, another glucose-gateway process is downloading it\n")
+                reachable += 1
+                continue
+            }
             let bar = ProgressBar(label: meter.address, enabled: MeterCommandSupport.stdoutIsTerminal)
             let result = await sync.sync(meter, wait: .milliseconds(Int(wait * 1000))) { bar.update($0) }
+            withExtendedLifetime(lock) {}
             bar.clear()
             StandardStream.writeOutput(result.summary + "\n")
             switch result.status {

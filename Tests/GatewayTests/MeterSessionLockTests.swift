@@ -1,0 +1,42 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+@testable import Gateway
+
+@Suite("Meter session lock")
+struct MeterSessionLockTests {
+    static func temporaryDatabase() -> String {
+        var template = Array("/tmp/gg-lock-XXXXXX".utf8CString)
+        let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+        return dir + "/gateway.sqlite3"
+    }
+
+    @Test func oneHolderPerMeter() throws {
+        let db = Self.temporaryDatabase()
+        let first = try #require(try MeterSessionLock.acquire(database: db, address: "aa:bb:cc:dd:ee:01"))
+        // flock locks belong to the open file description: a second open in this process conflicts too.
+        #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01") == nil)
+        #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:02") != nil)
+        #expect(first.path.hasSuffix(".meter-AABBCCDDEE01.lock"))
+        var info = stat()
+        #expect(stat(first.path, &info) == 0)
+        #expect(info.st_mode & 0o777 == 0o600)
+        withExtendedLifetime(first) {}
+    }
+
+    @Test func releasedWhenTheHolderGoes() throws {
+        let db = Self.temporaryDatabase()
+        do {
+            let held = try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01")
+            #expect(held != nil)
+        }
+        #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01") != nil)
+    }
+
+    @Test func unopenableLockFileIsAnError() {
+        #expect(throws: MeterSessionLockError.self) {
+            _ = try MeterSessionLock.acquire(database: "/nonexistent-dir/x/gateway.sqlite3", address: "AA:BB:CC:DD:EE:01")
+        }
+    }
+}
