@@ -50,8 +50,8 @@ public struct MetricsSnapshot: Sendable, Equatable {
     public var connects: Int
     /// Failed meter connections by reason (such as "timeout", "auth", "le-connection-abort").
     public var connectFailures: [String: Int]
-    /// 0 when the network is fine, else the last network error code (1001 NETWORK_NOT_CONNECTED,
-    /// 1002 NETWORK_TIMEOUT).
+    /// 0 when uploads go through, else the last error code: 1001 NETWORK_NOT_CONNECTED, 1002 NETWORK_TIMEOUT,
+    /// or the HTTP status a server answered with.
     public var networkStateCode: Int
     /// Name of that code, for the status line.
     public var networkStateName: String?
@@ -127,7 +127,7 @@ public enum PrometheusTextfile {
         family("glucose_gateway_meter_connects_total", "counter", "Meter connections made since the daemon started.", [([], "\(s.connects)")])
         family("glucose_gateway_meter_connect_failures_total", "counter", "Failed meter connections since the daemon started, by reason.",
                s.connectFailures.sorted { $0.key < $1.key }.map { ([("reason", $0.key)], "\($0.value)") })
-        family("glucose_gateway_network_state", "gauge", "0 when uploads reach the network, else the error code (1001 not connected, 1002 timeout).",
+        family("glucose_gateway_network_state", "gauge", "0 when uploads go through, else the last error: 1001 not connected, 1002 timeout, or the HTTP status.",
                [([], "\(s.networkStateCode)")])
         family("glucose_gateway_metrics_timestamp_seconds", "gauge", "When these figures were taken (Unix time).",
                [([], "\(s.generatedAt / 1000)")])
