@@ -44,7 +44,11 @@ final class SQLiteConnection {
     private(set) var handle: SQLiteHandle?
     private var statements: [String: SQLiteStatement] = [:]
     /// Failures to force at the choke point, in order of priority.
-    var faults: [SQLiteFault] = []
+    var faults: [SQLiteFault] = [] {
+        didSet { hasFaults = !faults.isEmpty }
+    }
+    /// `!faults.isEmpty`, kept as a plain flag for the per-parameter fast path.
+    private(set) var hasFaults = false
     let path: String
 
     /// Opens (creating when missing) the database at `path`. A handle SQLite returns on a failed open is
@@ -52,6 +56,7 @@ final class SQLiteConnection {
     init(path: String, flags: Int32 = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, faults: [SQLiteFault] = []) throws(SQLiteError) {
         self.path = path
         self.faults = faults
+        self.hasFaults = !faults.isEmpty
         _ = libraryConfigured
         var raw: SQLiteHandle?
         if let forced = Self.takeFault(&self.faults, .open, sql: nil) {
@@ -107,7 +112,7 @@ final class SQLiteConnection {
     /// test asked for, if any. Follow the C call with `check`.
     @inline(__always)
     func forcedFailure(_ operation: SQLiteOperation, sql: String?) throws(SQLiteError) {
-        if _slowPath(!faults.isEmpty), let forced = Self.takeFault(&faults, operation, sql: sql) {
+        if _slowPath(hasFaults), let forced = Self.takeFault(&faults, operation, sql: sql) {
             throw SQLiteError(code: forced, message: forced.explanation, sql: sql)
         }
     }

@@ -57,17 +57,18 @@ final class SQLiteStatement {
 
     func bind(_ value: SQLiteValue, at index: Int32) throws(SQLiteError) {
         let handle = try live()
+        if _slowPath(connection.hasFaults) { try connection.forcedFailure(.bind, sql: sql) }
+        let rc: Int32
         switch value {
         case .null:
-            try connection.call(.bind, sql: sql) { sqlite3_bind_null(handle, index) }
+            rc = sqlite3_bind_null(handle, index)
         case let .integer(number):
-            try connection.call(.bind, sql: sql) { sqlite3_bind_int64(handle, index, number) }
+            rc = sqlite3_bind_int64(handle, index, number)
         case let .real(number):
-            try connection.call(.bind, sql: sql) { sqlite3_bind_double(handle, index, number) }
+            rc = sqlite3_bind_double(handle, index, number)
         case let .text(string):
-            try connection.forcedFailure(.bind, sql: sql)
             var string = string
-            let rc = string.withUTF8 { buffer in
+            rc = string.withUTF8 { buffer in
                 // An empty buffer may have no address; SQLite reads a null pointer as NULL, so give it "".
                 guard let base = buffer.baseAddress else { return sqlite3_bind_text(handle, index, "", 0, csqlite_transient()) }
                 return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
@@ -75,22 +76,26 @@ final class SQLiteStatement {
                     sqlite3_bind_text64(handle, index, $0, UInt64(buffer.count), csqlite_transient(), UInt8(SQLITE_UTF8))
                 }
             }
-            try connection.check(rc, sql: sql)
         case let .blob(bytes):
-            try connection.forcedFailure(.bind, sql: sql)
-            let rc = bytes.withUnsafeBytes { buffer in
+            rc = bytes.withUnsafeBytes { buffer in
                 // A zero-length blob must stay a blob, not become NULL.
                 guard let base = buffer.baseAddress, buffer.count > 0 else { return sqlite3_bind_zeroblob(handle, index, 0) }
                 return sqlite3_bind_blob64(handle, index, base, UInt64(buffer.count), csqlite_transient())
             }
-            try connection.check(rc, sql: sql)
         }
+        // The second half of the choke point; the SQL is only read on failure.
+        if _slowPath(rc != SQLITE_OK) { try connection.check(rc, sql: sql) }
     }
 
     /// One step: true when a row is available, false when done.
     func step() throws(SQLiteError) -> Bool {
         let handle = try live()
-        return try connection.call(.step, sql: sql) { sqlite3_step(handle) } == SQLITE_ROW
+        if _slowPath(connection.hasFaults) { try connection.forcedFailure(.step, sql: sql) }
+        let rc = sqlite3_step(handle)
+        if _fastPath(rc == SQLITE_DONE) { return false }
+        if rc == SQLITE_ROW { return true }
+        try connection.check(rc, sql: sql)
+        return false
     }
 
     // MARK: Columns of the current row
