@@ -509,7 +509,9 @@ private final class DownloadSession {
     /// As above; nil when `deadline` passes first.
     func nextRACPResponse(deadline: ContinuousClock.Instant?) async throws(Stop) -> RACPResponse? {
         while true {
-            guard let input = await inputs.next() else { throw .disconnected("link closed") }
+            guard let input = await inputs.next() else {
+                throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
+            }
             switch input {
             case .tick:
                 try await onTick()

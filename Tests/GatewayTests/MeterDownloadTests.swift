@@ -186,6 +186,24 @@ struct MeterDownloadTests {
         #expect(store.insertBatches == [3])
     }
 
+    @Test func cancellingTheDownloadKeepsWhatArrivedAndClosesTheLink() async throws {
+        var script = FakeMeterScript(records: Self.records(0...9))
+        script.silentAfterRecords = 4
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let task = Task { try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(30))) }
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: .seconds(5))
+        while !meter.callLog.contains("write 01 01"), clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        task.cancel()
+        let report = try await task.value
+        #expect(report.outcome == .interrupted(reason: "the gateway is stopping"))
+        #expect(Self.sequences(store) == [0, 1, 2, 3])
+        #expect(meter.callLog.last == "disconnect")
+    }
+
     @Test func largeDownloadsCommitInBatches() async throws {
         let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...449)))
         let store = Self.makeStore(meter)
