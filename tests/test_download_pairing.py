@@ -33,6 +33,13 @@ def test_right_pin_pairs_through_the_agent(private_bus, standin, meter_file, tmp
     assert any("Device1.Pair" in line for line in log)
     meters = json.loads(gw.run("meters", "--json").stdout)
     assert [m["address"] for m in meters] == [ADDRESS]
+    # The same config through the environment instead of --config.
+    import subprocess
+    from gg_bus import gateway_binary
+    via_env = subprocess.run([gateway_binary(), "meters", "--json"], capture_output=True, text=True, timeout=30,
+                             env=dict(gw.env, GLUCOSE_GATEWAY_CONFIG=gw.config))
+    assert via_env.returncode == 0, via_env.stderr
+    assert json.loads(via_env.stdout) == meters
     assert meters[0]["timeZone"] == "America/New_York"
     assert meters[0]["serial"] == "SIM03"
     assert meters[0]["model"] == "GlucoSim 1"
