@@ -60,6 +60,7 @@ enum ReadingsCommand: GatewayCommand {
         var scale = 1.0
         for _ in 0..<digits { scale *= 10 }
         let scaled = (value * scale).rounded()
+        guard abs(scaled) < 9e18 else { return nil }
         let negative = scaled < 0
         let magnitude = Int64(abs(scaled))
         let whole = magnitude / Int64(scale)
