@@ -188,8 +188,16 @@ def test_progress_bar_on_a_terminal_summary_otherwise(private_bus, standin, mete
     master, slave = pty.openpty()
     process = subprocess.Popen(gw.command("sync"), env=gw.env, stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
+    import select
+    import time
     output = b""
-    while True:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if not ready:
+            if process.poll() is not None:
+                break
+            continue
         try:
             chunk = os.read(master, 4096)
         except OSError:
@@ -197,7 +205,7 @@ def test_progress_bar_on_a_terminal_summary_otherwise(private_bus, standin, mete
         if not chunk:
             break
         output += chunk
-    assert process.wait(timeout=60) == 0
+    assert process.wait(timeout=10) == 0
     os.close(master)
     text = output.decode(errors="replace")
     assert "[" in text and "/300" in text and "#" in text
