@@ -11,6 +11,7 @@ case "store-insert": exit(await StoreInsertBenchmark.run(Array(benchArguments.dr
 case "codec": exit(CodecBenchmark.run(Array(benchArguments.dropFirst())))
 case "store-writer": exit(await StoreWriter.run(Array(benchArguments.dropFirst())))
 case "download": exit(await DownloadBenchmark.run(Array(benchArguments.dropFirst())))
+case "daemon-soak": exit(await DaemonSoak.run(Array(benchArguments.dropFirst())))
 case "upload-replay", "upload-resume", "upload-seed":
     exit(await UploadBenchmark.run(benchArguments[0], Array(benchArguments.dropFirst())))
 case "bluez-notify": exit(await BlueZNotifyBenchmark.run(Array(benchArguments.dropFirst())))
@@ -19,6 +20,7 @@ default:
     print("usage: glucose-gateway-bench NAME")
     print("  store-insert   bulk insert of readings into SQLite, readings per second")
     print("  download       a 1,000-record meter download through the BlueZ stand-in: CPU seconds, peak RSS")
+    print("  daemon-soak    run through a simulated hour: RSS growth, idle CPU, advertising-to-stored latency")
     print("  upload-replay  10,000-reading backlog to the loopback Nightscout: seconds and requests")
     print("  upload-resume  network back -> first batch acknowledged (--mode event|probe)")
     print("  upload-seed    fill a database with synthetic readings (--database PATH --count N)")
