@@ -172,6 +172,7 @@ public actor GatewayDaemon {
     private var watchingAdapter: String?
     private var uploadTask: Task<Void, Never>?
     private var stopRequested = false
+    private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
     private var ready = false
@@ -192,9 +193,18 @@ public actor GatewayDaemon {
 
     // MARK: - Lifecycle
 
+    /// Why `run()` returned.
+    public enum End: Sendable, Equatable {
+        /// `stop()` was called (a signal).
+        case stopped
+        /// The bus connection was lost; the service manager should start the gateway again.
+        case busLost
+    }
+
     /// Runs until `stop()`; then aborts running downloads cleanly (RACP abort, commit, disconnect) and
     /// returns within `stopGrace` plus a little.
-    public func run() async {
+    @discardableResult
+    public func run() async -> End {
         let events = await radio.events()
         await loadPaired(force: true)
         await uploads.prepare()
@@ -216,6 +226,7 @@ public actor GatewayDaemon {
         await waitForStop()
         pump.cancel()
         await shutdown()
+        return busLost ? .busLost : .stopped
     }
 
     /// Asks `run()` to finish (SIGTERM, SIGINT).
@@ -233,6 +244,7 @@ public actor GatewayDaemon {
 
     private func radioEnded() {
         guard !stopRequested else { return }
+        busLost = true
         logger.error("the connection to the system bus was lost; stopping so the service manager restarts the gateway")
         stop()
     }

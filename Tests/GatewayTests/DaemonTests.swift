@@ -121,7 +121,7 @@ struct DaemonTests {
         let uploads = CountingUploads()
         let daemon: GatewayDaemon
         let statuses = StatusLog()
-        let runner: Task<Void, Never>
+        let runner: Task<GatewayDaemon.End, Never>
 
         init(meters: [FakeMeter], paired: [FakeMeter]? = nil, settings: DaemonSettings = Fixture.settings) async throws {
             var template = Array("/tmp/gg-daemon-XXXXXX".utf8CString)
@@ -159,7 +159,7 @@ struct DaemonTests {
 
         func finish() async {
             await daemon.stop()
-            await runner.value
+            _ = await runner.value
             await store.base.close()
         }
 
@@ -240,7 +240,8 @@ struct DaemonTests {
         try await Task.sleep(for: .milliseconds(200))
         let started = ContinuousClock.now
         await f.daemon.stop()
-        await f.runner.value
+        let end = await f.runner.value
+        #expect(end == .stopped)
         let took = ContinuousClock.now - started
         #expect(took < .seconds(3))
         #expect(meter.callLog.contains("write 03 00"))
@@ -306,6 +307,18 @@ struct DaemonTests {
         #expect(snapshot.lastReloadError == nil)
         #expect(snapshot.counters.reloads == 1)
         await f.finish()
+    }
+
+    @Test("the bus going away ends run() with busLost, so the service manager restarts the gateway")
+    func busLost() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: []))
+        let f = try await Fixture(meters: [meter])
+        f.radio.continuation.finish()
+        let end = await f.runner.value
+        #expect(end == .busLost)
+        let snapshot = await f.daemon.currentSnapshot()
+        #expect(snapshot.phase == "stopped")
+        await f.store.base.close()
     }
 
     @Test("status line, run-state JSON and Prometheus text")

@@ -155,14 +155,14 @@ enum RunCommand: GatewayCommand {
         }
         let watchdog = Task { await notifier.runWatchdog() }
 
-        await daemon.run()
+        let end = await daemon.run()
 
         watchdog.cancel()
         signalTask.cancel()
         signals.stop()
         connectivity.stop()
         await sqlite.close()
-        return .ok
+        return end == .busLost ? .failure : .ok
     }
 }
 
