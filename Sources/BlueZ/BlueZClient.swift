@@ -88,7 +88,7 @@ public actor BlueZClient {
                 MatchRule(sender: BlueZNames.service),
                 MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
                           path: DBusNames.busPath, arguments: [0: BlueZNames.service]),
-            ])
+            ], where: { !Self.isNotification($0) })
             owner = try await connection.nameOwner(of: BlueZNames.service)
         } catch {
             throw BlueZError(error)
@@ -166,6 +166,16 @@ public actor BlueZClient {
         } catch {
             logger.warning("bluez: GetManagedObjects failed: \(error)")
         }
+    }
+
+    /// A GATT notification (`Value` alone changing on a characteristic). The mirror leaves these to the
+    /// meter links: applying thousands of them per download would cost a task hop and a copy each.
+    nonisolated static func isNotification(_ message: DBusMessage) -> Bool {
+        guard message.member == "PropertiesChanged", message.body.count >= 2,
+              case .string(let interface) = message.body[0], interface == BlueZNames.gattCharacteristic,
+              let entries = message.body[1].dictionaryEntries, entries.count == 1,
+              case .string("Value") = entries[0].key else { return false }
+        return true
     }
 
     private func apply(_ message: DBusMessage) async {

@@ -63,13 +63,21 @@ extension BlueZClient {
             throw BlueZError(.notFound, "device \(address) is not known to BlueZ; scan first")
         }
         let path = device.path
-        // Subscribe before connecting, so no notification or disconnection can slip between.
-        let stream: AsyncStream<DBusMessage>
+        guard let currentOwner = owner else { throw BlueZError(.disconnected, "bluetoothd is not running") }
+        // Subscribe before connecting, so no notification or disconnection can slip between. Signals are
+        // handled on the connection's queue and go straight into the link's event stream.
+        let core = LinkCore(devicePath: path, owner: currentOwner)
+        let subscription: DBusSubscription
         do {
-            stream = try await connection.subscribe(BlueZMeterLink.rules(devicePath: path))
+            subscription = try await connection.subscribe(
+                BlueZMeterLink.rules(devicePath: path),
+                onMessage: { core.handle($0) },
+                onEnd: { core.end("the connection to the bus was lost") })
         } catch {
             throw BlueZError(error)
         }
+        var handedOver = false
+        defer { if !handedOver { subscription.cancel() } }
         let remaining = deadline - ContinuousClock.now
         guard remaining > .zero else { throw BlueZError(.timeout, "timed out connecting \(address)") }
         if !(device.connected && device.servicesResolved) {
@@ -100,9 +108,95 @@ extension BlueZClient {
             }
             throw error
         }
-        guard resolved, let owner else { throw BlueZError(.disconnected, "bluetoothd went away") }
-        return BlueZMeterLink(client: self, address: device.address, devicePath: path, owner: owner,
-                              characteristics: characteristics(of: path), signals: stream)
+        guard resolved, owner == currentOwner else { throw BlueZError(.disconnected, "bluetoothd went away") }
+        handedOver = true
+        return BlueZMeterLink(client: self, address: device.address, devicePath: path, core: core,
+                              characteristics: characteristics(of: path), subscription: subscription)
+    }
+}
+
+/// The part of a meter link that signal delivery touches: runs on the D-Bus connection's queue (and from
+/// the link's methods), so its state sits behind a mutex.
+final class LinkCore: Sendable {
+    let devicePath: String
+    let owner: String
+    let events: AsyncStream<MeterLinkEvent>
+    private let continuation: AsyncStream<MeterLinkEvent>.Continuation
+    private struct State {
+        var uuidByPath: [String: GATTUUID] = [:]
+        var subscribed: Set<GATTUUID> = []
+        var ended = false
+    }
+    private let state = Mutex(State())
+
+    init(devicePath: String, owner: String) {
+        self.devicePath = devicePath
+        self.owner = owner
+        (events, continuation) = AsyncStream.makeStream(of: MeterLinkEvent.self, bufferingPolicy: .unbounded)
+    }
+
+    func setCharacteristics(_ paths: [String: String]) {
+        var byPath: [String: GATTUUID] = [:]
+        for (uuid, path) in paths {
+            if let short = GATTUUID(string: uuid) { byPath[path] = short }
+        }
+        state.withLock { $0.uuidByPath = byPath }
+    }
+
+    func setSubscribed(_ uuid: GATTUUID, _ on: Bool) {
+        state.withLock { state in
+            if on { state.subscribed.insert(uuid) } else { state.subscribed.remove(uuid) }
+        }
+    }
+
+    func takeSubscriptions() -> Set<GATTUUID> {
+        state.withLock { state in
+            let all = state.subscribed
+            state.subscribed.removeAll()
+            return all
+        }
+    }
+
+    var isEnded: Bool { state.withLock { $0.ended } }
+
+    /// One signal, on the connection's queue.
+    func handle(_ message: DBusMessage) {
+        if message.interface == DBusNames.bus {
+            guard message.body.count == 3, let new = message.body[2].string, new != owner else { return }
+            end(new.isEmpty ? "bluetoothd stopped" : "bluetoothd restarted")
+            return
+        }
+        guard message.sender == owner else { return }
+        if message.member == "InterfacesRemoved" {
+            guard message.body.count == 2, message.body[0].objectPath == devicePath,
+                  message.body[1].stringArray?.contains(BlueZNames.device) == true else { return }
+            end("the meter's device object was removed")
+            return
+        }
+        guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path else { return }
+        if interface == BlueZNames.gattCharacteristic {
+            guard let value = message.body[1].vardict?["Value"]?.bytes else { return }
+            let uuid = state.withLock { state -> GATTUUID? in
+                guard !state.ended, let uuid = state.uuidByPath[path], state.subscribed.contains(uuid) else { return nil }
+                return uuid
+            }
+            if let uuid { continuation.yield(.value(uuid, value)) }
+            return
+        }
+        if interface == BlueZNames.device, path == devicePath, message.body[1].vardict?["Connected"]?.bool == false {
+            end("the meter disconnected")
+        }
+    }
+
+    func end(_ reason: String) {
+        let first = state.withLock { state -> Bool in
+            guard !state.ended else { return false }
+            state.ended = true
+            return true
+        }
+        guard first else { return }
+        continuation.yield(.disconnected(reason: reason))
+        continuation.finish()
     }
 }
 
@@ -114,107 +208,42 @@ extension BlueZClient {
 public final class BlueZMeterLink: MeterLink {
     public let address: String
     public let devicePath: String
-    public let events: AsyncStream<MeterLinkEvent>
+    public var events: AsyncStream<MeterLinkEvent> { core.events }
     /// Characteristic paths by lower-case 128-bit UUID.
     public let characteristicPaths: [String: String]
-
-    private let client: BlueZClient
-    private let continuation: AsyncStream<MeterLinkEvent>.Continuation
-    private struct State {
-        var subscribed: Set<String> = []
-        var ended = false
-        var pump: Task<Void, Never>?
-    }
-    private let state = Mutex(State())
     /// Timeout of GATT reads, writes and notification changes.
     public let operationTimeout: Duration
+
+    private let client: BlueZClient
+    private let core: LinkCore
+    private let subscription: DBusSubscription
 
     static func rules(devicePath: String) -> [MatchRule] {
         [
             MatchRule(sender: BlueZNames.service, interface: DBusNames.properties, member: "PropertiesChanged",
                       pathNamespace: devicePath),
-            MatchRule(sender: BlueZNames.service, interface: DBusNames.objectManager, member: "InterfacesRemoved",
-                      arguments: [:]),
+            MatchRule(sender: BlueZNames.service, interface: DBusNames.objectManager, member: "InterfacesRemoved"),
             MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
                       path: DBusNames.busPath, arguments: [0: BlueZNames.service]),
         ]
     }
 
-    init(client: BlueZClient, address: String, devicePath: String, owner: String,
-         characteristics: [String: String], signals: AsyncStream<DBusMessage>,
+    init(client: BlueZClient, address: String, devicePath: String, core: LinkCore,
+         characteristics: [String: String], subscription: DBusSubscription,
          operationTimeout: Duration = .seconds(15)) {
         self.client = client
         self.address = address
         self.devicePath = devicePath
+        self.core = core
         self.characteristicPaths = characteristics
+        self.subscription = subscription
         self.operationTimeout = operationTimeout
-        let (events, continuation) = AsyncStream.makeStream(of: MeterLinkEvent.self, bufferingPolicy: .unbounded)
-        self.events = events
-        self.continuation = continuation
-        var uuidByPath: [String: GATTUUID] = [:]
-        for (uuid, path) in characteristics {
-            if let short = GATTUUID(string: uuid) { uuidByPath[path] = short }
-        }
-        let pump = Task { [weak self, uuidByPath] in
-            for await message in signals {
-                guard let self else { return }
-                if self.handle(message, owner: owner, uuidByPath: uuidByPath) { return }
-            }
-            self?.end("the connection to the bus was lost")
-        }
-        state.withLock { $0.pump = pump }
+        core.setCharacteristics(characteristics)
     }
 
     deinit {
-        state.withLock { $0.pump?.cancel() }
-        continuation.finish()
+        subscription.cancel()
     }
-
-    /// Handles one signal; returns true when the link has ended.
-    private func handle(_ message: DBusMessage, owner: String, uuidByPath: [String: GATTUUID]) -> Bool {
-        if message.interface == DBusNames.bus {
-            guard message.body.count == 3, let new = message.body[2].string else { return false }
-            if new != owner {
-                end(new.isEmpty ? "bluetoothd stopped" : "bluetoothd restarted")
-                return true
-            }
-            return false
-        }
-        guard message.sender == owner else { return false }
-        if message.member == "InterfacesRemoved" {
-            guard let path = message.body.first?.objectPath, path == devicePath,
-                  message.body.count == 2, message.body[1].stringArray?.contains(BlueZNames.device) == true
-            else { return false }
-            end("the meter's device object was removed")
-            return true
-        }
-        guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path,
-              let changes = message.body[1].vardict else { return false }
-        if interface == BlueZNames.gattCharacteristic {
-            guard let uuid = uuidByPath[path], let value = changes["Value"]?.bytes else { return false }
-            let wanted = state.withLock { !$0.ended && $0.subscribed.contains(uuid.uuidString) }
-            if wanted { continuation.yield(.value(uuid, value)) }
-            return false
-        }
-        if interface == BlueZNames.device, path == devicePath, changes["Connected"]?.bool == false {
-            end("the meter disconnected")
-            return true
-        }
-        return false
-    }
-
-    private func end(_ reason: String) {
-        let first = state.withLock { state -> Bool in
-            guard !state.ended else { return false }
-            state.ended = true
-            return true
-        }
-        guard first else { return }
-        continuation.yield(.disconnected(reason: reason))
-        continuation.finish()
-    }
-
-    private var isEnded: Bool { state.withLock { $0.ended } }
 
     private func path(of uuid: GATTUUID) throws(MeterLinkError) -> String {
         guard let path = characteristicPaths[uuid.uuidString] else {
@@ -224,7 +253,7 @@ public final class BlueZMeterLink: MeterLink {
     }
 
     private func call(_ path: String, _ member: String, _ arguments: [DBusValue]) async throws(MeterLinkError) -> [DBusValue] {
-        guard !isEnded else { throw MeterLinkError(.disconnected, "the link to \(address) is closed") }
+        guard !core.isEnded else { throw MeterLinkError(.disconnected, "the link to \(address) is closed") }
         do {
             return try await client.connection.call(destination: BlueZNames.service, path: path,
                                                     interface: BlueZNames.gattCharacteristic, member: member,
@@ -253,37 +282,33 @@ public final class BlueZMeterLink: MeterLink {
     public func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) {
         let path = try path(of: uuid)
         // Mark first: the first value can arrive right behind StartNotify's reply.
-        state.withLock { _ = $0.subscribed.insert(uuid.uuidString) }
+        core.setSubscribed(uuid, true)
         do {
             _ = try await call(path, "StartNotify", [])
         } catch {
-            state.withLock { _ = $0.subscribed.remove(uuid.uuidString) }
+            core.setSubscribed(uuid, false)
             throw error
         }
     }
 
     public func unsubscribe(_ uuid: GATTUUID) async {
         guard let path = characteristicPaths[uuid.uuidString] else { return }
-        state.withLock { _ = $0.subscribed.remove(uuid.uuidString) }
+        core.setSubscribed(uuid, false)
         _ = try? await call(path, "StopNotify", [])
     }
 
     /// Stops every notification (BlueZ keeps notify sessions across reconnects otherwise), then
     /// disconnects. The events end with `.disconnected`.
     public func disconnect() async {
-        let subscribed = state.withLock { state -> Set<String> in
-            let all = state.subscribed
-            state.subscribed.removeAll()
-            return all
-        }
-        for uuid in subscribed.sorted() {
-            guard let path = characteristicPaths[uuid] else { continue }
+        let subscribed = core.takeSubscriptions()
+        for uuid in subscribed.sorted(by: { $0.rawValue < $1.rawValue }) {
+            guard let path = characteristicPaths[uuid.uuidString] else { continue }
             _ = try? await call(path, "StopNotify", [])
         }
-        let wasUp = !isEnded
+        let wasUp = !core.isEnded
         // End first, so that the Connected=false this causes is not reported as the meter leaving.
-        end("disconnected by the gateway")
-        state.withLock { $0.pump?.cancel() }
+        core.end("disconnected by the gateway")
+        subscription.cancel()
         if wasUp {
             _ = try? await client.connection.call(destination: BlueZNames.service, path: devicePath,
                                                   interface: BlueZNames.device, member: "Disconnect",

@@ -58,9 +58,11 @@ final class ConnectionCore {
     }
     private var pending: [Int: PendingCall] = [:]
 
-    private struct Subscription {
+    /// A subscriber: `deliver` and `finish` run on the queue, in arrival order, and must not block.
+    struct Subscription {
         let rules: [MatchRule]
-        let continuation: AsyncStream<DBusMessage>.Continuation
+        let deliver: @Sendable (DBusMessage) -> Void
+        let finish: @Sendable () -> Void
     }
     private var subscriptions: [Int: Subscription] = [:]
     private var disconnectWatchers: [Int: AsyncStream<Void>.Continuation] = [:]
@@ -266,10 +268,31 @@ final class ConnectionCore {
                 return DBUS_HANDLER_RESULT_HANDLED
             }
             if !subscriptions.isEmpty {
-                let decoded = Marshalling.decode(message)
-                for (_, subscription) in subscriptions.sorted(by: { $0.key < $1.key })
-                where subscription.rules.contains(where: { $0.matches(decoded) }) {
-                    subscription.continuation.yield(decoded)
+                // Headers first; the body is decoded only when some rule wants the message.
+                var decoded = Marshalling.decodeHeader(message)
+                var bodyDecoded = false
+                for subscription in subscriptions.values {
+                    var wanted = false
+                    for rule in subscription.rules where rule.matchesHeader(decoded) {
+                        if rule.arguments.isEmpty {
+                            wanted = true
+                            break
+                        }
+                        if !bodyDecoded {
+                            decoded.body = Marshalling.decodeBody(message)
+                            bodyDecoded = true
+                        }
+                        if rule.matches(decoded) {
+                            wanted = true
+                            break
+                        }
+                    }
+                    guard wanted else { continue }
+                    if !bodyDecoded {
+                        decoded.body = Marshalling.decodeBody(message)
+                        bodyDecoded = true
+                    }
+                    subscription.deliver(decoded)
                 }
             }
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
@@ -293,7 +316,7 @@ final class ConnectionCore {
         }
         let subs = subscriptions
         subscriptions.removeAll()
-        for (_, subscription) in subs { subscription.continuation.finish() }
+        for (_, subscription) in subs { subscription.finish() }
         let watchers = disconnectWatchers
         disconnectWatchers.removeAll()
         for (_, watcher) in watchers {
@@ -412,18 +435,18 @@ final class ConnectionCore {
 
     // MARK: - Signals
 
-    func addSubscription(_ key: Int, rules: [MatchRule], continuation: AsyncStream<DBusMessage>.Continuation) -> Bool {
+    func addSubscription(_ key: Int, _ subscription: Subscription) -> Bool {
         guard isConnected else {
-            continuation.finish()
+            subscription.finish()
             return false
         }
-        subscriptions[key] = Subscription(rules: rules, continuation: continuation)
+        subscriptions[key] = subscription
         return true
     }
 
     func removeSubscription(_ key: Int, removeMatch: Bool) {
         guard let subscription = subscriptions.removeValue(forKey: key) else { return }
-        subscription.continuation.finish()
+        subscription.finish()
         if removeMatch && isConnected {
             // With no error argument this sends RemoveMatch without waiting for the reply.
             for rule in subscription.rules { dbus_bus_remove_match(raw, rule.description, nil) }

@@ -198,6 +198,13 @@ enum Marshalling {
 
     /// Decodes a libdbus message into Swift values. libdbus has validated the wire data, so the walk is total.
     static func decode(_ message: OpaquePointer) -> DBusMessage {
+        var decoded = decodeHeader(message)
+        decoded.body = decodeBody(message)
+        return decoded
+    }
+
+    /// The header fields only (empty body, signature kept).
+    static func decodeHeader(_ message: OpaquePointer) -> DBusMessage {
         let kind: DBusMessage.Kind
         switch dbus_message_get_type(message) {
         case DBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
@@ -215,7 +222,6 @@ enum Marshalling {
         decoded.sender = dbus_message_get_sender(message).map { String(cString: $0) }
         decoded.destination = dbus_message_get_destination(message).map { String(cString: $0) }
         decoded.signature = dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
-        decoded.body = decodeBody(message)
         return decoded
     }
 

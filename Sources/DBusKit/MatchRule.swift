@@ -61,6 +61,16 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether `message` satisfies the rule, as far as it can be checked locally.
     public func matches(_ message: DBusMessage) -> Bool {
+        guard matchesHeader(message) else { return false }
+        for (index, value) in arguments {
+            guard index >= 0, index < message.body.count, case .string(let s) = message.body[index], s == value
+            else { return false }
+        }
+        return true
+    }
+
+    /// Whether the header fields satisfy the rule (the `argN` conditions are not checked).
+    public func matchesHeader(_ message: DBusMessage) -> Bool {
         if let type, type != message.kind { return false }
         if let sender, sender.hasPrefix(":"), sender != message.sender { return false }
         if let interface, interface != message.interface { return false }
@@ -69,10 +79,6 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
         if let pathNamespace {
             guard let p = message.path else { return false }
             if pathNamespace != "/" && p != pathNamespace && !p.hasPrefix(pathNamespace + "/") { return false }
-        }
-        for (index, value) in arguments {
-            guard index >= 0, index < message.body.count, case .string(let s) = message.body[index], s == value
-            else { return false }
         }
         return true
     }

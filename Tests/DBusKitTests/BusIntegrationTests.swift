@@ -1,5 +1,6 @@
 import Testing
 import Foundation
+import Synchronization
 import TestSupport
 @testable import DBusKit
 
@@ -189,6 +190,42 @@ struct TimeoutError: Error, CustomStringConvertible {
             return values
         }
         #expect(received == Array(0..<count))
+        await pair.close()
+    }
+
+    @Test func callbackSubscriptionAndLocalFilter() async throws {
+        let pair = try await BusPair()
+        let seen = Mutex<[UInt32]>([])
+        let ended = Mutex(false)
+        let rule = MatchRule(interface: "org.example.Tick", member: "Tick")
+        let subscription = try await pair.client.subscribe([rule], onMessage: { message in
+            if let n = message.body.first?.uint32 { seen.withLock { $0.append(n) } }
+        }, onEnd: { ended.withLock { $0 = true } })
+        let evenOnly = try await pair.client.subscribe([rule], where: { ($0.body.first?.uint32 ?? 1) % 2 == 0 })
+        for n in UInt32(0)..<10 {
+            try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(n)])
+        }
+        let evens = try await withTimeout(5) { () -> [UInt32] in
+            var out: [UInt32] = []
+            for await m in evenOnly {
+                out.append(m.body.first?.uint32 ?? 99)
+                if out.count == 5 { break }
+            }
+            return out
+        }
+        #expect(evens == [0, 2, 4, 6, 8])
+        try await withTimeout(5) {
+            while seen.withLock({ $0.count }) < 10 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(seen.withLock { $0 } == Array(0..<10))
+        subscription.cancel()
+        try await withTimeout(5) {
+            while !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(10)])
+        _ = try await pair.client.call(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus,
+                                       member: "GetId", timeout: .seconds(5))
+        #expect(seen.withLock { $0.count } == 10)
         await pair.close()
     }
 
