@@ -156,11 +156,11 @@ struct MeterDownloadTests {
         let store = Self.makeStore(meter)
         let clock = ContinuousClock()
         let start = clock.now
-        let report = try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .milliseconds(300)))
+        let report = try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(1), tick: .milliseconds(20)))
         let elapsed = clock.now - start
         #expect(report.outcome == .timedOut)
         #expect(report.stored == 4)
-        #expect(elapsed >= .milliseconds(300))
+        #expect(elapsed >= .seconds(1))
         // Abort sent, then notifications stopped and the link closed.
         #expect(Self.writes(meter).last == "write 03 00")
         #expect(meter.callLog.last == "disconnect")
@@ -171,18 +171,19 @@ struct MeterDownloadTests {
         script.silentAfterRecords = 3
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let options = DownloadOptions(inactivityTimeout: .seconds(1), commitInterval: .milliseconds(100), tick: .milliseconds(20))
+        let options = DownloadOptions(inactivityTimeout: .seconds(30), commitInterval: .milliseconds(100), tick: .milliseconds(20))
         let task = Task { try await Self.download(meter, store, options: options) }
         let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: .seconds(2))
+        let deadline = clock.now.advanced(by: .seconds(20))
         while store.readings.count < 3, clock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }
-        // Committed by the interval timer, long before the download ends.
+        // Committed by the interval timer while the download still runs.
         #expect(store.readings.count == 3)
         #expect(!meter.callLog.contains("disconnect"))
+        task.cancel()
         let report = try await task.value
-        #expect(report.outcome == .timedOut)
+        #expect(report.outcome == .interrupted(reason: "the gateway is stopping"))
         #expect(store.insertBatches == [3])
     }
 
@@ -191,10 +192,14 @@ struct MeterDownloadTests {
         script.silentAfterRecords = 4
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let task = Task { try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(30))) }
+        let received = Mutex(0)
+        let task = Task {
+            try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(30)),
+                                    progress: { p in received.withLock { $0 = p.received } })
+        }
         let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: .seconds(5))
-        while !meter.callLog.contains("write 01 01"), clock.now < deadline {
+        let deadline = clock.now.advanced(by: .seconds(20))
+        while received.withLock({ $0 }) < 4, clock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
         task.cancel()
