@@ -49,7 +49,8 @@ enum ConfigFiles {
 
     /// Reads a whole regular file of at most `limit` bytes.
     static func read(_ path: String, limit: Int) -> Result<[UInt8], ReadError> {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses anything not regular.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
             let code = errno
             return .failure(code == ENOENT ? .missing : .system(errorText(code)))

@@ -151,6 +151,14 @@ import Testing
         #expect(ConfigLoader.check(path: dir.path).first?.message == "cannot read config file: is not a regular file")
     }
 
+    @Test func aFIFOIsRefusedWithoutWaitingForAWriter() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let fifo = dir.path + "/gw.toml"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        #expect(ConfigLoader.check(path: fifo).first?.message == "cannot read config file: is not a regular file")
+    }
+
     @Test func loadThrowsTheFirstProblemWithItsLine() throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
