@@ -3,6 +3,7 @@ faithful double must reproduce (name lifecycle, ObjectManager, discovery, Connec
 ServicesResolved, pairing through the caller's agent, security-gated GATT, notify sessions per sender,
 RACP errors, disconnect order, RemoveDevice, adapter removal)."""
 import asyncio
+import os
 import struct
 
 from dbus_fast import Variant
@@ -324,3 +325,29 @@ def test_adapter_removal_and_powered_off(standin, meter_file, private_bus):
         c.disconnect()
 
     run(scenario())
+
+
+def test_state_file_keeps_bonds_across_processes(standin, meter_file, private_bus, tmp_path):
+    state = str(tmp_path / "bonds.json")
+    meter = meter_file(sample_meter(bonding=True))
+    first = standin("--meter", meter, "--state", state)
+
+    async def pair():
+        c = await Client.connect(private_bus)
+        await register_agent(c, PasskeyAgent(passkey=123456))
+        path = await c.discover(ADDRESS)
+        await c.bluez(path, DEV, "Pair", timeout=30)
+        c.disconnect()
+
+    run(pair())
+    assert first.stop() == 0
+    assert oct(os.stat(state).st_mode & 0o777) == "0o600"
+    standin("--meter", meter, "--state", state)
+
+    async def check():
+        c = await Client.connect(private_bus)
+        objects = await c.managed_objects()
+        assert objects[device_path(ADDRESS)][DEV]["Paired"].value is True
+        c.disconnect()
+
+    run(check())

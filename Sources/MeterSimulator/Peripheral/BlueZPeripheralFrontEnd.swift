@@ -300,6 +300,7 @@ public actor BlueZPeripheralFrontEnd {
         guard let c = connection else { return }
         switch event {
         case .value(let uuid, let bytes):
+            logger.debug("send \(uuid) \(bytes.count) bytes")
             for (i, s) in layout.services.enumerated() {
                 for (j, ch) in s.characteristics.enumerated() where ch.uuid == uuid {
                     await c.setProperties(path: charPath(i, j), interface: "org.bluez.GattCharacteristic1",

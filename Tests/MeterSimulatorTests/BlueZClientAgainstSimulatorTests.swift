@@ -1,0 +1,137 @@
+import BlueZ
+import Foundation
+import GatewayCore
+import GlucoseProfile
+@testable import MeterSimulator
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Our BlueZ client (the `BlueZ` target) against both front ends of the simulator: the stand-in on a
+/// private bus, and the real-BlueZ front end under bluezoo (an outside BlueZ emulator) with two adapters.
+@Suite(.serialized) struct BlueZClientAgainstSimulatorTests {
+    static let address = "C0:26:DA:01:02:03"
+
+    static func meter(bonding: Bool, count: Int = 8) -> MeterDescription {
+        MeterDescription(address: address, name: "meter+010203", passkey: 123456, requiresBonding: bonding,
+                         records: MeterSeries.records(count: count, firstSequence: 4, start: nil, intervalMinutes: 90,
+                                                      timeOffset: 60, unit: .kilogramPerLitre, withContext: true))
+    }
+
+    /// Reads link events until the RACP response ends the procedure; returns measurement sequence numbers,
+    /// context sequence numbers and the RACP indications.
+    static func collect(_ link: BlueZMeterLink) async throws -> ([UInt16], [UInt16], [[UInt8]]) {
+        var gm: [UInt16] = []
+        var ctx: [UInt16] = []
+        var racp: [[UInt8]] = []
+        for await event in link.events {
+            switch event {
+            case .value(let uuid, let bytes) where uuid == .glucoseMeasurement:
+                gm.append(try GlucoseMeasurement(bytes: bytes).sequenceNumber)
+            case .value(let uuid, let bytes) where uuid == .glucoseMeasurementContext:
+                ctx.append(try GlucoseMeasurementContext(bytes: bytes).sequenceNumber)
+            case .value(let uuid, let bytes) where uuid == .recordAccessControlPoint:
+                racp.append(bytes)
+                if bytes.first == 0x06 || bytes.first == 0x05 { return (gm, ctx, racp) }
+            case .value:
+                break
+            case .disconnected(let reason):
+                Issue.record("link dropped: \(reason)")
+                return (gm, ctx, racp)
+            }
+        }
+        return (gm, ctx, racp)
+    }
+
+    @Test(.timeLimit(.minutes(1))) func pairsAndDownloadsFromTheStandIn() async throws {
+        let bus = try await PrivateBus.start()
+        defer { bus.close() }
+        var options = StandInOptions(busAddress: bus.address)
+        options.clock = SimulationClock(scale: 10)
+        let standIn = BlueZStandIn(meters: [Self.meter(bonding: true)], options: options, logger: .silent)
+        try await standIn.start()
+        let client = try await BlueZClient.connect(bus: bus.address)
+        do {
+            _ = try await client.waitForAdapter(timeout: .seconds(5))
+            try await client.startDiscovery()
+            _ = try await client.waitForDevice(address: Self.address, timeout: .seconds(10))
+            try await client.stopDiscovery()
+            await #expect(throws: BlueZError.self) { try await client.pair(address: Self.address, pin: 654321) }
+            try await client.pair(address: Self.address, pin: 123456)
+            #expect(await client.device(address: Self.address)?.paired == true)
+            let link = try await client.connectMeter(address: Self.address, timeout: .seconds(20))
+            #expect(try await link.read(.glucoseFeature).count == 2)
+            try await link.subscribe(.glucoseMeasurement)
+            try await link.subscribe(.glucoseMeasurementContext)
+            try await link.subscribe(.recordAccessControlPoint)
+            try await link.write(.recordAccessControlPoint, RACPRequest.reportAll.encoded())
+            let (gm, ctx, racp) = try await Self.collect(link)
+            #expect(gm == Array(4...11))
+            #expect(ctx == Array(4...11))
+            #expect(racp == [[0x06, 0x00, 0x01, 0x01]])
+            await link.disconnect()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await client.close()
+        await standIn.stop()
+    }
+
+    /// `.venv/bin/bluezoo` of the package (created by scripts/test.sh), or `GLUCOSE_GATEWAY_BLUEZOO`.
+    static func bluezooPath() -> String? {
+        if let p = ProcessInfo.processInfo.environment["GLUCOSE_GATEWAY_BLUEZOO"] { return p }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let path = root.appendingPathComponent(".venv/bin/bluezoo").path
+        return FileManager.default.isExecutableFile(atPath: path) ? path : nil
+    }
+
+    @Test(.timeLimit(.minutes(1))) func downloadsFromTheRealBlueZFrontEndUnderBluezoo() async throws {
+        let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
+        let bus = try await PrivateBus.start()
+        defer { bus.close() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: zoo)
+        process.arguments = ["--auto-enable", "--scan-interval", "1", "-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
+        var env = ProcessInfo.processInfo.environment
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
+        process.environment = env
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        defer {
+            // SIGKILL: a child of the test runner may inherit a blocked SIGTERM.
+            kill(pid, SIGKILL)
+            process.waitUntilExit()
+        }
+        let client = try await BlueZClient.connect(bus: bus.address)
+        let frontEnd = BlueZPeripheralFrontEnd(
+            meter: Self.meter(bonding: false, count: 6),
+            options: .init(busAddress: bus.address, adapterName: "hci1"), logger: .silent)
+        do {
+            _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
+            try await frontEnd.start()
+            try await client.startDiscovery(adapterName: "hci0")
+            // The meter appears under the address of the adapter it runs on.
+            let device = try await client.waitForDevice(address: "00:00:00:02:00:00", timeout: .seconds(15))
+            #expect(device.uuids.contains(GATTUUID.glucoseService.uuidString))
+            try await client.stopDiscovery(adapterName: "hci0")
+            let link = try await client.connectMeter(address: "00:00:00:02:00:00", timeout: .seconds(20))
+            #expect(try await link.read(.glucoseFeature) == [0x20, 0x04])
+            try await link.subscribe(.glucoseMeasurement)
+            try await link.subscribe(.recordAccessControlPoint)
+            try await link.write(.recordAccessControlPoint, RACPRequest.reportAll.encoded())
+            let (gm, _, racp) = try await Self.collect(link)
+            #expect(gm == Array(4...9))
+            #expect(racp == [[0x06, 0x00, 0x01, 0x01]])
+            await link.disconnect()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await frontEnd.stop()
+        await client.close()
+    }
+}
