@@ -27,7 +27,7 @@ from fhir.resources.R4B.observation import Observation
 
 class State:
     def __init__(self, token):
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.token = token
         self.resources = []
         self.poison = set()
@@ -52,11 +52,20 @@ class Handler(BaseHTTPRequestHandler):
 
     def reply(self, status, payload):
         data = json.dumps(payload).encode()
+        # The answer is decided: stop counting this request as in flight before the client can read it and
+        # send its next one, so max_in_flight measures the client, not this server's thread scheduling.
+        self.settle()
         self.send_response(status)
         self.send_header("Content-Type", "application/fhir+json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def settle(self):
+        if getattr(self, "counted", False):
+            self.counted = False
+            with self.state.lock:
+                self.state.in_flight -= 1
 
     def authorized(self):
         return not self.state.token or self.headers.get("Authorization") == "Bearer " + self.state.token
@@ -103,6 +112,7 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.in_flight += 1
             st.stats["max_in_flight"] = max(st.stats["max_in_flight"], st.in_flight)
+            self.counted = True
             fault = st.fault
             if fault:
                 fault["times"] -= 1
@@ -114,8 +124,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self.batch(raw)
         finally:
-            with st.lock:
-                st.in_flight -= 1
+            self.settle()
 
     def invalid(self, text):
         with self.state.lock:
