@@ -351,3 +351,56 @@ def test_state_file_keeps_bonds_across_processes(standin, meter_file, private_bu
         c.disconnect()
 
     run(check())
+
+
+def test_scripted_connect_failures_stale_link_and_rfkill(standin, meter_file, private_bus):
+    standin("--meter", meter_file(sample_meter(bonding=False)))
+
+    async def scenario():
+        c = await Client.connect(private_bus)
+        path = await c.discover(ADDRESS)
+        await c.control("FailConnect", "sas", [ADDRESS, ["abort-by-local", "in-progress", "canceled",
+                                                          "resolved-before-export"]])
+        mark = len(c.signals)
+        for expected in [("org.bluez.Error.Failed", "le-connection-abort-by-local"),
+                         ("org.bluez.Error.InProgress", "In Progress"),
+                         ("org.bluez.Error.Failed", "br-connection-canceled")]:
+            try:
+                await c.bluez(path, DEV, "Connect")
+                raise AssertionError("scripted Connect failure did not happen")
+            except DBusCallError as e:
+                assert (e.name, e.text) == expected
+        flap = [m.body[1]["Connected"].value for m in c.signals[mark:]
+                if props_changed(path, DEV)(m) and "Connected" in m.body[1]]
+        assert flap == [True, False]
+        assert (await c.get(path, DEV, "Connected")) is False
+        # bluez #1489: ServicesResolved=true arrives before the GATT objects.
+        mark = len(c.signals)
+        await c.bluez(path, DEV, "Connect")
+        await c.wait_property(path, DEV, "ServicesResolved", True)
+        assert not any(m.member == "InterfacesAdded" for m in c.signals[mark:])
+        await c.wait_signal(lambda m: m.member == "InterfacesAdded" and m.body[0].startswith(path + "/service"),
+                            since=mark)
+        await c.bluez(path, DEV, "Disconnect")
+        # A link nobody asked for (bluez #89): Connected and resolved at once.
+        await c.control("StaleConnect", "s", [ADDRESS])
+        objects = await c.managed_objects()
+        assert objects[path][DEV]["Connected"].value is True
+        assert objects[path][DEV]["ServicesResolved"].value is True
+        await c.control("SetRfkill", "b", [True])
+        adapter = (await c.managed_objects())[ADAPTER]["org.bluez.Adapter1"]
+        assert adapter["PowerState"].value == "off-blocked" and adapter["Powered"].value is False
+        assert (await c.get(path, DEV, "Connected")) is False
+        try:
+            await c.bluez(ADAPTER, "org.freedesktop.DBus.Properties", "Set", "ssv",
+                          ["org.bluez.Adapter1", "Powered", Variant("b", True)])
+            raise AssertionError("powered on through rfkill")
+        except DBusCallError as e:
+            assert e.name == "org.bluez.Error.Blocked"
+        await c.control("SetRfkill", "b", [False])
+        await c.bluez(ADAPTER, "org.freedesktop.DBus.Properties", "Set", "ssv",
+                      ["org.bluez.Adapter1", "Powered", Variant("b", True)])
+        assert (await c.get(ADAPTER, "org.bluez.Adapter1", "PowerState")) == "on"
+        c.disconnect()
+
+    run(scenario())

@@ -63,6 +63,20 @@ public actor BlueZStandIn {
         var pairAgent: (sender: String, path: String)?
     }
 
+    /// A scripted `Connect` outcome (control method `FailConnect`).
+    public enum ConnectFailure: String, Sendable, CaseIterable {
+        /// The link comes up briefly (Connected true, then false), then `Failed "le-connection-abort-by-local"`.
+        case abortByLocal = "abort-by-local"
+        /// `Failed "br-connection-canceled"` (the link dropped while Connect was pending).
+        case canceled
+        /// `InProgress`.
+        case inProgress = "in-progress"
+        /// `Connect` never answers; the caller's own timeout ends it.
+        case hang
+        /// bluez #1489: ServicesResolved=true before the GATT objects are exported.
+        case resolvedBeforeExport = "resolved-before-export"
+    }
+
     struct Agent {
         var sender: String
         var path: String
@@ -83,6 +97,9 @@ public actor BlueZStandIn {
     private var adapterPresent = true
     private var powered = true
     private var callLog: [String] = []
+    /// Scripted outcomes of the next `Connect` calls per meter, consumed in order.
+    private var connectFailures: [String: [ConnectFailure]] = [:]
+    private var rfkillBlocked = false
     private let onReady: @Sendable (String) -> Void
     private var eventTasks: [Task<Void, Never>] = []
 
@@ -256,7 +273,7 @@ public actor BlueZStandIn {
             "Alias": .string("glucose-gateway-standin"),
             "Class": .uint32(0),
             "Powered": .bool(powered),
-            "PowerState": .string(powered ? "on" : "off"),
+            "PowerState": .string(powered ? "on" : (rfkillBlocked ? "off-blocked" : "off")),
             "Discoverable": .bool(false),
             "DiscoverableTimeout": .uint32(180),
             "Pairable": .bool(true),
@@ -334,6 +351,7 @@ public actor BlueZStandIn {
     private func setAdapterProperty(_ name: String, _ value: DBusValue, _ call: DBusMethodCall, _ gen: Int) async throws {
         log(call, detail: name)
         guard name == "Powered", let on = value.bool else { return }
+        if on && rfkillBlocked { throw bluezError("Blocked", "Blocked through rfkill") }
         guard on != powered else { return }
         if !on {
             for (address, d) in devices where d.connected { await disconnectLink(address, reason: "org.bluez.Reason.Local") }
@@ -590,9 +608,70 @@ public actor BlueZStandIn {
         guard !d.connected else { throw bluezError("AlreadyConnected", "Already Connected") }
         guard d.connectTask == nil, d.pairTask == nil else { throw bluezError("InProgress", "In Progress") }
         devices[address]?.temporary = false
+        var early = false
+        if var script = connectFailures[address], !script.isEmpty {
+            let failure = script.removeFirst()
+            connectFailures[address] = script
+            logger.info("scripted Connect outcome for \(address): \(failure.rawValue)")
+            switch failure {
+            case .abortByLocal:
+                await setDevice(address, ["Connected": .bool(true)])
+                try? await Task.sleep(for: .milliseconds(20))
+                await setDevice(address, ["Connected": .bool(false)])
+                throw bluezError("Failed", "le-connection-abort-by-local")
+            case .canceled:
+                throw bluezError("Failed", "br-connection-canceled")
+            case .inProgress:
+                throw bluezError("InProgress", "In Progress")
+            case .hang:
+                try? await Task.sleep(for: .seconds(3600))
+                throw bluezError("Failed", "le-connection-abort-by-local")
+            case .resolvedBeforeExport:
+                early = true
+            }
+        }
         try await establishLink(address, gen)
         // The reply goes out when this returns; services resolve just after it, as in bluetoothd.
-        scheduleServiceResolution(address, gen)
+        scheduleServiceResolution(address, gen, resolvedBeforeExport: early)
+    }
+
+    /// Scripts the outcomes of the next `Connect` calls to a meter.
+    public func failConnect(_ address: String, _ outcomes: [ConnectFailure]) throws {
+        guard meters[address] != nil else { throw DBusError(.invalidArgs, "no meter \(address)") }
+        connectFailures[address, default: []] += outcomes
+    }
+
+    /// A link that already exists when a client starts (bluez #89): the device is connected with services
+    /// resolved, without any client having called Connect.
+    public func staleConnect(_ address: String) async throws {
+        guard meters[address] != nil else { throw DBusError(.invalidArgs, "no meter \(address)") }
+        let gen = generation
+        if devices[address]?.exported != true {
+            var d = devices[address] ?? Device()
+            d.temporary = false
+            devices[address] = d
+            try await exportDevice(address, gen)
+        }
+        guard devices[address]?.connected != true else { return }
+        try await establishLink(address, gen)
+        await resolveServices(address, gen)
+    }
+
+    /// rfkill: a blocked adapter is powered off with PowerState "off-blocked" and refuses Powered=true.
+    public func setRfkill(blocked: Bool) async {
+        guard blocked != rfkillBlocked else { return }
+        rfkillBlocked = blocked
+        if blocked {
+            for (address, d) in devices where d.connected { await disconnectLink(address, reason: "org.bluez.Reason.Local") }
+            if !discovery.isEmpty {
+                discovery = [:]
+                await setAdapter(["Discovering": .bool(false)])
+            }
+            powered = false
+            await setAdapter(["Powered": .bool(false), "PowerState": .string("off-blocked")])
+        } else {
+            await setAdapter(["PowerState": .string("off")])
+        }
     }
 
     /// Waits for the meter to be connectable and brings the link up (Connected=true).
@@ -633,15 +712,23 @@ public actor BlueZStandIn {
         await setDevice(address, ["Connected": .bool(true)])
     }
 
-    private func scheduleServiceResolution(_ address: String, _ gen: Int) {
+    private func scheduleServiceResolution(_ address: String, _ gen: Int, resolvedBeforeExport: Bool = false) {
         Task { [weak self] in
             try? await Task.sleep(for: .milliseconds(20))
-            await self?.resolveServices(address, gen)
+            await self?.resolveServices(address, gen, resolvedBeforeExport: resolvedBeforeExport)
         }
     }
 
-    private func resolveServices(_ address: String, _ gen: Int) async {
+    private func resolveServices(_ address: String, _ gen: Int, resolvedBeforeExport: Bool = false) async {
         guard gen == generation, devices[address]?.connected == true, devices[address]?.servicesResolved == false else { return }
+        if resolvedBeforeExport {
+            devices[address]?.servicesResolved = true
+            await setDevice(address, ["ServicesResolved": .bool(true)])
+            try? await Task.sleep(for: .milliseconds(200))
+            guard gen == generation, devices[address]?.connected == true else { return }
+            if devices[address]?.gattExported != true { await exportGATT(address, gen) }
+            return
+        }
         if devices[address]?.gattExported != true {
             await exportGATT(address, gen)
             await setDevice(address, ["UUIDs": .strings([GATTUUID.glucoseService.uuidString,

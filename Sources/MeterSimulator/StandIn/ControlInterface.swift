@@ -24,7 +24,12 @@ enum ControlInterface {
       RestartBluetoothd()                                 drop org.bluez and every registration, then
                                                            take it again under a new unique name
       RemoveAdapter() / AddAdapter()                      hot-unplug and re-plug hci0
+      FailConnect(s address, as outcomes)                 script the next Connect calls: abort-by-local,
+                                                           canceled, in-progress, hang, resolved-before-export
+      StaleConnect(s address)                             the meter is already connected (no Connect call)
+      SetRfkill(b blocked)                                rfkill: Powered=false, PowerState off-blocked
       CallLog() -> as / ClearCallLog()                    "Interface.Method /path" of every BlueZ call
+      Meters() -> as                                      meter addresses
     """
 }
 
@@ -119,6 +124,33 @@ extension BlueZStandIn {
             },
             DBusMethod("AddAdapter") { [weak self] _ in
                 try await self?.addAdapter()
+                return []
+            },
+            DBusMethod("FailConnect", in: "sas") { [weak self] call in
+                guard let self else { return [] }
+                let a = try address(call)
+                guard call.arguments.count == 2, let names = call.arguments[1].stringArray else {
+                    throw DBusError(.invalidArgs, "FailConnect expects (sas)")
+                }
+                var outcomes: [ConnectFailure] = []
+                for n in names {
+                    guard let f = ConnectFailure(rawValue: n) else {
+                        throw DBusError(.invalidArgs, "unknown outcome '\(n)': " + ConnectFailure.allCases.map(\.rawValue).joined(separator: ", "))
+                    }
+                    outcomes.append(f)
+                }
+                try await self.failConnect(a, outcomes)
+                return []
+            },
+            DBusMethod("StaleConnect", in: "s") { [weak self] call in
+                guard let self else { return [] }
+                try await self.staleConnect(try address(call))
+                return []
+            },
+            DBusMethod("SetRfkill", in: "b") { [weak self] call in
+                guard let self else { return [] }
+                guard let blocked = call.arguments.first?.bool else { throw DBusError(.invalidArgs, "SetRfkill expects (b)") }
+                await self.setRfkill(blocked: blocked)
                 return []
             },
             DBusMethod("CallLog", out: "as") { [weak self] _ in
