@@ -169,8 +169,10 @@ public actor BlueZClient {
     }
 
     /// A GATT notification (`Value` alone changing on a characteristic). The mirror leaves these to the
-    /// meter links: applying thousands of them per download would cost a task hop and a copy each.
-    nonisolated static func isNotification(_ message: DBusMessage) -> Bool {
+    /// meter links: applying thousands of them per download would cost a task hop and a copy each. Other
+    /// subscribers of BlueZ's `PropertiesChanged` can skip them the same way:
+    /// `connection.subscribe(rules, where: { !BlueZClient.isNotification($0) })`.
+    public nonisolated static func isNotification(_ message: DBusMessage) -> Bool {
         guard message.member == "PropertiesChanged", message.body.count >= 2,
               case .string(let interface) = message.body[0], interface == BlueZNames.gattCharacteristic,
               let entries = message.body[1].dictionaryEntries, entries.count == 1,
