@@ -230,3 +230,24 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(private_bus, stan
     wait_until("all uploaded", lambda: len(nightscout.entries()) == gw.query("SELECT count(*) FROM reading")[0][0], timeout=30)
     assert_uploaded_exactly_once(gw, nightscout)
     assert gw.stop() == 0
+
+
+def test_profile_mode_lets_bluetoothd_connect_the_meter(private_bus, standin, meter_file, tmp_path, gateways):
+    """scan_mode = "profile": a GattProfile1 for 0x1808, no discovery; the stand-in connects the bonded meter
+    when it advertises, and the daemon downloads over that link."""
+    standin("--time-scale", "20", "--meter", meter_file(meter(A, count=4)))
+    # Without a destination, extra_config continues the [gateway] section.
+    gw = Gateway(tmp_path, private_bus, extra_config='scan_mode = "profile"\n', args=("--quiet-after", "1", "--time-scale", "20"))
+    gateways.append(gw)
+    control(private_bus, "Advertise", A, 60.0)
+    gw.pair(A, PIN)
+    control(private_bus, "ClearCallLog")
+    gw.start()
+    wait_until("watching by profile", lambda: gw.state()["radio"]["watching"] == "profile", timeout=10)
+    control(private_bus, "Advertise", A, 20.0)
+    wait_until("the download", lambda: gw.sequences(A) == [1, 2, 3, 4], timeout=20)
+    assert gw.state()["radio"]["discovering"] is False
+    calls = control(private_bus, "CallLog")
+    assert "GattManager1.RegisterApplication" in calls
+    assert "StartDiscovery" not in calls
+    assert gw.stop() == 0

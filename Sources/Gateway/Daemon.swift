@@ -172,6 +172,8 @@ public actor GatewayDaemon {
     private var watchingAdapter: String?
     private var uploadTask: Task<Void, Never>?
     private var stopRequested = false
+    private var pendingConnected: Set<String> = []
+    private var recheckScheduled: Set<String> = []
     private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
@@ -419,7 +421,11 @@ public actor GatewayDaemon {
 
     private func meterSeen(_ address: String, connected: Bool) async {
         let seenAt = clock.now
-        guard sessions[address] == nil else { return }
+        guard sessions[address] == nil else {
+            // bluetoothd (profile mode) may connect the meter again while our session is still closing.
+            if connected { pendingConnected.insert(address) }
+            return
+        }
         if paired[address] == nil {
             // Perhaps paired since the list was read; look again, but not on every advertisement.
             if let at = unknownCheckedAt[address], at.duration(to: seenAt) < settings.pairedRefresh { return }
@@ -428,7 +434,11 @@ public actor GatewayDaemon {
             guard paired[address] != nil, sessions[address] == nil else { return }
         }
         guard let meter = paired[address] else { return }
-        if !connected, let wait = notBefore[address], clock.now < wait { return }
+        if let wait = notBefore[address], clock.now < wait {
+            // A link bluetoothd brought up during the quiet period is looked at when the period ends, once.
+            if connected { scheduleRecheck(address, at: wait) }
+            return
+        }
         startSession(meter, seenAt: seenAt)
     }
 
@@ -495,10 +505,26 @@ public actor GatewayDaemon {
         if let failure { snapshot.counters.failures[failure, default: 0] += 1 }
         if complete { snapshot.counters.downloads += 1 }
         snapshot.counters.readingsStored += stored
-        notBefore[address] = clock.now.advanced(by: complete ? settings.quietAfterDownload : settings.retryDelay)
+        let next = clock.now.advanced(by: complete ? settings.quietAfterDownload : settings.retryDelay)
+        notBefore[address] = next
+        if pendingConnected.remove(address) != nil { scheduleRecheck(address, at: next) }
         if stored > 0 { uploads.readingsStored() }
         await loadPaired(force: true)
         await publish()
+    }
+
+    private func scheduleRecheck(_ address: String, at instant: ContinuousClock.Instant) {
+        guard recheckScheduled.insert(address).inserted else { return }
+        Task { [weak self] in
+            try? await Task.sleep(until: instant, clock: .continuous)
+            await self?.recheck(address)
+        }
+    }
+
+    private func recheck(_ address: String) async {
+        recheckScheduled.remove(address)
+        guard !stopRequested, sessions[address] == nil else { return }
+        if await radio.isConnected(address: address) { await meterSeen(address, connected: true) }
     }
 
     static func reason(_ kind: MeterLinkError.Kind) -> String {

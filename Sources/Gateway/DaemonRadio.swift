@@ -49,6 +49,8 @@ public protocol DaemonRadio: Sendable {
     func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode
     /// Connects and waits for resolved services.
     func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink
+    /// Whether BlueZ shows the device connected now.
+    func isConnected(address: String) async -> Bool
     /// Disconnects those of `addresses` that BlueZ shows connected (links left by an earlier process).
     /// Returns the addresses it disconnected.
     func closeStale(addresses: [String]) async -> [String]

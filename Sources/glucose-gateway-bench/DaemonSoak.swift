@@ -19,6 +19,7 @@ enum DaemonSoak {
         var scale = 60.0
         var idleSeconds = 60.0
         var probes = 5
+        var mode = "discovery"
         var gateway = DownloadBenchmark.siblingExecutable("glucose-gateway")
         var i = 0
         while i < args.count {
@@ -27,14 +28,15 @@ enum DaemonSoak {
             case "--time-scale": scale = value.flatMap { Double($0) } ?? -1; i += 1
             case "--idle": idleSeconds = value.flatMap { Double($0) } ?? -1; i += 1
             case "--probes": probes = value.flatMap { Int($0) } ?? -1; i += 1
+            case "--scan-mode": mode = value ?? ""; i += 1
             case "--gateway": gateway = value ?? ""; i += 1
             default:
-                print("usage: glucose-gateway-bench daemon-soak [--time-scale X] [--idle SECONDS] [--probes N] [--gateway PATH]")
+                print("usage: glucose-gateway-bench daemon-soak [--time-scale X] [--idle SECONDS] [--probes N] [--scan-mode discovery|profile] [--gateway PATH]")
                 return 64
             }
             i += 1
         }
-        guard scale >= 1, idleSeconds > 0, (1...50).contains(probes), access(gateway, X_OK) == 0 else {
+        guard scale >= 1, idleSeconds > 0, (1...50).contains(probes), mode == "discovery" || mode == "profile", access(gateway, X_OK) == 0 else {
             print("daemon-soak: need --time-scale >= 1, --idle > 0, 1...50 probes and an executable gateway (\(gateway))")
             return 64
         }
@@ -80,7 +82,7 @@ enum DaemonSoak {
 
         let database = dir + "/gateway.sqlite3"
         let config = dir + "/gateway.toml"
-        guard DownloadBenchmark.write(file: config, "[gateway]\ndatabase = \"\(database)\"\n") else { return fail("cannot write the config") }
+        guard DownloadBenchmark.write(file: config, "[gateway]\ndatabase = \"\(database)\"\nscan_mode = \"\(mode)\"\n") else { return fail("cannot write the config") }
         func control(_ method: String, _ arguments: [String]) -> Bool {
             guard let p = DownloadBenchmark.spawn(["dbus-send", "--bus=" + bus, "--print-reply", "--dest=org.bluez", "/org/glucosegateway/simulator",
                                                    "org.glucosegateway.Simulator1." + method] + arguments, environment: [:]) else { return false }
@@ -133,6 +135,7 @@ enum DaemonSoak {
             if let state = readFile(statePath), let r = number(after: "\"last_reaction_ms\":", in: state) { reactions.append(r) }
             usleep(UInt32((1.5 + 40 / scale) * 1_000_000))
         }
+        let connects = readFile(statePath).flatMap { number(after: "\"connects\":", in: $0) } ?? -1
         let stopAt = DownloadBenchmark.monotonicSeconds()
         kill(daemon.pid, SIGTERM)
         let finished = DownloadBenchmark.waitStatus(daemon)
@@ -141,10 +144,11 @@ enum DaemonSoak {
 
         func ms(_ s: Double) -> String { DownloadBenchmark.fmt(s * 1000) }
         let sorted = latencies.sorted()
-        print("daemon-soak: one simulated hour at \(DownloadBenchmark.fmt(scale))x (\(DownloadBenchmark.fmt(hour)) s), 17 + \(probes) readings")
+        print("daemon-soak: scan mode \(mode), one simulated hour at \(DownloadBenchmark.fmt(scale))x (\(DownloadBenchmark.fmt(hour)) s), 17 + \(probes) readings")
         print("  RSS after the first download: \(rssStart) KiB; after the hour: \(rssEnd) KiB; growth \(rssEnd - rssStart) KiB (goal < 1024)")
         print("  CPU while idle over \(DownloadBenchmark.fmt(idleSeconds)) s: \(DownloadBenchmark.fmt(cpuIdle)) s (goal < 0.05)")
         print("  meter advertising -> reading stored: median \(ms(sorted[sorted.count / 2])) ms, min \(ms(sorted[0])) ms, max \(ms(sorted[sorted.count - 1])) ms")
+        print("  meter connections: \(connects) for \(12 + probes) measurements (and the first download)")
         if !reactions.isEmpty {
             print("  daemon reaction (advertisement seen -> Connect sent): max \(reactions.max() ?? 0) ms (goal < 100)")
         }

@@ -78,6 +78,9 @@ final class FakeRadio: DaemonRadio {
         guard let meter else { throw MeterLinkError(.timeout, "not advertising") }
         return meter.connect()
     }
+    func isConnected(address: String) async -> Bool {
+        state.withLock { $0.connected.contains(address) }
+    }
     func closeStale(addresses: [String]) async -> [String] {
         state.withLock { s in
             let stale = addresses.filter { s.connected.contains($0) }

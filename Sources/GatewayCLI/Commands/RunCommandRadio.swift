@@ -184,6 +184,10 @@ final class DaemonBlueZRadio: DaemonRadio {
         try await client.connectMeter(address: address, timeout: timeout)
     }
 
+    func isConnected(address: String) async -> Bool {
+        await client.device(address: address)?.connected ?? false
+    }
+
     func closeStale(addresses: [String]) async -> [String] {
         var closed: [String] = []
         for address in addresses {

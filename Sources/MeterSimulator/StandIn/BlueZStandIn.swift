@@ -115,6 +115,10 @@ public actor BlueZStandIn {
     /// Characteristic path -> senders holding a notify session.
     private var notifySessions: [String: Set<String>] = [:]
     private var runTasks: [Task<Void, Never>] = []
+    /// Senders with a registered GATT application holding a `GattProfile1` for the Glucose Service, and
+    /// the application paths: bonded meters are then connected as soon as they advertise.
+    private var profiles: [String: Set<String>] = [:]
+    private var autoConnecting: Set<String> = []
 
     public init(meters descriptions: [MeterDescription], options: StandInOptions, logger: Logger,
                 onReady: @escaping @Sendable (String) -> Void = { _ in }) {
@@ -244,6 +248,8 @@ public actor BlueZStandIn {
         discovery = [:]
         filters = [:]
         agents = [:]
+        profiles = [:]
+        autoConnecting = []
         defaultAgentSender = nil
         notifySessions = [:]
         generation += 1
@@ -291,10 +297,15 @@ public actor BlueZStandIn {
             adapterInterface(gen),
             DBusInterface("org.bluez.GattManager1", methods: [
                 DBusMethod("RegisterApplication", in: "oa{sv}") { [weak self] call in
-                    await self?.log(call)
-                    throw bluezError("NotSupported", "The stand-in plays meters only; use simulate-meter --bluez on BlueZ")
+                    guard let self else { return [] }
+                    try await self.registerApplication(call, gen)
+                    return []
                 },
-                DBusMethod("UnregisterApplication", in: "o") { _ in throw bluezError("DoesNotExist", "Does Not Exist") },
+                DBusMethod("UnregisterApplication", in: "o") { [weak self] call in
+                    guard let self else { return [] }
+                    try await self.unregisterApplication(call, gen)
+                    return []
+                },
             ]),
             DBusInterface("org.bluez.LEAdvertisingManager1", methods: [
                 DBusMethod("RegisterAdvertisement", in: "oa{sv}") { [weak self] call in
@@ -469,6 +480,10 @@ public actor BlueZStandIn {
             let d = devices[address]
             if advertising, d?.connected != true, discoveryMatches(m.description) {
                 await seen(address, gen)
+            }
+            if advertising, !profiles.isEmpty, m.paired, let d, d.exported, !d.connected, d.connectTask == nil, d.pairTask == nil,
+               !autoConnecting.contains(address) {
+                autoConnect(address, gen)
             } else if let d, d.exported, d.temporary, !d.connected,
                       now - d.lastSeen > .milliseconds(Int64(options.temporaryTimeout / options.clock.scale * 1000)) {
                 logger.info("device \(address) expired")
@@ -596,6 +611,65 @@ public actor BlueZStandIn {
     private func setDevice(_ address: String, _ changes: [String: DBusValue]) async {
         guard let c = connection, devices[address]?.exported == true else { return }
         await c.setProperties(path: devicePath(address), interface: "org.bluez.Device1", changes)
+    }
+
+    // MARK: GATT profile (auto-connect)
+
+    /// `GattManager1.RegisterApplication`: accepted when the application holds a `GattProfile1` whose
+    /// UUIDs include the Glucose Service (as bluetoothd then adds bonded devices offering it to its
+    /// auto-connect list); GATT server applications are still refused (the stand-in plays meters only).
+    private func registerApplication(_ call: DBusMethodCall, _ gen: Int) async throws {
+        log(call)
+        try checkRun(gen)
+        let sender = call.sender
+        guard let root = call.arguments.first?.objectPath, let c = connection else {
+            throw bluezError("InvalidArguments", "Invalid arguments in method call")
+        }
+        guard !(profiles[sender]?.contains(root) ?? false) else { throw bluezError("AlreadyExists", "Already Exists") }
+        let reply = try await c.call(destination: sender, path: root, interface: "org.freedesktop.DBus.ObjectManager",
+                                     member: "GetManagedObjects", timeout: .seconds(5))
+        let objects = reply.first?.managedObjects ?? [:]
+        let glucose = objects.values.contains { interfaces in
+            (interfaces["org.bluez.GattProfile1"]?["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
+                .contains(GATTUUID.glucoseService.uuidString)
+        }
+        guard glucose else {
+            throw bluezError("NotSupported", "The stand-in plays meters only; use simulate-meter --bluez on BlueZ")
+        }
+        profiles[sender, default: []].insert(root)
+        await scanTick(generation: gen)
+    }
+
+    private func unregisterApplication(_ call: DBusMethodCall, _ gen: Int) async throws {
+        log(call)
+        try checkRun(gen)
+        let sender = call.sender
+        guard let root = call.arguments.first?.objectPath, profiles[sender]?.remove(root) != nil else { throw bluezError("DoesNotExist", "Does Not Exist") }
+        if profiles[sender]?.isEmpty == true { profiles.removeValue(forKey: sender) }
+    }
+
+    /// bluetoothd connecting a bonded meter by itself (passive scan and accept list): no `Connect` call.
+    private func autoConnect(_ address: String, _ gen: Int) {
+        autoConnecting.insert(address)
+        Task { [weak self] in
+            guard let self else { return }
+            do {
+                try await self.establishLink(address, gen)
+                await self.autoConnected(address, gen)
+            } catch {
+                await self.autoConnectEnded(address)
+            }
+        }
+    }
+
+    private func autoConnected(_ address: String, _ gen: Int) {
+        autoConnecting.remove(address)
+        devices[address]?.temporary = false
+        scheduleServiceResolution(address, gen)
+    }
+
+    private func autoConnectEnded(_ address: String) {
+        autoConnecting.remove(address)
     }
 
     // MARK: Connect and disconnect
@@ -1116,6 +1190,7 @@ public actor BlueZStandIn {
     private func senderLeft(_ sender: String, generation gen: Int) async {
         guard gen == generation else { return }
         agents.removeValue(forKey: sender)
+        profiles.removeValue(forKey: sender)
         if defaultAgentSender == sender { defaultAgentSender = nil }
         filters.removeValue(forKey: sender)
         if discovery.removeValue(forKey: sender) != nil, discovery.isEmpty {
