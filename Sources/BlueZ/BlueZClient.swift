@@ -31,6 +31,8 @@ public actor BlueZClient {
     public private(set) var objects: [String: InterfaceProperties] = [:]
 
     private var waiters: [Int: AsyncStream<Void>.Continuation] = [:]
+    private var barriers: [Int: CheckedContinuation<Void, Never>] = [:]
+    static let barrierInterface = "org.glucosegateway.Barrier"
     private var deviceWatchers: [Int: (filter: [GATTUUID], continuation: AsyncStream<DiscoveredDevice>.Continuation)] = [:]
     private var eventWatchers: [Int: AsyncStream<BluetoothdEvent>.Continuation] = [:]
     private var pump: Task<Void, Never>?
@@ -88,6 +90,7 @@ public actor BlueZClient {
                 MatchRule(sender: BlueZNames.service),
                 MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
                           path: DBusNames.busPath, arguments: [0: BlueZNames.service]),
+                MatchRule(sender: connection.uniqueName, interface: Self.barrierInterface, member: "Reached"),
             ], where: { !Self.isNotification($0) })
             owner = try await connection.nameOwner(of: BlueZNames.service)
         } catch {
@@ -181,6 +184,11 @@ public actor BlueZClient {
     }
 
     private func apply(_ message: DBusMessage) async {
+        if message.interface == Self.barrierInterface {
+            guard message.sender == connection.uniqueName, let key = message.body.first?.int64 else { return }
+            barriers.removeValue(forKey: Int(key))?.resume()
+            return
+        }
         if message.interface == DBusNames.bus && message.member == "NameOwnerChanged" {
             guard message.body.count == 3, let new = message.body[2].string else { return }
             await ownerChanged(to: new.isEmpty ? nil : new)
@@ -279,6 +287,9 @@ public actor BlueZClient {
     private var discoveryWanted: Bool { discovery != nil }
 
     private func busLost() {
+        let pending = barriers
+        barriers.removeAll()
+        for (_, barrier) in pending { barrier.resume() }
         guard !closed else { return }
         logger.error("bluez: the connection to the bus was lost")
         owner = nil
@@ -286,7 +297,37 @@ public actor BlueZClient {
         finishAll(with: .stopped)
     }
 
+    /// Returns once the mirror has applied every signal this connection had received when it was called.
+    ///
+    /// A reply (say, to `Connect`) is delivered straight to the caller, while the signals sent before it
+    /// (`Connected=true`) reach the mirror through its own stream; a signal sent to ourselves through the
+    /// bus arrives after all of them and marks the point.
+    func caughtUp() async {
+        guard !closed else { return }
+        let key = takeKey()
+        let connection = self.connection
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            barriers[key] = continuation
+            Task {
+                do {
+                    try await connection.emitSignal(path: BlueZClient.agentPath, interface: Self.barrierInterface,
+                                                    member: "Reached", arguments: [.int64(Int64(key))],
+                                                    destination: connection.uniqueName)
+                } catch {
+                    self.releaseBarrier(key)
+                }
+            }
+        }
+    }
+
+    private func releaseBarrier(_ key: Int) {
+        barriers.removeValue(forKey: key)?.resume()
+    }
+
     private func finishAll(with event: BluetoothdEvent) {
+        let pending = barriers
+        barriers.removeAll()
+        for (_, barrier) in pending { barrier.resume() }
         for watcher in eventWatchers.values {
             watcher.yield(event)
             watcher.finish()

@@ -86,6 +86,8 @@ extension BlueZClient {
             } catch where error.name == BlueZErrorNames.alreadyConnected {
                 // Fine: wait for services below.
             }
+            // The mirror must have seen Connected=true (sent before the reply) before it is judged.
+            await caughtUp()
         }
         let resolved: Bool
         do {

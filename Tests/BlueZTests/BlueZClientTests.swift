@@ -89,6 +89,8 @@ final class Rig: Sendable {
         try await rig.fake.addDevice(address: meterAddress, name: "Meter")
         _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
         let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        // One Connect: the mirror had caught up with Connected=true before the services were awaited.
+        #expect(rig.fake.calls.filter { $0 == "Connect" }.count == 1)
         #expect(await link.hasCharacteristic(.recordAccessControlPoint))
         #expect(await link.hasCharacteristic(.glucoseMeasurementContext) == false)
         #expect(try await link.read(.glucoseFeature) == [0x02, 0x04])
