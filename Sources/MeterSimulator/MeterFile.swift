@@ -290,8 +290,8 @@ public enum MeterFile {
 
     static func newRecords(_ o: JSONObject) throws(MeterFileError) -> NewRecordPlan {
         try o.onlyKeys(["everySeconds", "limit", "mgdl"])
-        guard let every = try o.optionalNumber("everySeconds"), every > 0 else {
-            throw MeterFileError(o.field("everySeconds"), "is required and must be positive")
+        guard let every = try o.optionalNumber("everySeconds"), every > 0, every <= 86_400 * 365 else {
+            throw MeterFileError(o.field("everySeconds"), "is required and must be positive (at most a year)")
         }
         return NewRecordPlan(intervalSeconds: every, limit: try o.optionalInt("limit", in: 0...65536),
                              mgPerDL: try o.optionalNumber("mgdl") ?? 120)
@@ -308,7 +308,8 @@ public enum MeterFile {
         }
         let a = try JSONObject(json, path: "advertising")
         try a.onlyKeys(["onSeconds", "offSeconds"])
-        guard let on = try a.optionalNumber("onSeconds"), on > 0, let off = try a.optionalNumber("offSeconds"), off >= 0 else {
+        guard let on = try a.optionalNumber("onSeconds"), on > 0, on <= 86_400,
+              let off = try a.optionalNumber("offSeconds"), off >= 0, off <= 86_400 else {
             throw MeterFileError("advertising", "needs positive onSeconds and non-negative offSeconds")
         }
         return .bursts(onSeconds: on, offSeconds: off)

@@ -6,10 +6,17 @@ import GlucoseProfile
 /// into seconds.
 public struct SimulationClock: Sendable {
     public var scale: Double
-    public init(scale: Double = 1) { self.scale = scale > 0 ? scale : 1 }
+    /// `scale` is kept within 0.001...100000.
+    public init(scale: Double = 1) { self.scale = scale.isFinite && scale > 0 ? min(max(scale, 0.001), 100_000) : 1 }
+
+    /// Real seconds for simulated `seconds`, at most about 30 years (so the conversion cannot overflow).
+    public func realSeconds(_ seconds: Double) -> Double {
+        guard seconds.isFinite, seconds > 0 else { return 0 }
+        return min(seconds / scale, 1e9)
+    }
 
     public func sleep(seconds: Double) async throws {
-        let real = seconds / scale
+        let real = realSeconds(seconds)
         guard real > 0 else { return }
         try await Task.sleep(for: .milliseconds(Int64((real * 1000).rounded(.up))))
     }
@@ -77,7 +84,7 @@ public actor MeterPeripheral {
                 while !Task.isCancelled {
                     do { try await clock.sleep(seconds: plan.intervalSeconds) } catch { return }
                     guard let self else { return }
-                    if await self.addGeneratedRecord(minutesLater: max(1, Int(plan.intervalSeconds / 60))) == nil { return }
+                    if await self.addGeneratedRecord(minutesLater: Int(min(max(1, plan.intervalSeconds / 60), 100_000))) == nil { return }
                 }
             })
         }

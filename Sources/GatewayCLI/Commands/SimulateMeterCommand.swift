@@ -152,8 +152,8 @@ enum SimulateMeterCommand: GatewayCommand {
 
     static func timeScale(_ arguments: inout Arguments) throws(GatewayFailure) -> Double {
         guard let text = try arguments.option("--time-scale") else { return 1 }
-        guard let v = Double(text), v > 0, v <= 100_000 else {
-            throw GatewayFailure(.usage, "--time-scale must be a number in (0, 100000], got '\(text)'")
+        guard let v = Double(text), v >= 0.001, v <= 100_000 else {
+            throw GatewayFailure(.usage, "--time-scale must be a number in 0.001...100000, got '\(text)'")
         }
         return v
     }

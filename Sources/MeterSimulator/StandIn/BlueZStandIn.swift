@@ -485,7 +485,7 @@ public actor BlueZStandIn {
                !autoConnecting.contains(address) {
                 autoConnect(address, gen)
             } else if let d, d.exported, d.temporary, !d.connected,
-                      now - d.lastSeen > .milliseconds(Int64(options.temporaryTimeout / options.clock.scale * 1000)) {
+                      now - d.lastSeen > .milliseconds(Int64(options.clock.realSeconds(options.temporaryTimeout) * 1000)) {
                 logger.info("device \(address) expired")
                 await unexportDevice(address)
                 devices.removeValue(forKey: address)
