@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Synchronization
 
 /// Timing and rules of one download.
 public struct DownloadOptions: Sendable, Equatable {
@@ -173,18 +174,165 @@ private enum Stop: Error {
 }
 
 private enum Input: Sendable {
+    /// An RACP indication or the end of the link (records and contexts are taken in by `Intake`).
     case link(MeterLinkEvent)
     case linkEnded
+    /// A full batch waits to be committed.
+    case batchFull
     case tick
 }
 
-private struct PendingRecord {
+private struct PendingRecord: Sendable {
     var decoded: DecodedMeasurement
     var context: GlucoseMeasurementContext?
     var rawContext: [UInt8]?
     var receivedAt: UnixMillis
     var arrived: ContinuousClock.Instant
     var awaitingContext: Bool { decoded.measurement.contextFollows && context == nil }
+}
+
+/// Records and contexts as the link delivers them, paired by sequence, waiting to be committed.
+///
+/// The task that receives the link's events takes records and contexts in here directly, so the
+/// session's task wakes only for RACP indications, full batches and its timer: one task switch per
+/// notification instead of two.
+private final class Intake: Sendable {
+    struct State {
+        var pending: [PendingRecord] = []
+        /// The last pending record is the latest event and may still get its context.
+        var holdLast = false
+        var orphanContexts: [UInt16: (GlucoseMeasurementContext, [UInt8])] = [:]
+        var lastActivity: ContinuousClock.Instant
+        var lastMeasurementSequence: UInt16?
+        var highestSequence: Int?
+        var received = 0
+        var malformed = 0
+        var total: Int?
+        var batchSignalled = false
+
+        var committable: Int { holdLast ? pending.count - 1 : pending.count }
+    }
+
+    let state: Mutex<State>
+    let batchSize: Int
+    let address: String
+    let logger: Logger
+    let now: @Sendable () -> UnixMillis
+    let progress: @Sendable (DownloadProgress) -> Void
+
+    init(batchSize: Int, address: String, logger: Logger, now: @escaping @Sendable () -> UnixMillis,
+         progress: @escaping @Sendable (DownloadProgress) -> Void) {
+        state = Mutex(State(lastActivity: ContinuousClock.now))
+        self.batchSize = batchSize
+        self.address = address
+        self.logger = logger
+        self.now = now
+        self.progress = progress
+    }
+
+    /// Something arrived from the meter or the meter answered a request.
+    func touch(clearHold: Bool) {
+        let at = ContinuousClock.now
+        state.withLock {
+            $0.lastActivity = at
+            if clearHold { $0.holdLast = false }
+        }
+    }
+
+    /// Takes in a 0x2A18 value; true when a full batch now waits (signalled once per batch).
+    func measurement(_ bytes: [UInt8]) -> Bool {
+        let arrived = ContinuousClock.now
+        guard let decoded = DecodedMeasurement(bytes) else {
+            state.withLock {
+                $0.lastActivity = arrived
+                $0.holdLast = false
+                $0.malformed += 1
+            }
+            let seq = bytes.count >= 3 ? " (sequence \(Int(bytes[1]) | Int(bytes[2]) << 8))" : ""
+            logger.warning("meter \(address): undecodable glucose measurement\(seq) skipped")
+            return false
+        }
+        let seq = decoded.measurement.sequenceNumber
+        let receivedAt = now()
+        let update = state.withLock { s -> (DownloadProgress, Bool)? in
+            s.lastActivity = arrived
+            s.holdLast = false
+            // The same notification twice in a row (seen on real meters) is one record.
+            if let last = s.pending.last, last.decoded.raw == bytes { return nil }
+            var record = PendingRecord(decoded: decoded, context: nil, rawContext: nil, receivedAt: receivedAt, arrived: arrived)
+            if let (context, raw) = s.orphanContexts.removeValue(forKey: seq) {
+                record.context = context
+                record.rawContext = raw
+            }
+            s.pending.append(record)
+            s.holdLast = record.awaitingContext
+            s.lastMeasurementSequence = seq
+            s.received += 1
+            s.highestSequence = max(s.highestSequence ?? Int(seq), Int(seq))
+            var signal = false
+            if s.committable >= batchSize, !s.batchSignalled {
+                s.batchSignalled = true
+                signal = true
+            }
+            return (DownloadProgress(received: s.received, total: s.total), signal)
+        }
+        guard let (p, signal) = update else { return false }
+        progress(p)
+        return signal
+    }
+
+    /// Takes in a 0x2A34 value: attached to its pending measurement by sequence, or kept for a
+    /// measurement still to come.
+    func context(_ bytes: [UInt8]) {
+        let arrived = ContinuousClock.now
+        guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
+            state.withLock {
+                $0.lastActivity = arrived
+                $0.holdLast = false
+                $0.malformed += 1
+            }
+            logger.warning("meter \(address): undecodable measurement context skipped")
+            return
+        }
+        let seq = context.sequenceNumber
+        state.withLock { s in
+            s.lastActivity = arrived
+            s.holdLast = false
+            if let index = s.pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
+                if s.pending[index].context == nil {
+                    s.pending[index].context = context
+                    s.pending[index].rawContext = bytes
+                }
+                return
+            }
+            // Context before its measurement, or for one already committed: kept by sequence in case the
+            // measurement follows; counted as unmatched at the end otherwise.
+            s.orphanContexts[seq] = (context, bytes)
+        }
+    }
+
+    /// Up to `limit` records ready to be committed, oldest first; unless `final`, a trailing record that
+    /// may still get its context stays.
+    func take(final: Bool, limit: Int) -> [PendingRecord] {
+        state.withLock { s in
+            let available = final ? s.pending.count : s.committable
+            let count = min(max(0, available), limit)
+            let taken = Array(s.pending.prefix(count))
+            s.pending.removeFirst(count)
+            if s.committable < batchSize { s.batchSignalled = false }
+            return taken
+        }
+    }
+
+    /// When the oldest record ready to be committed arrived; nil when none is ready.
+    var oldestCommittable: ContinuousClock.Instant? {
+        state.withLock { s in s.committable > 0 ? s.pending.first?.arrived : nil }
+    }
+
+    var snapshot: State { state.withLock { $0 } }
+
+    func setTotal(_ total: Int?) { state.withLock { $0.total = total } }
+    func forgetLastSequence() { state.withLock { $0.lastMeasurementSequence = nil } }
 }
 
 /// The state of one running download. Lives inside the caller's task only.
@@ -198,13 +346,7 @@ private final class DownloadSession {
 
     var report: DownloadReport
     var interpreter: ReadingInterpreter
-    var pending: [PendingRecord] = []
-    /// The last pending record is the latest event and may still get its context.
-    var holdLast = false
-    var orphanContexts: [UInt16: (GlucoseMeasurementContext, [UInt8])] = [:]
-    var lastActivity: ContinuousClock.Instant
-    var lastMeasurementSequence: UInt16?
-    var highestSequenceThisSession: Int?
+    let intake: Intake
     var subscribed: [GATTUUID] = []
     var hasContextCharacteristic = false
 
@@ -222,13 +364,27 @@ private final class DownloadSession {
         interpreter = ReadingInterpreter(
             meterAddress: meter.address, zone: MeterTimeZone(identifier: meter.timeZone), settings: download.options.clinical
         )
-        lastActivity = clock.now
+        let intake = Intake(batchSize: download.options.commitBatchSize, address: meter.address, logger: download.logger,
+                            now: download.now, progress: progress)
+        self.intake = intake
         let (stream, continuation) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
         inputs = stream.makeAsyncIterator()
         let events = link.events
         forwarder = Task {
             for await event in events {
-                continuation.yield(.link(event))
+                switch event {
+                case .value(.glucoseMeasurement, let bytes):
+                    if intake.measurement(bytes) { continuation.yield(.batchFull) }
+                case .value(.glucoseMeasurementContext, let bytes):
+                    intake.context(bytes)
+                case .value(.recordAccessControlPoint, _):
+                    intake.touch(clearHold: true)
+                    continuation.yield(.link(event))
+                case .value:
+                    intake.touch(clearHold: false)
+                case .disconnected:
+                    continuation.yield(.link(event))
+                }
             }
             continuation.yield(.linkEnded)
         }
@@ -274,8 +430,17 @@ private final class DownloadSession {
             }
         }
         await finishLink()
-        if report.unmatchedContexts + orphanContexts.count > 0 {
-            report.unmatchedContexts += orphanContexts.count
+        if failure?.kind != .store {
+            // Records taken in after the last commit (after the final response, or while stopping).
+            do throws(Stop) { try await flush(final: true) } catch {
+                if case .failed(let e) = error { failure = e }
+            }
+        }
+        let taken = intake.snapshot
+        report.received = taken.received
+        report.malformed += taken.malformed
+        if report.unmatchedContexts + taken.orphanContexts.count > 0 {
+            report.unmatchedContexts += taken.orphanContexts.count
             logger.warning("meter \(meter.address): \(report.unmatchedContexts) context value(s) without a matching measurement were not kept")
         }
         if var failure {
@@ -368,14 +533,15 @@ private final class DownloadSession {
             let count = try await count(.reportNumberFrom(sequence: from))
             if count != 0 {
                 report.total = count
+                intake.setTotal(count)
                 report.outcome = try await reportRecords(.reportFrom(sequence: from), fallbackToAll: true)
                 return
             }
         }
         // Nothing newer than what is stored: check whether the counter went back.
-        lastMeasurementSequence = nil
+        intake.forgetLastSequence()
         _ = try await reportRecords(.reportRecords(.lastRecord), fallbackToAll: false)
-        if let last = lastMeasurementSequence, Int(last) < highest {
+        if let last = intake.snapshot.lastMeasurementSequence, Int(last) < highest {
             report.counterReset = true
             logger.notice("meter \(meter.address): sequence counter went back (last \(last), stored up to \(highest)); downloading everything")
             await log(.counterReset, code: Int(last), "sequence counter went back from \(highest) to \(last); full download")
@@ -388,6 +554,7 @@ private final class DownloadSession {
     func downloadAll() async throws(Stop) {
         let count = try await count(.reportNumberAll)
         report.total = count
+        intake.setTotal(count)
         if count == 0 {
             report.outcome = .noRecords
             return
@@ -447,7 +614,7 @@ private final class DownloadSession {
         while true {
             do {
                 try await link.write(.recordAccessControlPoint, request.encoded())
-                lastActivity = clock.now
+                intake.touch(clearHold: false)
                 return
             } catch {
                 if error.kind == .disconnected { throw .disconnected(error.message) }
@@ -520,24 +687,15 @@ private final class DownloadSession {
                 throw .disconnected("link closed")
             case .link(.disconnected(let reason)):
                 throw .disconnected(reason)
+            case .batchFull:
+                try await flush(final: false)
             case .link(.value(let uuid, let bytes)):
-                lastActivity = clock.now
-                switch uuid {
-                case .glucoseMeasurement:
-                    try await onMeasurement(bytes)
-                case .glucoseMeasurementContext:
-                    holdLast = false
-                    onContext(bytes)
-                case .recordAccessControlPoint:
-                    holdLast = false
-                    do {
-                        return try RACPResponse(bytes: bytes)
-                    } catch {
-                        report.malformed += 1
-                        logger.warning("meter \(meter.address): malformed RACP indication: \(error)")
-                    }
-                default:
-                    break
+                guard uuid == .recordAccessControlPoint else { continue }
+                do {
+                    return try RACPResponse(bytes: bytes)
+                } catch {
+                    report.malformed += 1
+                    logger.warning("meter \(meter.address): malformed RACP indication: \(error)")
                 }
             }
         }
@@ -545,80 +703,32 @@ private final class DownloadSession {
 
     func onTick() async throws(Stop) {
         let now = clock.now
-        if now - lastActivity >= download.options.inactivityTimeout {
+        if now - intake.snapshot.lastActivity >= download.options.inactivityTimeout {
             logger.warning("meter \(meter.address): no notification for \(download.options.inactivityTimeout); ending the download")
             throw .timedOut
         }
-        let committable = holdLast ? pending.count - 1 : pending.count
-        if committable > 0, let first = pending.first,
-           now - first.arrived + download.options.tick > download.options.commitInterval {
+        if let oldest = intake.oldestCommittable, now - oldest + download.options.tick > download.options.commitInterval {
             try await flush(final: false)
         }
     }
 
-    func onMeasurement(_ bytes: [UInt8]) async throws(Stop) {
-        holdLast = false
-        guard let decoded = DecodedMeasurement(bytes) else {
-            report.malformed += 1
-            let seq = bytes.count >= 3 ? " (sequence \(Int(bytes[1]) | Int(bytes[2]) << 8))" : ""
-            logger.warning("meter \(meter.address): undecodable glucose measurement\(seq) skipped")
-            return
-        }
-        let seq = decoded.measurement.sequenceNumber
-        // The same notification twice in a row (seen on real meters) is one record.
-        if let last = pending.last, last.decoded.raw == bytes { return }
-        var record = PendingRecord(decoded: decoded, context: nil, rawContext: nil, receivedAt: download.now(), arrived: clock.now)
-        if let (context, raw) = orphanContexts.removeValue(forKey: seq) {
-            record.context = context
-            record.rawContext = raw
-        }
-        pending.append(record)
-        holdLast = record.awaitingContext
-        lastMeasurementSequence = seq
-        report.received += 1
-        highestSequenceThisSession = max(highestSequenceThisSession ?? Int(seq), Int(seq))
-        progress(DownloadProgress(received: report.received, total: report.total))
-        let committable = holdLast ? pending.count - 1 : pending.count
-        if committable >= download.options.commitBatchSize {
-            try await flush(final: false)
-        }
-    }
-
-    func onContext(_ bytes: [UInt8]) {
-        guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
-            report.malformed += 1
-            logger.warning("meter \(meter.address): undecodable measurement context skipped")
-            return
-        }
-        let seq = context.sequenceNumber
-        if let index = pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
-            if pending[index].context == nil {
-                pending[index].context = context
-                pending[index].rawContext = bytes
-            }
-            return
-        }
-        // Context before its measurement, or for one already committed: kept by sequence in case the
-        // measurement follows; counted as unmatched at the end otherwise.
-        orphanContexts[seq] = (context, bytes)
-    }
-
-    /// Commits pending readings; unless `final`, the last one stays when it may still get its context.
+    /// Commits the records taken in, in batches of at most `commitBatchSize`; unless `final`, a trailing
+    /// record that may still get its context stays.
     func flush(final: Bool) async throws(Stop) {
-        let keep = (!final && holdLast) ? 1 : 0
-        let count = pending.count - keep
-        guard count > 0 else { return }
-        let batch = pending[0..<count].map {
-            interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext, receivedAt: $0.receivedAt)
+        while true {
+            let records = intake.take(final: final, limit: download.options.commitBatchSize)
+            guard !records.isEmpty else { return }
+            let batch = records.map {
+                interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext, receivedAt: $0.receivedAt)
+            }
+            do {
+                let new = try await download.store.insert(batch)
+                report.stored += new
+                report.duplicates += batch.count - new
+            } catch {
+                throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
+            }
         }
-        do {
-            let new = try await download.store.insert(batch)
-            report.stored += new
-            report.duplicates += batch.count - new
-        } catch {
-            throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
-        }
-        pending.removeFirst(count)
     }
 
     // MARK: - End
@@ -650,7 +760,8 @@ private final class DownloadSession {
             // The meter sends oldest first, so its last record carries its current counter. Below the highest
             // sequence of this download, the counter restarted at some point: later downloads resume from the
             // new counter, not the old one (SaveMeter and insert only ever raise it).
-            if report.outcome == .completed, let last = lastMeasurementSequence, let h = highestSequenceThisSession,
+            let taken = intake.snapshot
+            if report.outcome == .completed, let last = taken.lastMeasurementSequence, let h = taken.highestSequence,
                Int(last) < h, let counters = download.store as? any SequenceCounterStore {
                 try await counters.resetHighestSequence(meter.address, to: Int(last))
             }
