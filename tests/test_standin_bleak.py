@@ -6,6 +6,7 @@ import struct
 import pytest
 from bleak import BleakClient, BleakScanner
 
+from gg_dbus import Client
 from gg_meters import sample_meter
 
 GLS = "00001808-0000-1000-8000-00805f9b34fb"
@@ -97,3 +98,46 @@ def test_bleak_sequence_filter_and_count(standin, meter_file, private_bus, monke
     assert count[2] == [b"\x05\x00\x0a\x00"]
     assert none[0] == []
     assert none[2] == [b"\x06\x00\x01\x06"]
+
+
+def test_bleak_uses_acquire_notify_when_offered(standin, meter_file, private_bus, monkeypatch):
+    standin("--meter", meter_file(sample_meter(bonding=False, count=10, first=1)), "--acquire-notify")
+
+    async def scenario():
+        found = asyncio.get_running_loop().create_future()
+
+        def on_advertisement(dev, adv):
+            if not found.done():
+                found.set_result(dev)
+
+        async with BleakScanner(on_advertisement, service_uuids=[GLS]):
+            device = await asyncio.wait_for(found, 20)
+        measurements, racp = [], []
+        complete = asyncio.Event()
+
+        def check():
+            if len(measurements) == 10 and racp:
+                complete.set()
+
+        async with BleakClient(device) as client:
+            char = client.services.get_characteristic(GM)
+            # The characteristic carries NotifyAcquired, so bleak may take the socket path for it (it does when
+            # told not to force StartNotify).
+            assert "NotifyAcquired" in char.obj[1]
+            await client.start_notify(GM, lambda _, d: (measurements.append(bytes(d)), check()),
+                                      bluez={"use_start_notify": False})
+            await client.start_notify(RACP, lambda _, d: (racp.append(bytes(d)), check()))
+            await client.write_gatt_char(RACP, b"\x01\x01", response=True)
+            await asyncio.wait_for(complete.wait(), 20)
+            await client.stop_notify(GM)
+        probe = await Client.connect(private_bus)
+        (calls,) = await probe.control("CallLog")
+        probe.disconnect()
+        assert any(c.startswith("org.bluez.GattCharacteristic1.AcquireNotify ") for c in calls)
+        assert not any(c.startswith("org.bluez.GattCharacteristic1.StartNotify ") and "char0007" in c for c in calls)
+        return measurements, racp
+
+    measurements, racp = run_with_bus(monkeypatch, private_bus, scenario)
+    # Socket notifications keep their own order; their order relative to the RACP indication is not defined.
+    assert [sequence(m) for m in measurements] == list(range(1, 11))
+    assert racp == [b"\x06\x00\x01\x01"]

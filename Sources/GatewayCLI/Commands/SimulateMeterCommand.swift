@@ -37,6 +37,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --time-scale X          run simulated time X times faster (delays, new records, bursts, expiry)
       --state FILE            (--standin) keep bonds in FILE (mode 0600) across processes
       --temporary-timeout S   (--standin) seconds before an unpaired, unconnected device expires (30)
+      --acquire-notify        (--standin) offer AcquireNotify on notify characteristics, as BlueZ does (off by
+                              default: socket notifications are not ordered with the RACP indication)
       --adapter hciN          (--bluez) adapter to register on; (--standin) name of the simulated adapter
       --adapter-address A     (--standin) address of the simulated adapter
 
@@ -88,6 +90,7 @@ enum SimulateMeterCommand: GatewayCommand {
         let temporaryTimeout = try arguments.secondsOption("--temporary-timeout")
         let adapter = try arguments.option("--adapter")
         let adapterAddress = try arguments.option("--adapter-address")
+        let acquireNotify = arguments.flag("--acquire-notify")
         var meters: [MeterDescription] = []
         for path in files { meters.append(try loadMeter(path)) }
         let flagged = try meterFromFlags(&arguments)
@@ -109,6 +112,7 @@ enum SimulateMeterCommand: GatewayCommand {
             var options = StandInOptions(busAddress: bus)
             options.clock = clock
             options.statePath = statePath
+            options.offerAcquireNotify = acquireNotify
             if let t = temporaryTimeout { options.temporaryTimeout = t }
             if let adapter { options.adapterName = adapter }
             if let a = adapterAddress {

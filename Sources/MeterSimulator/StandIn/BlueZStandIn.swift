@@ -19,6 +19,9 @@ public struct StandInOptions: Sendable {
     /// Bonds are written here (and read at start) so they survive the process; nil keeps them in memory.
     public var statePath: String?
     public var clock: SimulationClock = SimulationClock()
+    /// Offer `AcquireNotify` (and the `NotifyAcquired` property) on notify characteristics, as BlueZ does.
+    /// Off by default: notifications through the socket are not ordered with the RACP indication on D-Bus.
+    public var offerAcquireNotify = false
 
     public init(busAddress: String) {
         self.busAddress = busAddress
@@ -114,6 +117,8 @@ public actor BlueZStandIn {
     private var defaultAgentSender: String?
     /// Characteristic path -> senders holding a notify session.
     private var notifySessions: [String: Set<String>] = [:]
+    /// Characteristic path -> the socket of an `AcquireNotify`.
+    private var acquired: [String: AcquiredNotify] = [:]
     private var runTasks: [Task<Void, Never>] = []
     /// Senders with a registered GATT application holding a `GattProfile1` for the Glucose Service, and
     /// the application paths: bonded meters are then connected as soon as they advertise.
@@ -252,6 +257,7 @@ public actor BlueZStandIn {
         autoConnecting = []
         defaultAgentSender = nil
         notifySessions = [:]
+        for path in acquired.keys { await releaseAcquired(path) }
         generation += 1
         if closeConnection, let c = connection {
             connection = nil
@@ -788,7 +794,7 @@ public actor BlueZStandIn {
 
     private func scheduleServiceResolution(_ address: String, _ gen: Int, resolvedBeforeExport: Bool = false) {
         Task { [weak self] in
-            try? await Task.sleep(for: .milliseconds(20))
+            try? await Task.sleep(for: .milliseconds(40))
             await self?.resolveServices(address, gen, resolvedBeforeExport: resolvedBeforeExport)
         }
     }
@@ -834,6 +840,7 @@ public actor BlueZStandIn {
         let wasResolved = d.servicesResolved
         d.servicesResolved = false
         devices[address] = d
+        for path in acquired.keys where path.hasPrefix(devicePath(address) + "/") { await releaseAcquired(path) }
         if let m = meters[address] { await m.peripheral.linkDown() }
         if wasResolved { await setDevice(address, ["ServicesResolved": .bool(false)]) }
         await setDevice(address, ["Connected": .bool(false)])
@@ -965,6 +972,7 @@ public actor BlueZStandIn {
                     "Flags": .strings(ch.flags), "Handle": .uint16(ch.valueHandle), "MTU": .uint16(23),
                 ]
                 if ch.notifies { props["Notifying"] = .bool(!(notifySessions[cp] ?? []).isEmpty) }
+                if options.offerAcquireNotify, ch.flags.contains("notify") { props["NotifyAcquired"] = .bool(false) }
                 let uuid = ch.uuid
                 try? await c.export(path: cp, interfaces: [
                     DBusInterface("org.bluez.GattCharacteristic1", methods: [
@@ -981,6 +989,10 @@ public actor BlueZStandIn {
                             guard let self else { return [] }
                             try await self.startNotify(address, uuid, cp, call, gen)
                             return []
+                        },
+                        DBusMethod("AcquireNotify", in: "a{sv}", out: "hq") { [weak self] call in
+                            guard let self else { return [] }
+                            return try await self.acquireNotify(address, uuid, cp, call, gen)
                         },
                         DBusMethod("StopNotify") { [weak self] call in
                             guard let self else { return [] }
@@ -1060,7 +1072,7 @@ public actor BlueZStandIn {
         // The write response reaches the client before the first notification of the procedure.
         let peripheral = m.peripheral
         Task {
-            try? await Task.sleep(for: .milliseconds(10))
+            try? await Task.sleep(for: .milliseconds(20))
             await peripheral.runProcedure()
         }
     }
@@ -1071,6 +1083,7 @@ public actor BlueZStandIn {
         try checkRun(gen)
         guard devices[address]?.connected == true else { throw bluezError("NotConnected", "Not Connected") }
         try checkAccess(address, uuid, gen)
+        guard acquired[path] == nil else { throw bluezError("NotPermitted", "Notify acquired") }
         var sessions = notifySessions[path] ?? []
         guard !sessions.contains(call.sender) else { return }
         let first = sessions.isEmpty
@@ -1099,6 +1112,38 @@ public actor BlueZStandIn {
         await connection?.setProperties(path: path, interface: "org.bluez.GattCharacteristic1", ["Notifying": .bool(false)])
     }
 
+    private func acquireNotify(_ address: String, _ uuid: GATTUUID, _ path: String, _ call: DBusMethodCall,
+                               _ gen: Int) async throws -> [DBusValue] {
+        log(call)
+        try checkRun(gen)
+        guard options.offerAcquireNotify, meters[address]?.layout.characteristic(uuid)?.flags.contains("notify") == true else {
+            throw bluezError("NotSupported", "Operation is not supported")
+        }
+        guard devices[address]?.connected == true else { throw bluezError("NotConnected", "Not Connected") }
+        try checkAccess(address, uuid, gen)
+        guard acquired[path] == nil else { throw bluezError("NotPermitted", "Notify acquired") }
+        guard (notifySessions[path] ?? []).isEmpty else { throw bluezError("InProgress", "In Progress") }
+        let session = try AcquiredNotify.open { [weak self] in
+            Task { await self?.releaseAcquired(path) }
+        }
+        acquired[path] = session
+        await meters[address]?.peripheral.setSubscribed(uuid, true)
+        await connection?.setProperties(path: path, interface: "org.bluez.GattCharacteristic1",
+                                        ["NotifyAcquired": .bool(true), "Notifying": .bool(true)])
+        return [.unixFD(session.peerDescriptor), .uint16(23)]
+    }
+
+    /// The client closed its end, the link dropped, or bluetoothd went away.
+    private func releaseAcquired(_ path: String) async {
+        guard let session = acquired.removeValue(forKey: path) else { return }
+        session.close()
+        if let (address, _, ch) = lookupCharacteristic(path) {
+            await meters[address]?.peripheral.setSubscribed(ch.uuid, false)
+            await connection?.setProperties(path: path, interface: "org.bluez.GattCharacteristic1",
+                                            ["NotifyAcquired": .bool(false), "Notifying": .bool(false)])
+        }
+    }
+
     // MARK: Meter events
 
     private func handle(_ event: PeripheralEvent, from address: String) async {
@@ -1108,6 +1153,12 @@ public actor BlueZStandIn {
             guard devices[address]?.connected == true, let c = connection else { return }
             for s in m.layout.services {
                 for ch in s.characteristics where ch.uuid == uuid {
+                    let path = charPath(address, s, ch)
+                    if let session = acquired[path] {
+                        // An acquired notification goes through the socket only; Value is not updated.
+                        if !session.send(bytes) { await releaseAcquired(path) }
+                        continue
+                    }
                     await c.setProperties(path: charPath(address, s, ch), interface: "org.bluez.GattCharacteristic1",
                                           ["Value": .bytes(bytes)])
                 }

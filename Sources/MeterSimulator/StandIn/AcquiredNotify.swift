@@ -1,0 +1,60 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The socket pair behind one `AcquireNotify`: one notification per packet (SOCK_SEQPACKET), as bluetoothd
+/// does. Our end stays here; the peer's end is handed to the client in the reply (libdbus duplicates it when
+/// the reply is built) and our copy of it is closed a moment later. Hang-up on our end means the client
+/// closed its descriptor.
+final class AcquiredNotify {
+    let descriptor: Int32
+    private(set) var peerDescriptor: Int32
+    private var source: (any DispatchSourceRead)?
+
+    private init(descriptor: Int32, peer: Int32) {
+        self.descriptor = descriptor
+        self.peerDescriptor = peer
+    }
+
+    struct OpenError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// `onHangUp` runs (on a global queue) when the client closes its end.
+    static func open(onHangUp: @escaping @Sendable () -> Void) throws -> AcquiredNotify {
+        var fds: [Int32] = [-1, -1]
+        let kind = Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        guard socketpair(AF_UNIX, kind, 0, &fds) == 0 else {
+            throw bluezError("Failed", "socketpair failed: errno \(errno)")
+        }
+        let session = AcquiredNotify(descriptor: fds[0], peer: fds[1])
+        let source = DispatchSource.makeReadSource(fileDescriptor: fds[0], queue: .global())
+        let fd = fds[0]
+        source.setEventHandler {
+            var byte: UInt8 = 0
+            let n = recv(fd, &byte, 1, Int32(MSG_DONTWAIT))
+            if n == 0 { onHangUp() }
+        }
+        source.resume()
+        session.source = source
+        // Give libdbus time to duplicate the peer's end into the reply, then drop our copy of it so the
+        // client's close() is seen here as a hang-up.
+        let peer = fds[1]
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1) { _ = Glibc.close(peer) }
+        return session
+    }
+
+    /// Sends one notification; false when the client is gone.
+    func send(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { raw in
+            Glibc.send(descriptor, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) == raw.count
+        }
+    }
+
+    func close() {
+        source?.cancel()
+        source = nil
+        _ = Glibc.close(descriptor)
+    }
+}
