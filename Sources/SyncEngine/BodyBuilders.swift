@@ -47,8 +47,9 @@ extension String {
 /// change once stored.
 public struct NightscoutBodyBuilder: OutboxBodyBuilder {
     public let destination = DestinationName.nightscout
-    /// mmol/L to mg/dL as Nightscout converts it.
-    public static let mmolToMgdl = 18.01559
+    /// mmol/L to mg/dL: the molar mass of glucose, 180.156 g/mol, the same factor the codec uses
+    /// (only for a reading that carries mmol/L alone; readings from the download carry both units).
+    public static let mmolToMgdl = 18.0156
 
     public init() {}
 

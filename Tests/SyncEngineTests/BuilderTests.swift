@@ -29,7 +29,7 @@ struct BuilderTests {
         r.unit = "mol/L"
         let element = try #require(NightscoutBodyBuilder().element(for: r, meter: testMeter))
         let json = try JSONParser.parse(element.body)
-        #expect(json["mbg"]?.int64Value == 112)  // 6.2 x 18.01559 = 111.7
+        #expect(json["mbg"]?.int64Value == 112)  // 6.2 x 18.0156 = 111.7
     }
 
     @Test func sameReadingSameBytesWhateverHappensLater() throws {
