@@ -29,7 +29,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --bluez     a peripheral on real BlueZ: GattManager1.RegisterApplication and
                   LEAdvertisingManager1.RegisterAdvertisement on --adapter (default hci0), so a second
                   adapter or a second Pi plays a meter next to a real gateway. Prints "ready" once registered.
-                  The passkey is chosen by the kernel and logged (the meter's PIN cannot be imposed).
+                  The passkey is chosen by the kernel and shown as a stdout line "display passkey NNNNNN for
+                  DEVICE" (the meter's PIN cannot be imposed on real BlueZ).
 
     Options:
       --bus ADDRESS           D-Bus address (default: DBUS_SYSTEM_BUS_ADDRESS, else the system bus)
@@ -140,7 +141,8 @@ enum SimulateMeterCommand: GatewayCommand {
         }
         let frontEnd = BlueZPeripheralFrontEnd(
             meter: meter,
-            options: .init(busAddress: bus, adapterName: adapter ?? "hci0", clock: clock),
+            options: .init(busAddress: bus, adapterName: adapter ?? "hci0", clock: clock,
+                           display: { text in StandardStream.writeOutput("display \(text)\n") }),
             logger: logger)
         do {
             try await frontEnd.start()

@@ -11,21 +11,24 @@ import GlucoseProfile
 /// on our characteristics), turns our `Value` changes into notifications and indications, and maps the
 /// error `org.bluez.Error.Failed` with message `0x80`/`0x81` to those ATT errors (BlueZ 5.65+; older
 /// versions send 0x80 for any `Failed`). Pairing needs an agent on this side: the passkey is chosen by the
-/// kernel and shown through `DisplayPasskey`, which this front end logs (the meter file's PIN cannot be
-/// imposed on real BlueZ).
+/// kernel and shown through `DisplayPasskey`, which this front end passes to `Options.display` (the meter
+/// file's PIN cannot be imposed on real BlueZ).
 public actor BlueZPeripheralFrontEnd {
     public struct Options: Sendable {
         public var busAddress: String
         public var adapterName: String
         public var clock: SimulationClock
-        /// Registers a DisplayOnly agent as default, so pairing shows a passkey in the log.
+        /// Registers a DisplayOnly agent as default, so pairing shows a passkey on the meter's "display".
         public var registerAgent: Bool
+        /// The meter's display: receives the passkey text to show (never logged).
+        public var display: @Sendable (String) -> Void
         public init(busAddress: String, adapterName: String = "hci0", clock: SimulationClock = SimulationClock(),
-                    registerAgent: Bool = true) {
+                    registerAgent: Bool = true, display: @escaping @Sendable (String) -> Void = { _ in }) {
             self.busAddress = busAddress
             self.adapterName = adapterName
             self.clock = clock
             self.registerAgent = registerAgent
+            self.display = display
         }
     }
 
@@ -173,7 +176,7 @@ public actor BlueZPeripheralFrontEnd {
 
     private func registerAgent(_ c: DBusConnection) async {
         let path = "/org/glucosegateway/agent"
-        let logger = self.logger
+        let display = options.display
         do {
             try await c.export(path: path, interfaces: [
                 DBusInterface("org.bluez.Agent1", methods: [
@@ -182,8 +185,8 @@ public actor BlueZPeripheralFrontEnd {
                     DBusMethod("DisplayPasskey", in: "ouq") { call in
                         if call.arguments.count >= 2, let key = call.arguments[1].uint32 {
                             let digits = String(key)
-                            logger.notice("passkey for \(call.arguments[0].string ?? "?"): "
-                                          + String(repeating: "0", count: max(0, 6 - digits.count)) + digits)
+                            display("passkey " + String(repeating: "0", count: max(0, 6 - digits.count)) + digits
+                                    + " for " + (call.arguments[0].string ?? "?"))
                         }
                         return []
                     },
