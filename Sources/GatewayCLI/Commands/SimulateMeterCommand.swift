@@ -1,5 +1,4 @@
 import Dispatch
-import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -165,11 +164,11 @@ enum SimulateMeterCommand: GatewayCommand {
     }
 
     static func loadMeter(_ path: String) throws -> MeterDescription {
-        guard let data = FileManager.default.contents(atPath: path) else {
+        guard let data = SmallFile.read(path) else {
             throw GatewayFailure(.dataError, "cannot read meter file \(path)")
         }
         do {
-            return try MeterFile.parse(Array(data))
+            return try MeterFile.parse(data)
         } catch {
             throw GatewayFailure(.dataError, "meter file \(path): \(error.description)")
         }

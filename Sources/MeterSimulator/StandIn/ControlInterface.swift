@@ -1,8 +1,4 @@
 import DBusKit
-import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import GatewayCore
 import GlucoseProfile
 
@@ -170,8 +166,8 @@ extension BlueZStandIn {
 /// The bonds file of `--state FILE`: `{"bonded": ["AA:BB:...", ...]}`, mode 0600.
 enum StandInState {
     static func load(path: String) -> [String]? {
-        guard let data = FileManager.default.contents(atPath: path),
-              let json = try? JSONValue.parse(Array(data)),
+        guard let data = SmallFile.read(path),
+              let json = try? JSONValue.parse(data),
               case .object(let members) = json,
               let bonded = members.first(where: { $0.key == "bonded" })?.value,
               case .array(let items) = bonded else { return nil }
@@ -180,11 +176,9 @@ enum StandInState {
 
     static func save(bonded: [String], path: String) throws {
         let text = "{\"bonded\": [" + bonded.map { "\"\($0)\"" }.joined(separator: ", ") + "]}\n"
-        let tmp = path + ".tmp"
-        guard FileManager.default.createFile(atPath: tmp, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw GatewayFailure(.failure, "cannot write \(tmp)")
+        guard SmallFile.writeAtomically(path, Array(text.utf8), mode: 0o600) else {
+            throw GatewayFailure(.failure, "cannot write \(path)")
         }
-        guard rename(tmp, path) == 0 else { throw GatewayFailure(.failure, "cannot replace \(path)") }
     }
 }
 
