@@ -404,3 +404,49 @@ def test_scripted_connect_failures_stale_link_and_rfkill(standin, meter_file, pr
         c.disconnect()
 
     run(scenario())
+
+
+def test_pairing_is_cancelled_when_the_caller_leaves_the_bus(standin, meter_file, private_bus):
+    standin("--meter", meter_file(sample_meter(bonding=True)))
+
+    async def scenario():
+        watcher = await Client.connect(private_bus)
+        caller = await Client.connect(private_bus)
+        # The agent answers only after the caller is gone.
+        release = asyncio.Event()
+        path = await watcher.discover(ADDRESS)
+        from dbus_fast.service import ServiceInterface, method
+
+        class Blocking(ServiceInterface):
+            def __init__(self):
+                super().__init__("org.bluez.Agent1")
+                self.asked = asyncio.Event()
+
+            @method()
+            async def RequestPasskey(self, device: "o") -> "u":
+                self.asked.set()
+                await release.wait()
+                return 123456
+
+            @method()
+            def Cancel(self):
+                pass
+
+            @method()
+            def Release(self):
+                pass
+
+        blocking = Blocking()
+        await register_agent(caller, blocking)
+        pair = asyncio.ensure_future(caller.bluez(path, DEV, "Pair", timeout=30))
+        await asyncio.wait_for(blocking.asked.wait(), 10)
+        mark = len(watcher.signals)
+        caller.disconnect()
+        await watcher.wait_signal(lambda m: props_changed(path, DEV)(m) and m.body[1].get("Connected")
+                                  and m.body[1]["Connected"].value is False, since=mark)
+        release.set()
+        assert (await watcher.get(path, DEV, "Paired")) is False
+        pair.cancel()
+        watcher.disconnect()
+
+    run(scenario())

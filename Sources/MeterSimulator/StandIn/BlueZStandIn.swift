@@ -64,6 +64,8 @@ public actor BlueZStandIn {
         var connectTask: Task<Void, any Error>?
         var pairTask: Task<Void, any Error>?
         var pairAgent: (sender: String, path: String)?
+        /// The connection that called `Pair`; bluetoothd cancels the bonding when it leaves the bus.
+        var pairCaller: String?
     }
 
     /// A scripted `Connect` outcome (control method `FailConnect`).
@@ -903,6 +905,7 @@ public actor BlueZStandIn {
         }
         devices[address]?.pairTask = task
         devices[address]?.pairAgent = (agent.sender, agent.path)
+        devices[address]?.pairCaller = call.sender
         do {
             try await task.value
         } catch {
@@ -1255,9 +1258,8 @@ public actor BlueZStandIn {
                 notifySessions[path] = sessions
             }
         }
-        for (address, d) in devices where d.pairAgent?.sender == sender {
+        for d in devices.values where d.pairAgent?.sender == sender || d.pairCaller == sender {
             d.pairTask?.cancel()
-            _ = address
         }
     }
 
