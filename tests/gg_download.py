@@ -1,4 +1,4 @@
-"""Helpers of the download system tests: run gateway commands against the BlueZ stand-in."""
+"""Shared code of the download system tests: run gateway commands against the BlueZ stand-in."""
 import datetime
 import json
 import os

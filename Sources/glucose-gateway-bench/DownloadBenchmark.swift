@@ -173,7 +173,7 @@ enum DownloadBenchmark {
         waitpid(pid, &status, 0)
     }
 
-    // MARK: - Helpers
+    // MARK: - Files, lines and clocks
 
     static func readLine(fd: Int32, prefix: String, seconds: Double) -> Bool {
         let deadline = monotonicSeconds() + seconds
