@@ -252,3 +252,18 @@ def test_profile_mode_lets_bluetoothd_connect_the_meter(private_bus, standin, me
     assert "GattManager1.RegisterApplication" in calls
     assert "StartDiscovery" not in calls
     assert gw.stop() == 0
+
+
+def test_a_link_left_by_a_killed_daemon_is_closed_at_start(private_bus, standin, meter_file, tmp_path, gateways):
+    standin("--meter", meter_file(meter(A, count=200, faults={"notificationDelayMs": 15})))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    gw.start()
+    control(private_bus, "Advertise", A, 120.0)
+    wait_until("a download under way", lambda: len(gw.sequences(A)) >= 10, timeout=20)
+    gw.kill9()
+    # bluetoothd keeps the link of a client that died (bluez #89); the next start closes it first.
+    gw.start()
+    wait_until("the stale link closed", lambda: "closed a connection left from before" in gw.log(), timeout=10)
+    control(private_bus, "Advertise", A, 120.0)
+    wait_until("the rest", lambda: gw.sequences(A) == list(range(1, 201)), timeout=40)
+    assert gw.stop() == 0
