@@ -391,17 +391,24 @@ public actor BlueZStandIn {
     /// Removes the adapter the way a hot-unplug does: the adapter's interfaces go first, its devices after.
     public func removeAdapter() async {
         guard adapterPresent, let c = connection else { return }
-        for (address, d) in devices where d.connected {
-            if let m = meters[address] { await m.peripheral.linkDown() }
+        // Everything below runs with the adapter already gone, so a scan or a call resuming meanwhile
+        // cannot bring a device back.
+        adapterPresent = false
+        discovery = [:]
+        for (address, d) in devices {
+            d.connectTask?.cancel()
+            d.pairTask?.cancel()
+            devices[address]?.connected = false
+            devices[address]?.servicesResolved = false
+            if d.connected, let m = meters[address] { await m.peripheral.linkDown() }
         }
+        for path in acquired.keys { await releaseAcquired(path) }
         await c.unexport(path: adapterPath)
         for address in order where devices[address]?.exported == true {
             await unexportDevice(address)
         }
         devices = [:]
-        discovery = [:]
         notifySessions = [:]
-        adapterPresent = false
     }
 
     public func addAdapter() async throws {
@@ -546,7 +553,7 @@ public actor BlueZStandIn {
     }
 
     private func exportDevice(_ address: String, _ gen: Int) async throws {
-        guard let c = connection, gen == generation else { return }
+        guard let c = connection, gen == generation, adapterPresent else { return }
         let path = devicePath(address)
         try await c.export(path: path, interfaces: [
             DBusInterface("org.bluez.Device1", methods: [
@@ -782,7 +789,7 @@ public actor BlueZStandIn {
         }
         devices[address]?.connectTask = nil
         try checkRun(gen)
-        guard devices[address] != nil else { throw bluezError("Failed", "br-connection-canceled") }
+        guard adapterPresent, devices[address] != nil else { throw bluezError("Failed", "br-connection-canceled") }
         devices[address]?.connected = true
         await peripheral.linkUp()
         // Notify sessions survive a disconnect: the client configuration is written again on connect.
