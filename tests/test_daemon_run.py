@@ -267,3 +267,27 @@ def test_a_link_left_by_a_killed_daemon_is_closed_at_start(private_bus, standin,
     control(private_bus, "Advertise", A, 120.0)
     wait_until("the rest", lambda: gw.sequences(A) == list(range(1, 201)), timeout=40)
     assert gw.stop() == 0
+
+
+def test_started_before_bluetoothd_and_before_the_adapter(private_bus, standin, meter_file, tmp_path, gateways):
+    state = str(tmp_path / "bonds.json")
+    description = meter_file(meter(A, count=3))
+    first = standin("--state", state, "--meter", description)
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    first.stop()
+
+    gw.start()
+    wait_until("waiting for bluetoothd", lambda: gw.state()["radio"]["bluetoothd_running"] is False, timeout=10)
+    assert "bluetoothd is not running; waiting for it" in gw.log()
+    assert gw.state()["radio"]["watching"] is None
+    assert gw.status()["bluetooth"]["bluetoothd_running"] is False
+
+    standin("--state", state, "--meter", description)
+    control(private_bus, "RemoveAdapter")
+    wait_until("bluetoothd seen, no adapter", lambda: gw.state()["radio"]["bluetoothd_running"] is True
+               and gw.state()["radio"]["adapter"] is None, timeout=20)
+    control(private_bus, "AddAdapter")
+    wait_until("watching", lambda: gw.state()["radio"]["watching"] == "discovery", timeout=20)
+    control(private_bus, "Advertise", A, 30.0)
+    wait_until("the download", lambda: gw.sequences(A) == [1, 2, 3], timeout=20)
+    assert gw.stop() == 0
