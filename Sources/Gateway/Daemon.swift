@@ -173,6 +173,7 @@ public actor GatewayDaemon {
     private var uploadTask: Task<Void, Never>?
     private var stopRequested = false
     private var pendingConnected: Set<String> = []
+    private var watchRetryScheduled = false
     private var recheckScheduled: Set<String> = []
     private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
@@ -381,7 +382,7 @@ public actor GatewayDaemon {
         }
         guard let adapter = state.adapter, state.adapterPowered else {
             if previous.adapter != nil || !ready {
-                let what = settings.adapter.map { "adapter \($0)" } ?? "a Bluetooth adapter"
+                let what = settings.adapter.map { "adapter \($0)" } ?? "Bluetooth adapter"
                 let why = state.powerState == "off-blocked" ? " (blocked by rfkill)" : ""
                 logger.warning("no powered \(what)\(why); waiting for one to be plugged in or powered")
             }
@@ -399,10 +400,30 @@ public actor GatewayDaemon {
             snapshot.radio = await radio.state(adapter: settings.adapter)
             logger.notice("watching for meters on \(adapter) (\(mode.rawValue))")
         } catch {
-            logger.warning("cannot watch for meters on \(adapter): \(error.message); trying again on the next change")
+            logger.warning("cannot watch for meters on \(adapter): \(error.message); trying again in \(settings.retryDelay)")
             watchingAdapter = nil
             snapshot.watching = nil
+            scheduleWatchRetry()
         }
+    }
+
+    /// After a failed attempt to watch (the adapter vanished meanwhile, bluetoothd busy), one more look
+    /// after `retryDelay`, as long as attempts keep failing.
+    private func scheduleWatchRetry() {
+        guard !watchRetryScheduled else { return }
+        watchRetryScheduled = true
+        let delay = settings.retryDelay
+        Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            await self?.watchRetry()
+        }
+    }
+
+    private func watchRetry() async {
+        watchRetryScheduled = false
+        guard !stopRequested, watchingAdapter == nil else { return }
+        await ensureWatching()
+        await publish()
     }
 
     private func loadPaired(force: Bool) async {

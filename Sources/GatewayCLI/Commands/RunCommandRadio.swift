@@ -83,6 +83,9 @@ final class DaemonBlueZRadio: DaemonRadio {
             guard message.body.count >= 2, let interface = message.body[0].string, let changes = message.body[1].vardict,
                   let path = message.path else { return nil }
             if interface == BlueZNames.adapter, changes["Powered"] != nil || changes["PowerState"] != nil {
+                if let powered = changes["Powered"]?.bool {
+                    await mirrorCaughtUp(client) { adapters in adapters.contains { $0.path == path && $0.powered == powered } }
+                }
                 return .adaptersChanged
             }
             if interface == BlueZNames.device, changes["Connected"]?.bool == true {
@@ -93,13 +96,26 @@ final class DaemonBlueZRadio: DaemonRadio {
             }
             return nil
         case "InterfacesAdded":
-            guard message.body.count == 2, let added = message.body[1].interfaces, added[BlueZNames.adapter] != nil else { return nil }
+            guard message.body.count == 2, let path = message.body[0].objectPath, let added = message.body[1].interfaces,
+                  added[BlueZNames.adapter] != nil else { return nil }
+            // The client's mirror applies the same signal on its own task: look once it has.
+            await mirrorCaughtUp(client) { adapters in adapters.contains { $0.path == path } }
             return .adaptersChanged
         case "InterfacesRemoved":
-            guard message.body.count == 2, let names = message.body[1].stringArray, names.contains(BlueZNames.adapter) else { return nil }
+            guard message.body.count == 2, let path = message.body[0].objectPath, let names = message.body[1].stringArray,
+                  names.contains(BlueZNames.adapter) else { return nil }
+            await mirrorCaughtUp(client) { adapters in !adapters.contains { $0.path == path } }
             return .adaptersChanged
         default:
             return nil
+        }
+    }
+
+    /// Waits (briefly, only after a signal) until the BlueZ client's mirror shows what the signal said.
+    static func mirrorCaughtUp(_ client: BlueZClient, _ check: @Sendable ([AdapterInfo]) -> Bool) async {
+        for _ in 0..<100 {
+            if check(await client.adapters()) { return }
+            try? await Task.sleep(for: .milliseconds(5))
         }
     }
 
