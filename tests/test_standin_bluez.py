@@ -312,7 +312,10 @@ def test_adapter_removal_and_powered_off(standin, meter_file, private_bus):
         assert first_removed is removed
         assert ADAPTER not in await c.managed_objects()
         await c.control("AddAdapter")
-        await c.wait_signal(lambda m: m.member == "InterfacesAdded" and m.body[0] == ADAPTER, since=mark)
+        added = await c.wait_signal(lambda m: m.member == "InterfacesAdded" and m.body[0] == ADAPTER, since=mark)
+        # A hot-plugged adapter appears off and is then powered on (AutoEnable).
+        assert added.body[1]["org.bluez.Adapter1"]["Powered"].value is False
+        await c.wait_property(ADAPTER, "org.bluez.Adapter1", "Powered", True)
         await c.bluez(ADAPTER, "org.freedesktop.DBus.Properties", "Set", "ssv",
                       ["org.bluez.Adapter1", "Powered", Variant("b", False)])
         try:

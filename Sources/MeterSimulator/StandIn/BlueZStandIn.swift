@@ -105,6 +105,8 @@ public actor BlueZStandIn {
     /// Scripted outcomes of the next `Connect` calls per meter, consumed in order.
     private var connectFailures: [String: [ConnectFailure]] = [:]
     private var rfkillBlocked = false
+    /// Bumped by every explicit power change, so a pending hot-plug auto-enable does not override it.
+    private var powerChanges = 0
     private let onReady: @Sendable (String) -> Void
     private var eventTasks: [Task<Void, Never>] = []
 
@@ -371,6 +373,7 @@ public actor BlueZStandIn {
         log(call, detail: name)
         guard name == "Powered", let on = value.bool else { return }
         if on && rfkillBlocked { throw bluezError("Blocked", "Blocked through rfkill") }
+        powerChanges += 1
         guard on != powered else { return }
         if !on {
             for (address, d) in devices where d.connected { await disconnectLink(address, reason: "org.bluez.Reason.Local") }
@@ -411,10 +414,29 @@ public actor BlueZStandIn {
         notifySessions = [:]
     }
 
+    /// Re-plugs the adapter as bluetoothd sees a hot-plug with `AutoEnable=true`: the adapter appears
+    /// powered off (with its bonded devices), then powers on (`PowerState` off-enabling, then on).
     public func addAdapter() async throws {
         guard !adapterPresent else { return }
         adapterPresent = true
-        try await exportAdapter(generation)
+        let wasPowered = powered
+        powered = false
+        let gen = generation
+        powerChanges += 1
+        let token = powerChanges
+        try await exportAdapter(gen)
+        guard wasPowered, !rfkillBlocked else { return }
+        Task { [weak self] in
+            try? await Task.sleep(for: .milliseconds(50))
+            await self?.autoEnable(gen, token)
+        }
+    }
+
+    private func autoEnable(_ gen: Int, _ token: Int) async {
+        guard gen == generation, token == powerChanges, adapterPresent, !powered, !rfkillBlocked else { return }
+        await setAdapter(["PowerState": .string("off-enabling")])
+        powered = true
+        await setAdapter(["Powered": .bool(true), "PowerState": .string("on")])
     }
 
     // MARK: Discovery
@@ -750,6 +772,7 @@ public actor BlueZStandIn {
     public func setRfkill(blocked: Bool) async {
         guard blocked != rfkillBlocked else { return }
         rfkillBlocked = blocked
+        powerChanges += 1
         if blocked {
             for (address, d) in devices where d.connected { await disconnectLink(address, reason: "org.bluez.Reason.Local") }
             if !discovery.isEmpty {
