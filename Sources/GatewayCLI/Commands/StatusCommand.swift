@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import DBusKit
-import Foundation
 import Gateway
 import GatewayCore
 import SQLiteStore
@@ -56,7 +55,9 @@ struct DaemonStatus {
     var updatedAt: UnixMillis?
     var watching: String?
     var activeSessions: [String] = []
-    var counters: [String: Any] = [:]
+    /// Plain counters (`connects`) and counters by reason (`failures`), as the daemon wrote them.
+    var counters: [String: Int] = [:]
+    var countersByReason: [String: [String: Int]] = [:]
     var lastReloadError: String?
     var lastReactionMs: Int?
 }
@@ -65,18 +66,28 @@ enum DaemonStatusReader {
     static func read(database: String) -> DaemonStatus {
         var status = DaemonStatus()
         let path = DaemonStateFile.path(database: database)
-        guard let data = FileManager.default.contents(atPath: path),
-              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return status }
-        let pid = (object["pid"] as? NSNumber)?.int32Value
+        guard let bytes = FileContents.read(path, limit: 1 << 20),
+              let object = try? JSONParser.parse(bytes), case .object = object else { return status }
+        let pid = object["pid"]?.int64Value.flatMap { Int32(exactly: $0) }
         status.pid = pid
-        status.phase = object["phase"] as? String
-        status.startedAt = (object["started_at"] as? NSNumber)?.int64Value
-        status.updatedAt = (object["updated_at"] as? NSNumber)?.int64Value
-        status.watching = (object["radio"] as? [String: Any])?["watching"] as? String
-        status.activeSessions = object["active_sessions"] as? [String] ?? []
-        status.counters = object["counters"] as? [String: Any] ?? [:]
-        status.lastReloadError = object["last_reload_error"] as? String
-        status.lastReactionMs = (object["last_reaction_ms"] as? NSNumber)?.intValue
+        status.phase = object["phase"]?.stringValue
+        status.startedAt = object["started_at"]?.int64Value
+        status.updatedAt = object["updated_at"]?.int64Value
+        status.watching = object["radio"]?["watching"]?.stringValue
+        status.activeSessions = object["active_sessions"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        if case let .object(members)? = object["counters"] {
+            for (key, value) in members {
+                if let n = value.int64Value.flatMap({ Int(exactly: $0) }) {
+                    status.counters[key] = n
+                } else if case let .object(inner) = value {
+                    var map: [String: Int] = [:]
+                    for (k, v) in inner { map[k] = v.int64Value.flatMap { Int(exactly: $0) } ?? 0 }
+                    status.countersByReason[key] = map
+                }
+            }
+        }
+        status.lastReloadError = object["last_reload_error"]?.stringValue
+        status.lastReactionMs = object["last_reaction_ms"]?.int64Value.flatMap { Int(exactly: $0) }
         if let pid, pid > 0, status.phase != "stopped" {
             status.running = kill(pid, 0) == 0 || errno == EPERM
         }
@@ -238,12 +249,12 @@ struct StatusReport {
         d.add("watching", Self.string(daemon.watching))
         d.add("active_sessions", daemon.activeSessions)
         var counters = JSONObjectBuilder()
-        for key in daemon.counters.keys.sorted() {
-            if let n = daemon.counters[key] as? NSNumber {
-                counters.add(key, n.intValue)
-            } else if let map = daemon.counters[key] as? [String: Any] {
+        for key in Set(daemon.counters.keys).union(daemon.countersByReason.keys).sorted() {
+            if let n = daemon.counters[key] {
+                counters.add(key, n)
+            } else if let map = daemon.countersByReason[key] {
                 var inner = JSONObjectBuilder()
-                for k in map.keys.sorted() { inner.add(k, (map[k] as? NSNumber)?.intValue ?? 0) }
+                for k in map.keys.sorted() { inner.add(k, map[k] ?? 0) }
                 counters.add(key, inner.value)
             }
         }
@@ -331,11 +342,11 @@ struct StatusReport {
             if let w = daemon.watching { out += ", watching by \(w)" }
             if !daemon.activeSessions.isEmpty { out += ", downloading from \(daemon.activeSessions.joined(separator: ", "))" }
             out += "\n"
-            let connects = (daemon.counters["connects"] as? NSNumber)?.intValue ?? 0
-            let failures = (daemon.counters["failures"] as? [String: Any]) ?? [:]
+            let connects = daemon.counters["connects"] ?? 0
+            let failures = daemon.countersByReason["failures"] ?? [:]
             var line = "  since \(Self.iso(daemon.startedAt)): \(connects) meter connection\(connects == 1 ? "" : "s")"
             if !failures.isEmpty {
-                line += ", failures " + failures.keys.sorted().map { "\($0) \((failures[$0] as? NSNumber)?.intValue ?? 0)" }.joined(separator: ", ")
+                line += ", failures " + failures.keys.sorted().map { "\($0) \(failures[$0] ?? 0)" }.joined(separator: ", ")
             }
             out += line + "\n"
             if let e = daemon.lastReloadError { out += "  last reload refused: \(e)\n" }
