@@ -761,8 +761,11 @@ private final class DownloadSession {
             // sequence of this download, the counter restarted at some point: later downloads resume from the
             // new counter, not the old one (SaveMeter and insert only ever raise it).
             let taken = intake.snapshot
-            if report.outcome == .completed, let last = taken.lastMeasurementSequence, let h = taken.highestSequence,
-               Int(last) < h, let counters = download.store as? any SequenceCounterStore {
+            // The same holds after a full download that followed a detected counter reset (the meter's memory
+            // now holds only the new counter's records).
+            let wentBack = report.counterReset || taken.highestSequence.map { h in taken.lastMeasurementSequence.map { Int($0) < h } ?? false } ?? false
+            if report.outcome == .completed, wentBack, let last = taken.lastMeasurementSequence,
+               let counters = download.store as? any SequenceCounterStore {
                 try await counters.resetHighestSequence(meter.address, to: Int(last))
             }
         } catch {
