@@ -26,7 +26,7 @@ let package = Package(
         .target(name: "DBusKit", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
-        .target(name: "SyncEngine", dependencies: ["GatewayCore", "DBusKit", "CCurl"], swiftSettings: strict),
+        .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl"], swiftSettings: strict),
         .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "MeterSimulator", dependencies: ["DBusKit", "BlueZ", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
         .target(

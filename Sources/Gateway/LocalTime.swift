@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 
 /// A wall-clock date and time without a zone, as a meter shows it.
 public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
@@ -20,7 +21,7 @@ public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
 
     /// Seconds since 1970-01-01T00:00:00 as if this wall time were UTC (proleptic Gregorian).
     public var naiveSeconds: Int64 {
-        Int64(LocalDateTime.daysFromCivil(year: year, month: month, day: day)) * 86_400
+        Int64(CivilCalendar.days(year: year, month: month, day: day)) * 86_400
             + Int64(hour * 3600 + minute * 60 + second)
     }
 
@@ -32,17 +33,6 @@ public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
         return "\(y)-\(two(month))-\(two(day))T\(two(hour)):\(two(minute)):\(two(second))"
     }
 
-    /// Days from 1970-01-01 to a civil date (H. Hinnant's algorithm), valid for any year.
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
     /// The wall time `seconds` after the epoch read as UTC.
     public init(naiveSeconds seconds: Int64) {
         var days = seconds / 86_400
@@ -51,15 +41,7 @@ public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
             rest += 86_400
             days -= 1
         }
-        let z = Int(days) + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        let (y, m, d) = CivilCalendar.date(days: Int(days))
         self.init(year: y, month: m, day: d, hour: Int(rest / 3600), minute: Int(rest % 3600 / 60), second: Int(rest % 60))
     }
 }

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import GlucoseProfile
 
 /// The UTC offsets of one IANA time zone, read from the system's compiled tz database (TZif, RFC 8536),
 /// with the POSIX TZ rule of the file's footer for instants after its last transition.
@@ -208,7 +209,7 @@ struct PosixTZRule: Sendable, Equatable {
 
     /// The transition's local wall time in `year`, as naive seconds.
     static func localSeconds(_ transition: Transition, year: Int) -> Int64 {
-        let jan1 = Int64(LocalDateTime.daysFromCivil(year: year, month: 1, day: 1))
+        let jan1 = Int64(CivilCalendar.days(year: year, month: 1, day: 1))
         let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
         var day: Int64
         switch transition.date {
@@ -217,7 +218,7 @@ struct PosixTZRule: Sendable, Equatable {
         case .zeroBased(let n):
             day = jan1 + Int64(n)
         case .monthWeekDay(let month, let week, let weekday):
-            let first = Int64(LocalDateTime.daysFromCivil(year: year, month: month, day: 1))
+            let first = Int64(CivilCalendar.days(year: year, month: month, day: 1))
             // 1970-01-01 was a Thursday (4).
             let firstWeekday = Int(((first % 7) + 11) % 7)
             var dayOfMonth = 1 + (weekday - firstWeekday + 7) % 7 + (week - 1) * 7

@@ -90,16 +90,16 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
     /// Offsets beyond about 11 000 years are clamped so that the arithmetic cannot overflow.
     public func adding(minutes: Int) -> GlucoseDateTime {
         let step = min(max(minutes, -6_000_000_000), 6_000_000_000)
-        let total = (GlucoseDateTime.daysFromCivil(year, month, day) * 1440) + hour * 60 + minute + step
+        let total = (CivilCalendar.days(year: year, month: month, day: day) * 1440) + hour * 60 + minute + step
         let days = total >= 0 ? total / 1440 : (total - 1439) / 1440
         let minuteOfDay = total - days * 1440
-        let (y, m, d) = GlucoseDateTime.civilFromDays(days)
+        let (y, m, d) = CivilCalendar.date(days: days)
         return GlucoseDateTime(unchecked: y, m, d, minuteOfDay / 60, minuteOfDay % 60, second)
     }
 
     /// Seconds since 1970-01-01T00:00:00 of the same wall clock (no zone applied).
     public var secondsSinceEpochAsUTC: Int {
-        GlucoseDateTime.daysFromCivil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
+        CivilCalendar.days(year: year, month: month, day: day) * 86_400 + hour * 3600 + minute * 60 + second
     }
 
     public static func < (lhs: GlucoseDateTime, rhs: GlucoseDateTime) -> Bool {
@@ -138,28 +138,5 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
         if minute > 59 || minute < 0 { return InvalidPart(name: "minutes", offset: 5, value: minute, allowed: "0...59") }
         if second > 59 || second < 0 { return InvalidPart(name: "seconds", offset: 6, value: second, allowed: "0...59") }
         return nil
-    }
-
-    // Days since 1970-01-01 in the proleptic Gregorian calendar (H. Hinnant's civil algorithms).
-    static func daysFromCivil(_ year: Int, _ month: Int, _ day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    static func civilFromDays(_ days: Int) -> (Int, Int, Int) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
     }
 }

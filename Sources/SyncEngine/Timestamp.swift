@@ -1,28 +1,7 @@
+import GlucoseProfile
+
 /// Calendar arithmetic for ISO 8601 timestamps without Foundation (proleptic Gregorian, UTC based).
 public enum Timestamp {
-    /// Days since 1970-01-01 of a civil date (H. Hinnant's days_from_civil).
-    static func days(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    static func civil(days z0: Int) -> (year: Int, month: Int, day: Int) {
-        let z = z0 + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
-    }
-
     /// Reads a local date-time `YYYY-MM-DDTHH:MM:SS` (no zone) as if it were UTC, in milliseconds.
     /// Nil when the text is not exactly that shape or a field is out of range.
     public static func localMillis(_ text: String) -> Int64? {
@@ -41,8 +20,8 @@ public enum Timestamp {
         guard let year = field(0..<4), let month = field(5..<7), let day = field(8..<10),
               let hour = field(11..<13), let minute = field(14..<16), let second = field(17..<19),
               (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60 else { return nil }
-        let d = days(year: year, month: month, day: day)
-        guard civil(days: d) == (year, month, day) else { return nil }
+        let d = CivilCalendar.days(year: year, month: month, day: day)
+        guard CivilCalendar.date(days: d) == (year, month, day) else { return nil }
         return (Int64(d) * 86_400 + Int64(hour * 3600 + minute * 60 + second)) * 1000
     }
 
@@ -53,7 +32,7 @@ public enum Timestamp {
         let floorDiv = { (a: Int64, b: Int64) -> Int64 in a >= 0 ? a / b : -((-a + b - 1) / b) }
         let dayCount = floorDiv(local, 86_400_000)
         let msOfDay = local - dayCount * 86_400_000
-        let (y, m, d) = civil(days: Int(dayCount))
+        let (y, m, d) = CivilCalendar.date(days: Int(dayCount))
         let hh = msOfDay / 3_600_000
         let mm = (msOfDay / 60_000) % 60
         let ss = (msOfDay / 1000) % 60

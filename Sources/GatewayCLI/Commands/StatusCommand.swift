@@ -4,6 +4,7 @@ import Glibc
 import DBusKit
 import Gateway
 import GatewayCore
+import GlucoseProfile
 import SQLiteStore
 import SyncEngine
 
@@ -405,19 +406,10 @@ struct StatusReport {
 enum MeterCommandSupportTime {
     static func isoUTC(_ millis: UnixMillis) -> String {
         let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
-        var days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let rest = seconds - days * 86_400
-        // Civil from days (proleptic Gregorian), after H. Hinnant's algorithm.
-        days += 719_468
-        let era = (days >= 0 ? days : days - 146_096) / 146_097
-        let doe = days - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
-        func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let rest = Int(seconds - days * 86_400)
+        let (year, month, day) = CivilCalendar.date(days: Int(days))
+        func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
         return "\(year)-\(two(month))-\(two(day))T\(two(rest / 3600)):\(two(rest / 60 % 60)):\(two(rest % 60))Z"
     }
 }
