@@ -1,0 +1,45 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An advisory, exclusive `flock` on a lock file (created mode 0600 when missing), held for the life of
+/// this object and released when it is deinitialized or the process exits, even by SIGKILL.
+public final class LockFile: Sendable {
+    private let fd: Int32
+    public let path: String
+
+    /// Nil when another process holds the lock; throws a one-line message when the file cannot be opened
+    /// or locked.
+    public static func acquire(path: String) throws(LockFileError) -> LockFile? {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw LockFileError(path: path, errno: errno) }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let e = errno
+            close(fd)
+            if e == EWOULDBLOCK { return nil }
+            throw LockFileError(path: path, errno: e)
+        }
+        return LockFile(fd: fd, path: path)
+    }
+
+    private init(fd: Int32, path: String) {
+        self.fd = fd
+        self.path = path
+    }
+
+    deinit { close(fd) }
+}
+
+public struct LockFileError: Error, CustomStringConvertible, Sendable {
+    public var path: String
+    public var errno: Int32
+
+    public init(path: String, errno: Int32) {
+        self.path = path
+        self.errno = errno
+    }
+
+    public var description: String { "cannot lock \(path): \(String(cString: strerror(errno)))" }
+}
