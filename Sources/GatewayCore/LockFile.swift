@@ -35,11 +35,5 @@ public final class LockFile: Sendable {
 public struct LockFileError: Error, CustomStringConvertible, Sendable {
     public var path: String
     public var errno: Int32
-
-    public init(path: String, errno: Int32) {
-        self.path = path
-        self.errno = errno
-    }
-
     public var description: String { "cannot lock \(path): \(String(cString: strerror(errno)))" }
 }
