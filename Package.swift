@@ -19,7 +19,9 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libcurl's headers only: the library is loaded at run time on the first upload (see Sources/CCurl/shim.h),
+        // so pkg-config, which would link it into every process, is not used here.
+        .systemLibrary(name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         .target(name: "GlucoseProfile", swiftSettings: strict),
         .target(name: "GatewayCore", dependencies: ["GlucoseProfile"], swiftSettings: strict),

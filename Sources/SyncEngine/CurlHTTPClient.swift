@@ -17,9 +17,7 @@ public final class CurlHTTPClient: HTTPClient {
 
     private let pool = Mutex<[CurlHandle]>([])
 
-    public init() {
-        _ = CurlHTTPClient.globalInit
-    }
+    public init() {}
 
     deinit {
         let handles = pool.withLock { list -> [CurlHandle] in
@@ -27,11 +25,12 @@ public final class CurlHTTPClient: HTTPClient {
             list.removeAll()
             return copy
         }
-        for h in handles { curl_easy_cleanup(h.pointer) }
+        for h in handles { gg_curl_easy_cleanup(h.pointer) }
     }
 
-    /// `curl_global_init` is not thread-safe; a static let runs it exactly once.
-    private static let globalInit: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    /// Loads libcurl and runs `curl_global_init` (not thread-safe) exactly once, on the first request: a
+    /// gateway process that never uploads never maps libcurl and the TLS libraries behind it.
+    private static let libraryLoaded: Bool = gg_curl_load() == 1
 
     public func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
         let cancel = CancelFlag()
@@ -52,7 +51,7 @@ public final class CurlHTTPClient: HTTPClient {
 
     private func take() -> CurlHandle? {
         if let h = pool.withLock({ $0.popLast() }) { return h }
-        guard let p = curl_easy_init() else { return nil }
+        guard CurlHTTPClient.libraryLoaded, let p = gg_curl_easy_init() else { return nil }
         return CurlHandle(pointer: p)
     }
 
@@ -64,26 +63,26 @@ public final class CurlHTTPClient: HTTPClient {
                 list.append(handle)
                 return nil
             }
-            if let extra { curl_easy_cleanup(extra.pointer) }
+            if let extra { gg_curl_easy_cleanup(extra.pointer) }
         } else {
-            curl_easy_cleanup(handle.pointer)
+            gg_curl_easy_cleanup(handle.pointer)
         }
     }
 
     private static func perform(_ request: HTTPRequest, handle: CurlHandle?, cancel: CancelFlag) -> (result: Result<HTTPResponse, HTTPError>, reusable: Bool) {
-        guard let h = handle?.pointer else { return (.failure(.other("cannot create an HTTP handle")), false) }
-        curl_easy_reset(h)
+        guard let h = handle?.pointer else { return (.failure(.other(CurlHTTPClient.libraryLoaded ? "cannot create an HTTP handle" : "libcurl is not installed (Debian package libcurl4)")), false) }
+        gg_curl_easy_reset(h)
         let sink = ResponseSink(cancel: cancel)
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>?
-        defer { if let list = headerList { curl_slist_free_all(list) } }
+        defer { if let list = headerList { gg_curl_slist_free_all(list) } }
         var headers = request.headers
         if !request.body.isEmpty || request.method == "POST" || request.method == "PUT" {
             headers.append(("Expect", ""))
         }
         for (name, value) in headers {
             let line = value.isEmpty ? "\(name):" : "\(name): \(value)"
-            headerList = curl_slist_append(headerList, line)
+            headerList = gg_curl_slist_append(headerList, line)
         }
 
         var code: CURLcode = CURLE_OK
@@ -113,7 +112,7 @@ public final class CurlHTTPClient: HTTPClient {
         default: set(CURLOPT_CUSTOMREQUEST, request.method)
         }
         guard code == CURLE_OK else {
-            return (.failure(.other("HTTP setup failed: \(String(cString: curl_easy_strerror(code)))")), false)
+            return (.failure(.other("HTTP setup failed: \(String(cString: gg_curl_easy_strerror(code)))")), false)
         }
 
         let performed: CURLcode = request.body.withUnsafeBufferPointer { buffer in
@@ -121,7 +120,7 @@ public final class CurlHTTPClient: HTTPClient {
                 _ = gg_curl_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(buffer.count))
                 _ = gg_curl_setopt_pointer(h, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: buffer.baseAddress ?? UnsafePointer(bitPattern: 1)))
             }
-            return curl_easy_perform(h)
+            return gg_curl_easy_perform(h)
         }
         _ = sink  // keeps the sink alive across the perform
 
@@ -156,11 +155,11 @@ public final class CurlHTTPClient: HTTPClient {
             return .connectionLost
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
-            return .tls(String(cString: curl_easy_strerror(code)))
+            return .tls(String(cString: gg_curl_easy_strerror(code)))
         case CURLE_ABORTED_BY_CALLBACK:
             return .cancelled
         default:
-            return .other(String(cString: curl_easy_strerror(code)))
+            return .other(String(cString: gg_curl_easy_strerror(code)))
         }
     }
 }
