@@ -293,3 +293,25 @@ def test_started_before_bluetoothd_and_before_the_adapter(private_bus, standin, 
     control(private_bus, "Advertise", A, 30.0)
     wait_until("the download", lambda: gw.sequences(A) == [1, 2, 3], timeout=20)
     assert gw.stop() == 0
+
+
+def test_a_meter_another_process_is_downloading_is_left_alone_until_it_is_done(private_bus, standin, meter_file, tmp_path, gateways):
+    """A manual `sync` holds the meter's lock file; the daemon must not start a second procedure on it."""
+    import fcntl
+    standin("--time-scale", "20", "--meter", meter_file(meter(A, count=5)))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    lock_path = "%s.meter-%s.lock" % (gw.database, A.replace(":", ""))
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        gw.start()
+        control(private_bus, "Advertise", A, 400.0)
+        wait_until("the daemon saw the meter busy", lambda: "another glucose-gateway process" in gw.log(), timeout=20)
+        time.sleep(5)  # the other download goes on; the daemon keeps checking, without touching the meter
+        assert gw.sequences(A) == []
+        assert "connected" not in gw.log()
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    wait_until("downloaded once the lock is free", lambda: gw.sequences(A) == [1, 2, 3, 4, 5], timeout=30)
+    assert gw.stop() == 0

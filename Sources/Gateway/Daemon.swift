@@ -59,6 +59,9 @@ public struct DaemonSettings: Sendable, Equatable {
     public var download: DownloadOptions
     /// Enabled upload destinations, for status and metrics.
     public var destinations: [DestinationName]
+    /// The database whose per-meter lock files a session holds (`MeterSessionLock`), so that a manual `sync`
+    /// and the daemon never run procedures on one meter at once; nil: no lock (tests with a fake store).
+    public var sessionLockDatabase: String?
 
     public init(adapter: String? = nil, scanMode: ScanMode = .discovery, download: DownloadOptions = DownloadOptions(),
                 destinations: [DestinationName] = []) {
@@ -175,6 +178,10 @@ public actor GatewayDaemon {
     private var pendingConnected: Set<String> = []
     private var watchRetryScheduled = false
     private var recheckScheduled: Set<String> = []
+    /// Meters another process (a manual `sync`) was downloading from when they appeared: they are tried again
+    /// after `retryDelay` for as long as that process holds the meter's lock, since the meter is present and
+    /// may advertise no more once that download ends.
+    private var busyRetry: Set<String> = []
     private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
@@ -475,6 +482,22 @@ public actor GatewayDaemon {
         let task = Task { [weak self] in
             let reaction = seenAt.duration(to: ContinuousClock.now)
             await self?.noteReaction(reaction)
+            // Held until this task ends: another process (a manual `sync`) downloading from the same meter
+            // would have its procedure aborted by ours.
+            var meterLock: MeterSessionLock?
+            if let database = settings.sessionLockDatabase {
+                do throws(MeterSessionLockError) {
+                    meterLock = try MeterSessionLock.acquire(database: database, address: address)
+                    if meterLock == nil {
+                        logger.info("\(address): another glucose-gateway process is downloading from this meter; trying again later")
+                        await self?.sessionEnded(address, failure: "busy", complete: false, stored: 0)
+                        return
+                    }
+                } catch {
+                    logger.warning("\(address): cannot take the meter's lock file (\(error)); downloading anyway")
+                }
+            }
+            defer { withExtendedLifetime(meterLock) {} }
             let link: any MeterLink
             do throws(MeterLinkError) {
                 link = try await radio.connect(address: address, timeout: settings.connectTimeout)
@@ -529,6 +552,10 @@ public actor GatewayDaemon {
         let next = clock.now.advanced(by: complete ? settings.quietAfterDownload : settings.retryDelay)
         notBefore[address] = next
         if pendingConnected.remove(address) != nil { scheduleRecheck(address, at: next) }
+        if failure == "busy" {
+            busyRetry.insert(address)
+            scheduleRecheck(address, at: next)
+        }
         if stored > 0 { uploads.readingsStored() }
         await loadPaired(force: true)
         await publish()
@@ -545,6 +572,10 @@ public actor GatewayDaemon {
     private func recheck(_ address: String) async {
         recheckScheduled.remove(address)
         guard !stopRequested, sessions[address] == nil else { return }
+        if busyRetry.remove(address) != nil {
+            await meterSeen(address, connected: false)
+            return
+        }
         if await radio.isConnected(address: address) { await meterSeen(address, connected: true) }
     }
 

@@ -95,6 +95,7 @@ enum RunCommand: GatewayCommand {
             var s = DaemonSettings(config: config, destinations: upload.destinations)
             s.quietAfterDownload = .milliseconds(Int64(quietAfter * 1000))
             s.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
+            s.sessionLockDatabase = config.gateway.database
             return s
         }
 
