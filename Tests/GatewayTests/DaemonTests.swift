@@ -8,31 +8,7 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Gateway
-
-/// The real SQLite store behind the daemon's store protocol.
-struct TestDaemonStore: DaemonStore, SequenceCounterStore {
-    let base: SQLiteStore
-    func pairedMeters() async throws -> [MeterInfo] { try await base.meters().map(\.info) }
-    func readingTotals() async throws -> (stored: Int, excluded: Int) {
-        let m = try await base.metrics()
-        return (m.readings, m.excludedReadings)
-    }
-    func meter(_ address: String) async throws -> MeterInfo? { try await base.meter(address) }
-    func saveMeter(_ meter: MeterInfo) async throws { try await base.saveMeter(meter) }
-    func insert(_ readings: [NewReading]) async throws -> Int { try await base.insert(readings) }
-    func highestSequence(_ address: String) async throws -> Int? { try await base.highestSequence(address) }
-    func log(_ event: GatewayEvent) async throws { try await base.log(event) }
-    func resetHighestSequence(_ address: String, to sequence: Int?) async throws { try await base.resetHighestSequence(address, to: sequence) }
-    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { try await base.claimPending(destination, limit: limit) }
-    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws { try await base.acknowledge(ids, at: at) }
-    func release(_ ids: [Int64]) async throws { try await base.release(ids) }
-    func quarantine(_ id: Int64, answer: String) async throws { try await base.quarantine(id, answer: answer) }
-    func redrive(_ destination: DestinationName) async throws -> Int { try await base.redrive(destination) }
-    func requeueInFlight() async throws -> Int { try await base.requeueInFlight() }
-    func counts(_ destination: DestinationName) async throws -> OutboxCounts { try await base.counts(destination) }
-    func saveDestinationState(_ state: DestinationState) async throws { try await base.saveDestinationState(state) }
-    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { try await base.destinationState(destination) }
-}
+@testable import GatewayCLI
 
 /// A radio whose meters are `FakeMeter`s and whose events the test sends.
 final class FakeRadio: DaemonRadio {
@@ -119,7 +95,7 @@ struct DaemonTests {
 
     struct Fixture {
         let directory: String
-        let store: TestDaemonStore
+        let store: SQLiteDaemonStore
         let radio: FakeRadio
         let uploads = CountingUploads()
         let daemon: GatewayDaemon
@@ -131,7 +107,7 @@ struct DaemonTests {
             let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
             directory = try #require(made)
             let sqlite = try SQLiteStore(path: directory + "/gateway.sqlite3")
-            store = TestDaemonStore(base: sqlite)
+            store = SQLiteDaemonStore(sqlite)
             for m in paired ?? meters {
                 var info = MeterInfo(address: m.address, timeZone: DaemonTests.zone)
                 info.pairedAt = 1
