@@ -1,0 +1,104 @@
+#!/bin/bash
+# PID 1 of an rb-mode VM: brings up dbus-daemon, the btvirt controllers (or this VM's end of the shared
+# air), bluetoothd, waits for the controllers, runs the job's script as root, saves artifacts, powers off.
+set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+exec < /dev/null
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts -o gid=5,mode=620,ptmxmode=666
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mkdir -p /run/lock /run/rb /var/lib/bluetooth
+
+name="$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^rb.name=//p')"
+export RB_JOB=/run/rbjob RB_OUT="/run/rbjob/$name"
+# shellcheck disable=SC1090
+source "$RB_JOB/$name.env"
+export RB_NAME RB_REPO RB_LIBDIR RB_KVER
+mkdir -p "$RB_OUT"
+note() { echo "rb-guest [$(cut -d' ' -f1 /proc/uptime)s]: $*"; }
+finish() {
+    local rc="$1"
+    note "RB-EXIT-CODE=$rc"
+    dmesg > "$RB_OUT/dmesg.log" 2>&1
+    [[ -f /run/rb/bluetoothd.pid ]] && kill "$(cat /run/rb/bluetoothd.pid)" 2> /dev/null
+    sleep 0.2
+    cp -r /var/lib/bluetooth "$RB_OUT/var-lib-bluetooth" 2> /dev/null
+    echo "$rc" > "$RB_JOB/$RB_NAME.rc"
+    sync
+    echo b > /proc/sysrq-trigger
+    sleep 10
+}
+note "PID 1 up (kernel $(uname -r))"
+hostname "$RB_NAME"
+ip link set lo up 2> /dev/null
+
+for m in drbg ecdh_generic cmac ecb bluetooth hci_vhci; do
+    modprobe "$m" || note "modprobe $m failed"
+done
+
+mkdir -p /run/dbus
+dbus-daemon --system --nofork --nopidfile > "$RB_OUT/dbus.log" 2>&1 &
+echo $! > /run/rb/dbus.pid
+for _ in $(seq 100); do [[ -S /run/dbus/system_bus_socket ]] && break; sleep 0.05; done
+export DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket
+note "dbus-daemon up"
+
+if [[ $RB_BTMON == 1 ]]; then
+    btmon -w "$RB_OUT/btsnoop.log" > /dev/null 2>&1 &
+    echo $! > /run/rb/btmon.pid
+    sleep 0.3
+fi
+
+port_of() {
+    local d
+    for d in /sys/class/virtio-ports/*; do
+        [[ "$(cat "$d/name" 2> /dev/null)" == "$1" ]] && { echo "/dev/${d##*/}"; return 0; }
+    done
+    return 1
+}
+case "$RB_AIR" in
+    "")
+        btvirt $RB_BTVIRT > "$RB_OUT/btvirt.log" 2>&1 &
+        echo $! > /run/rb/btvirt.pid ;;
+    server)
+        btvirt -s -L -l1 > "$RB_OUT/btvirt.log" 2>&1 &
+        echo $! > /run/rb/btvirt.pid
+        for _ in $(seq 100); do [[ -S /tmp/bt-server-le ]] && break; sleep 0.05; done
+        /usr/bin/python3 "$RB_LIBDIR/guest/hci_bridge.py" air "$(port_of rb.air)" /tmp/bt-server-le \
+            > "$RB_OUT/bridge.log" 2>&1 &
+        echo $! > /run/rb/bridge.pid ;;
+    client)
+        /usr/bin/python3 "$RB_LIBDIR/guest/hci_bridge.py" vhci "$(port_of rb.air)" > "$RB_OUT/bridge.log" 2>&1 &
+        echo $! > /run/rb/bridge.pid ;;
+esac
+
+start_bluetoothd() {
+    # shellcheck disable=SC2086
+    /usr/libexec/bluetooth/bluetoothd -n $RB_BLUETOOTHD_ARGS >> "$RB_OUT/bluetoothd.log" 2>&1 &
+    echo $! > /run/rb/bluetoothd.pid
+}
+start_bluetoothd
+n=0
+for _ in $(seq 300); do
+    n="$(bluetoothctl list 2> /dev/null | grep -c '^Controller')"
+    ((n >= RB_CONTROLLERS)) && break
+    sleep 0.1
+done
+if ((n < RB_CONTROLLERS)); then
+    note "only $n of $RB_CONTROLLERS controllers under bluetoothd"
+    tail -n 20 "$RB_OUT/bluetoothd.log" "$RB_OUT/btvirt.log" "$RB_OUT/bridge.log" 2> /dev/null
+    dmesg | tail -n 20
+    finish 125
+fi
+note "CONTROLLERS-READY ($n)"
+
+if ((${#RB_SCRIPT[@]} == 0)); then
+    finish 0
+fi
+cd "$RB_JOB" || finish 125
+bash "${RB_SCRIPT[@]}" 2>&1 | tee "$RB_OUT/script.log"
+finish "${PIPESTATUS[0]}"
