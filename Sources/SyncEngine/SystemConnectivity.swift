@@ -77,7 +77,9 @@ public enum NetworkManagerState {
     }
 }
 
-/// Default routes from `/proc/net/route` and `/proc/net/ipv6_route`, and netlink route events.
+/// Default routes from `/proc/self/net/route` and `/proc/self/net/ipv6_route`, and netlink route events.
+/// Read through `/proc/self`: the same tables as `/proc/net`, which a `/proc` mounted `subset=pid` (the
+/// unit's `ProcSubset=pid`) does not show.
 public enum RouteTable {
     /// True when an IPv4 or IPv6 default route exists on an interface other than `lo`.
     public static func hasDefaultRoute(ipv4: String, ipv6: String) -> Bool {
@@ -95,8 +97,8 @@ public enum RouteTable {
     }
 
     public static func current() -> Connectivity {
-        let v4 = readFile("/proc/net/route") ?? ""
-        let v6 = readFile("/proc/net/ipv6_route") ?? ""
+        let v4 = readFile("/proc/self/net/route") ?? ""
+        let v6 = readFile("/proc/self/net/ipv6_route") ?? ""
         if v4.isEmpty && v6.isEmpty { return .unknown }
         return hasDefaultRoute(ipv4: v4, ipv6: v6) ? .up : .down
     }
