@@ -7,6 +7,9 @@ public protocol GatewayCommand: Sendable {
     static var abstract: String { get }
     /// Full `--help` text (usage line first).
     static var help: String { get }
+    /// The options the command knows, so the tokenizer can take them (and their values) in any order
+    /// before it reads positionals. `--help`/`-h` and the global `--config`/`--verbose` are always known.
+    static var options: OptionTable { get }
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus
 }
 

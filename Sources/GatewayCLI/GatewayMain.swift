@@ -30,36 +30,64 @@ public enum GatewayMain {
         return text
     }
 
+    /// The options before the command name (also accepted after it).
+    static let globalOptions = OptionTable(values: ["--config"], flags: ["--verbose"])
+
     /// Runs the command line and returns the exit status; prints one-line errors to stderr.
     public static func main(_ argv: [String], environment: [String: String]) async -> Int32 {
-        var args = Arguments(argv)
-        let configOption: String?
+        // Global options come before the command name: take tokens up to the first positional.
+        var split = 0
+        while split < argv.count {
+            let token = argv[split]
+            if token == "--" || token == "-" || !token.hasPrefix("-") { break }
+            split += 1
+            if globalOptions.valued.contains(token) { split += 1 }
+        }
+        if split < argv.count, argv[split] == "--" { split += 1 }
+        let globals: Arguments
         do {
-            configOption = try args.option("--config")
+            globals = try Arguments(parsing: Array(argv[..<min(split, argv.count)]), options: globalOptions)
         } catch {
             return fail(error)
         }
-        let verbose = args.flag("--verbose")
-        guard let name = args.positional() else {
-            if args.flag("--help") || args.flag("-h") {
-                print(helpText(), terminator: "")
-                return ExitStatus.ok.rawValue
+        guard split < argv.count else {
+            if globals.help {
+                return finishOutput(helpText(), status: .ok)
             }
             StandardStream.writeError(helpText())
             return ExitStatus.usage.rawValue
         }
+        let name = argv[split]
         if name == "help" {
-            print(helpText(), terminator: "")
-            return ExitStatus.ok.rawValue
+            return finishOutput(helpText(), status: .ok)
         }
         guard let command = allCommands.first(where: { $0.name == name }) else {
-            StandardStream.writeError("glucose-gateway: unknown command '\(name)' (see glucose-gateway --help)\n")
+            StandardStream.writeError("glucose-gateway: unknown command '\(TerminalText.escaped(name, limit: 40))' (see glucose-gateway --help)\n")
             return ExitStatus.usage.rawValue
         }
-        if args.flag("--help") || args.flag("-h") {
-            print(command.help)
-            return ExitStatus.ok.rawValue
+        let rest = Array(argv[(split + 1)...])
+        var args: Arguments
+        do {
+            args = try Arguments(parsing: rest, options: command.options.merging(globalOptions))
+        } catch {
+            // `--help` wins over a mistake elsewhere on the line.
+            if asksForHelp(rest) { return finishOutput(command.help + "\n", status: .ok) }
+            return fail(error, command: command.name)
         }
+        if globals.help || args.help {
+            return finishOutput(command.help + "\n", status: .ok)
+        }
+        var globalsCopy = globals
+        let configOption: String?
+        do {
+            let before = try globalsCopy.option("--config")
+            let after = try args.option("--config")
+            if before != nil, after != nil { throw GatewayFailure(.usage, "--config is given more than once") }
+            configOption = before ?? after
+        } catch {
+            return fail(error, command: command.name)
+        }
+        let verbose = globalsCopy.flag("--verbose") || args.flag("--verbose")
         let level: LogLevel = verbose ? .debug : .info
         let journal = environment["JOURNAL_STREAM"] != nil || environment["INVOCATION_ID"] != nil
         let logger = Logger(label: "glucose-gateway", minimumLevel: level, sink: StderrLogSink(journalPrefix: journal))
@@ -75,6 +103,20 @@ public enum GatewayMain {
         }
     }
 
+    /// `--help` or `-h` before any `--`.
+    static func asksForHelp(_ tokens: [String]) -> Bool {
+        for token in tokens {
+            if token == "--" { return false }
+            if token == "--help" || token == "-h" { return true }
+        }
+        return false
+    }
+
+    static func finishOutput(_ text: String, status: ExitStatus) -> Int32 {
+        StandardStream.writeOutput(text)
+        return status.rawValue
+    }
+
     static func fail(_ error: any Error, command: String? = nil) -> Int32 {
         let prefix = command.map { "glucose-gateway \($0): " } ?? "glucose-gateway: "
         if let failure = error as? GatewayFailure {
@@ -86,6 +128,6 @@ public enum GatewayMain {
     }
 
     static func oneLine(_ text: String) -> String {
-        String(text.map { $0 == "\n" || $0 == "\r" ? " " : $0 })
+        TerminalText.escaped(text)
     }
 }

@@ -13,6 +13,7 @@ enum ConfigCommand: GatewayCommand {
 
     Exit status: 0 valid, 78 any problem (including a missing file), 64 bad command line.
     """
+    static let options = OptionTable.none
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         guard let action = arguments.positional() else {

@@ -26,6 +26,7 @@ enum DecodeCommand: GatewayCommand {
 
     Exit status: 0 decoded, 64 usage error (unknown characteristic), 65 malformed hex or value.
     """
+    static let options = OptionTable(flags: ["--compact"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let compact = arguments.flag("--compact")

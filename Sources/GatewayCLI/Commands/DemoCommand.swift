@@ -17,6 +17,7 @@ enum DemoCommand: GatewayCommand {
 
     Exit status: 0 the demo ran to the end; 1 a phase failed; 69 the script was not found.
     """
+    static let options = OptionTable.none
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         try arguments.finish()

@@ -13,6 +13,7 @@ enum MetersCommand: GatewayCommand {
       --all    also meters that were unpaired (their readings are kept)
       --json   one JSON array instead of a table
     """
+    static let options = OptionTable(flags: ["--all", "--json"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let all = arguments.flag("--all")

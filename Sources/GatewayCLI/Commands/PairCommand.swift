@@ -19,6 +19,7 @@ enum PairCommand: GatewayCommand {
     Meters that keep a single bond forget the user's phone when the gateway pairs: a warning says so.
     Exit status: 0 paired; 1 wrong PIN or not a meter; 64 bad arguments; 69 meter not seen or no adapter.
     """
+    static let options = OptionTable(values: ["--pin", "--timezone", "--adapter", "--wait"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let addressText = arguments.positional()

@@ -18,6 +18,7 @@ enum ReadingsCommand: GatewayCommand {
                        said), localTime as the meter showed it, values in mg/dL and mmol/L
       --csv            the same fields as comma-separated values with a header line
     """
+    static let options = OptionTable(values: ["--meter", "--since", "--limit"], flags: ["--json", "--csv"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let meterText = try arguments.option("--meter")

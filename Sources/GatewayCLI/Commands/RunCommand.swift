@@ -37,6 +37,7 @@ enum RunCommand: GatewayCommand {
     Exit status: 0 stopped by a signal; 1 failure (database, bus lost); 69 no system bus; 75 another
     glucose-gateway process is uploading from this database; 78 configuration error.
     """
+    static let options = OptionTable(values: ["--quiet-after", "--connect-timeout", "--time-scale"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let quietAfter = try arguments.secondsOption("--quiet-after", max: 86_400) ?? 20

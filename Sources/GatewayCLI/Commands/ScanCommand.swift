@@ -15,6 +15,7 @@ enum ScanCommand: GatewayCommand {
       --json             a JSON array instead of a table
     Exit status: 0 (also when nothing was found), 69 no Bluetooth adapter or bluetoothd.
     """
+    static let options = OptionTable(values: ["--timeout", "--adapter"], flags: ["--json"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let timeout = try arguments.secondsOption("--timeout", max: 600) ?? 10

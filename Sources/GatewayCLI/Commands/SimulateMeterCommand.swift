@@ -72,6 +72,19 @@ enum SimulateMeterCommand: GatewayCommand {
     \(controlSummary)
     Stops on SIGINT or SIGTERM (exit 0), or when the bus goes away (exit 69).
     """
+    static let options = OptionTable(
+        values: [
+            "--bus", "--time-scale", "--state", "--temporary-timeout", "--adapter", "--adapter-address",
+            "--address", "--name", "--pin", "--records", "--first-sequence", "--start", "--interval-minutes",
+            "--time-offset", "--unit", "--new-record-every", "--advertise", "--drop-after", "--drop-times",
+            "--fail-after", "--notify-delay-ms",
+        ],
+        flags: [
+            "--standin", "--bluez", "--acquire-notify", "--no-bonding", "--with-context",
+            "--no-context-characteristic", "--context-before", "--zero-count-as-no-records",
+        ],
+        repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
+    )
 
     static var controlPath: String { StandInDocs.controlPath }
     static var controlSummary: String { StandInDocs.controlSummary }

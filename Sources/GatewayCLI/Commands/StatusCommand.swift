@@ -29,6 +29,7 @@ enum StatusCommand: GatewayCommand {
     Exit status: 0 the status was shown (also when bluetoothd or the daemon is not running: that is part
     of the report); 78 configuration error; 1 the database cannot be read.
     """
+    static let options = OptionTable(flags: ["--json"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let json = arguments.flag("--json")

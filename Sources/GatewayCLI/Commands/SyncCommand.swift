@@ -19,6 +19,7 @@ enum SyncCommand: GatewayCommand {
     Exit status: 0 done; 1 a download failed or was interrupted; 64 bad arguments; 69 no meter reachable
     or no adapter; 75 readings stored but their upload deferred; 78 configuration error.
     """
+    static let options = OptionTable(values: ["--wait", "--adapter"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let addressText = arguments.positional()

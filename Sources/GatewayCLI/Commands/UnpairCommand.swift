@@ -11,6 +11,7 @@ enum UnpairCommand: GatewayCommand {
     readings stay in the database (see `readings --meter ADDRESS`) and are still uploaded if pending.
     Exit status: 0 unpaired; 1 no such paired meter; 64 bad arguments.
     """
+    static let options = OptionTable(values: ["--adapter"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let addressText = arguments.positional()

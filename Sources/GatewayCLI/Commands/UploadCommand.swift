@@ -19,6 +19,7 @@ enum UploadCommand: GatewayCommand {
     Exit status: 0 everything uploaded (or credentials accepted); 75 readings remain pending (network,
     server, credentials or a refused reading; see `status`); 78 configuration error or credentials refused.
     """
+    static let options = OptionTable(values: ["--wait"], flags: ["--check", "--redrive"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let check = arguments.flag("--check")
