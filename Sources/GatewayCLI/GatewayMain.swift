@@ -33,8 +33,36 @@ public enum GatewayMain {
     /// The options before the command name (also accepted after it).
     static let globalOptions = OptionTable(values: ["--config"], flags: ["--verbose"])
 
-    /// Runs the command line and returns the exit status; prints one-line errors to stderr.
+    /// Runs the command line and returns the exit status; prints one-line errors to stderr. A failed write
+    /// to stdout or stderr (a full disk, `/dev/full`) turns success into exit 1, with one line on stderr
+    /// when stderr still takes it; a command that failed already keeps its own status.
     public static func main(_ argv: [String], environment: [String: String]) async -> Int32 {
+        let status = await dispatch(argv, environment: environment)
+        StandardStream.flush()
+        guard status == ExitStatus.ok.rawValue else { return status }
+        if let code = StandardStream.outputFailure {
+            let name = commandName(argv).map { "glucose-gateway \($0): " } ?? "glucose-gateway: "
+            StandardStream.writeError(name + "cannot write to standard output: \(StandardStream.describe(code))\n")
+            return ExitStatus.failure.rawValue
+        }
+        if StandardStream.errorFailure != nil { return ExitStatus.failure.rawValue }
+        return status
+    }
+
+    /// The command named on the line, for the prefix of a late error.
+    static func commandName(_ argv: [String]) -> String? {
+        var i = 0
+        while i < argv.count {
+            let token = argv[i]
+            if token == "--" || token == "-" || !token.hasPrefix("-") { break }
+            i += globalOptions.valued.contains(token) ? 2 : 1
+        }
+        if i < argv.count, argv[i] == "--" { i += 1 }
+        guard i < argv.count, let command = allCommands.first(where: { $0.name == argv[i] }) else { return nil }
+        return command.name
+    }
+
+    static func dispatch(_ argv: [String], environment: [String: String]) async -> Int32 {
         // Global options come before the command name: take tokens up to the first positional.
         var split = 0
         while split < argv.count {
