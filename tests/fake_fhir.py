@@ -9,7 +9,10 @@ refused with 400 and an OperationOutcome, and counted.
                      no match -> 201 Created, one match -> 200 OK (nothing created), more -> 412.
   GET  [base]/metadata  a CapabilityStatement (401 without the bearer token when --token is set).
 Control (same port): GET /__resources, GET /__stats, POST /__control {"poison": [identifier values],
-"status": 500, "times": N}.
+"status": 500, "times": N, "answer": "no_status"|"not_objects"|"accepted"|"reflect"}.
+  "answer" changes the next batch-responses (`times`, default 1): entries without a status, entries that
+  are not objects (nothing stored for either), "202 Accepted" for each entry (stored), or each entry
+  refused 422 with diagnostics that reflect the request's Authorization header (and 1,000 more characters).
 
 Usage: fake_fhir.py [--port N] [--base /fhir] [--token T]; prints {"port": N} once listening.
 """
@@ -32,6 +35,7 @@ class State:
         self.resources = []
         self.poison = set()
         self.fault = None
+        self.answer = None
         self.stats = {"bundles": 0, "created": 0, "found": 0, "invalid": 0, "errors": [], "max_in_flight": 0}
         self.in_flight = 0
 
@@ -101,6 +105,8 @@ class Handler(BaseHTTPRequestHandler):
                     st.poison = set(req["poison"])
                 if "status" in req:
                     st.fault = {"status": req["status"], "times": req.get("times", 1)}
+                if "answer" in req:
+                    st.answer = {"kind": req["answer"], "times": req.get("times", 1)}
             self.reply(200, {"ok": True})
             return
         if path not in (self.server.base, self.server.base + "/"):
@@ -146,6 +152,23 @@ class Handler(BaseHTTPRequestHandler):
         entries = []
         with st.lock:
             st.stats["bundles"] += 1
+            answer = st.answer
+            if answer:
+                answer["times"] -= 1
+                if answer["times"] <= 0:
+                    st.answer = None
+        kind = answer["kind"] if answer else None
+        if kind in ("no_status", "not_objects"):
+            n = len(doc.get("entry", []))
+            junk = [{"response": {}}, {}] if kind == "no_status" else ["201 Created", None]
+            self.reply(200, {"resourceType": "Bundle", "type": "batch-response", "entry": [junk[i % 2] for i in range(n)]})
+            return
+        if kind == "reflect":
+            said = (self.headers.get("Authorization") or "") + " " + "x" * 1000
+            self.reply(200, {"resourceType": "Bundle", "type": "batch-response", "entry": [
+                {"response": {"status": "422 Unprocessable Entity", "outcome": outcome("refused; you sent " + said)}}
+                for _ in doc.get("entry", [])]})
+            return
         for entry in doc.get("entry", []):
             resource = entry.get("resource") or {}
             request = entry.get("request") or {}
@@ -177,7 +200,7 @@ class Handler(BaseHTTPRequestHandler):
                     stored = dict(resource, id=str(len(st.resources) + 1))
                     st.resources.append(stored)
                     st.stats["created"] += 1
-                    entries.append({"response": {"status": "201 Created",
+                    entries.append({"response": {"status": "202 Accepted" if kind == "accepted" else "201 Created",
                                                  "location": "Observation/%s/_history/1" % stored["id"]}})
         self.reply(200, {"resourceType": "Bundle", "type": "batch-response", "entry": entries})
 

@@ -14,7 +14,7 @@ What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization)
   * GET /api/v1/status.json.
 
 Control channel (on the API port while it listens, and always on the control port):
-  POST /__control  {"mode": "ok"|"hang"|"slow"|"status"|"commit_drop"|"empty"|"down"|"up",
+  POST /__control  {"mode": "ok"|"hang"|"slow"|"status"|"commit_drop"|"empty"|"answer"|"huge"|"down"|"up",
                     "status": 500, "retry_after": 1, "delay_ms": 500, "times": N,
                     "poison": ["<identifier>", ...], "health": "up"|"down",
                     "secret": "...", "token": "..."}
@@ -22,6 +22,13 @@ Control channel (on the API port while it listens, and always on the control por
       `after`: that many uploads succeed first (a fault in the middle of a replay).
       `down` closes the API listener (connection refused) and drops open connections; `up` reopens it.
       `health` opens or closes the health-check port (answers 204 to anything).
+      "answer" (a proxy or a broken server answering 200): "answer": "non_entries" (one non-entry per
+      element sent: strings, numbers, nulls, empty objects; nothing stored), "fewer" (stored, but the last
+      element missing from the answer), "foreign" (nothing stored; documents that match nothing sent),
+      "no_identifier" (stored; the answer drops `identifier`, as a server that keeps only known fields).
+      "huge": 200 with a body of `size` bytes (default 100 MB), streamed; nothing stored.
+      "error_body": the status `status` with the text `body` as the answer (`{secret}` and `{hash}` in it
+      become the secret and its SHA-1 hex, as a server that reflects the request's headers).
   GET /__entries   stored documents, in insertion order
   GET /__stats     counters: uploads, inserted, updated, max_in_flight, auth_failures, requests by mode
   POST /__reset    forget entries and counters
@@ -381,6 +388,19 @@ class ApiHandler(BaseHandler):
             return
         if mode == "slow":
             self.wait(fault.get("delay_ms", 500) / 1000)
+        if mode == "huge":
+            self.stream_filler(int(fault.get("size", 100 * 1000 * 1000)))
+            return
+        if mode == "error_body":
+            text = str(fault.get("body", "")).replace("{hash}", hashlib.sha1(st.secret.encode()).hexdigest())
+            text = text.replace("{secret}", st.secret)
+            data = text.encode()
+            self.send_response(int(fault.get("status", 500)))
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if mode == "status":
             headers = {"Retry-After": fault["retry_after"]} if "retry_after" in fault else None
             self.reply(int(fault.get("status", 500)), {"status": int(fault.get("status", 500)), "message": "injected"}, headers)
@@ -394,6 +414,15 @@ class ApiHandler(BaseHandler):
             body = [body] if "date" in body else []
         if not isinstance(body, list) or mode == "empty":
             self.reply(200, [])
+            return
+        kind = fault.get("answer") if mode == "answer" else None
+        if kind == "non_entries":
+            junk = ["error: not stored", 0, None, {}]
+            self.reply(200, [junk[i % len(junk)] for i in range(len(body))])
+            return
+        if kind == "foreign":
+            self.reply(200, [dict(d, identifier="f" + str(d.get("identifier")), date=d.get("date", 0) + 1, _id="%024x" % (i + 1))
+                             for i, d in enumerate(body) if isinstance(d, dict)])
             return
         with st.lock:
             st.stats["elements_received"] += len(body)
@@ -433,7 +462,29 @@ class ApiHandler(BaseHandler):
         if mode == "commit_drop":
             self.drop()
             return
+        if kind == "fewer":
+            answer = answer[:-1]
+        elif kind == "no_identifier":
+            answer = [{k: v for k, v in d.items() if k != "identifier"} for d in answer]
         self.reply(200, answer)
+
+    def stream_filler(self, size):
+        """A 200 whose body is `size` bytes of one JSON array, written in 64 KiB pieces."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        piece = b"0," * 32768
+        try:
+            self.wfile.write(b"[")
+            left = size - 2
+            while left > 0:
+                chunk = piece[:left]
+                self.wfile.write(chunk)
+                left -= len(chunk)
+            self.wfile.write(b"]")
+        except OSError:
+            pass  # the client stopped reading: what a capped client does
 
 
 def main():

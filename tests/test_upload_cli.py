@@ -205,3 +205,33 @@ def test_one_uploader_per_database(nightscout, tmp_path):
     assert first.returncode == 0
     assert server.get("/__stats")["max_in_flight"] == 1
     assert server.get("/__stats")["count"] == 300
+
+
+@pytest.mark.parametrize("answer", ["non_entries", "fewer", "foreign"])
+def test_a_200_that_confirms_nothing_marks_nothing_uploaded_and_exits_75(nightscout, tmp_path, answer):
+    server = nightscout()
+    config, db = write_config(tmp_path, server, network="retry_count = 1\nerror_bypass = true")
+    seed(db, 30)
+    server.control(mode="answer", answer=answer)
+    out = upload(config)
+    assert out.returncode == 75, out.stdout + out.stderr
+    left = states(db)
+    assert left.get("pending", 0) == (1 if answer == "fewer" else 30), left
+    assert "quarantined" not in left
+    assert "1002" in out.stdout and "HTTP 200" in out.stdout, out.stdout
+    # Once the server stores and confirms them, they go up, each once.
+    server.control(mode="ok")
+    out = upload(config)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert states(db) == {"acknowledged": 30}
+
+
+def test_a_huge_answer_is_dropped_at_the_limit_and_nothing_is_lost(nightscout, tmp_path):
+    server = nightscout()
+    config, db = write_config(tmp_path, server, network="retry_count = 0\nnetwork_timeout_ms = 5000")
+    seed(db, 10)
+    server.control(mode="huge", size=100 * 1000 * 1000)
+    out = upload(config)
+    assert out.returncode == 75, out.stdout + out.stderr
+    assert "longer than" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert states(db) == {"pending": 10}

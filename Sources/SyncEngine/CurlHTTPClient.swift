@@ -12,8 +12,6 @@ import Glibc
 /// private CA, and no setting turns verification off. Each request runs `curl_easy_perform` on a
 /// dispatch thread; easy handles are reused so the connection to a server stays open between batches.
 public final class CurlHTTPClient: HTTPClient {
-    /// Largest answer accepted; a longer one is cut and reported as an error.
-    public static let maximumResponseBytes = 16 << 20
 
     private let pool = Mutex<[CurlHandle]>([])
 
@@ -72,7 +70,7 @@ public final class CurlHTTPClient: HTTPClient {
     private static func perform(_ request: HTTPRequest, handle: CurlHandle?, cancel: CancelFlag) -> (result: Result<HTTPResponse, HTTPError>, reusable: Bool) {
         guard let h = handle?.pointer else { return (.failure(.other(CurlHTTPClient.libraryLoaded ? "cannot create an HTTP handle" : "libcurl is not installed (Debian package libcurl4)")), false) }
         gg_curl_easy_reset(h)
-        let sink = ResponseSink(cancel: cancel)
+        let sink = ResponseSink(cancel: cancel, limit: max(0, min(request.maxResponseBytes, ResponseLimit.maximum)))
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>?
         defer { if let list = headerList { gg_curl_slist_free_all(list) } }
@@ -129,12 +127,16 @@ public final class CurlHTTPClient: HTTPClient {
             _ = gg_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
             return (.success(HTTPResponse(status: status, headers: sink.headers, body: sink.body)), true)
         }
-        return (.failure(classify(performed, handle: h, cancelled: cancel.isSet, overflow: sink.overflow)), false)
+        if sink.overflow, !cancel.isSet {
+            var status = 0
+            _ = gg_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
+            return (.failure(.tooLarge(limit: sink.limit, status: status)), false)
+        }
+        return (.failure(classify(performed, handle: h, cancelled: cancel.isSet)), false)
     }
 
-    private static func classify(_ code: CURLcode, handle h: UnsafeMutableRawPointer, cancelled: Bool, overflow: Bool) -> HTTPError {
+    private static func classify(_ code: CURLcode, handle h: UnsafeMutableRawPointer, cancelled: Bool) -> HTTPError {
         if cancelled { return .cancelled }
-        if overflow { return .other("answer larger than \(maximumResponseBytes) bytes") }
         var osErrno = 0
         _ = gg_curl_getinfo_long(h, CURLINFO_OS_ERRNO, &osErrno)
         switch code {
@@ -180,17 +182,25 @@ private final class CancelFlag: Sendable {
 private final class ResponseSink {
     var body: [UInt8] = []
     var headers: [String: String] = [:]
+    /// Bytes of header lines taken; curl bounds each line, this bounds them all.
+    var headerBytes = 0
     var overflow = false
     let cancel: CancelFlag
-    init(cancel: CancelFlag) { self.cancel = cancel }
+    /// The request's answer limit: a body that would grow past it ends the transfer.
+    let limit: Int
+    init(cancel: CancelFlag, limit: Int) {
+        self.cancel = cancel
+        self.limit = limit
+    }
 }
 
 private let curlWriteBody: gg_curl_data_fn = { data, size, count, user in
     guard let user, let data else { return 0 }
     let sink = Unmanaged<ResponseSink>.fromOpaque(user).takeUnretainedValue()
     let n = size * count
-    if sink.body.count + n > CurlHTTPClient.maximumResponseBytes {
+    if sink.body.count + n > sink.limit {
         sink.overflow = true
+        sink.body = []  // the memory goes back now, not when the transfer's error is handled
         return 0
     }
     data.withMemoryRebound(to: UInt8.self, capacity: n) { sink.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: n)) }
@@ -201,6 +211,11 @@ private let curlWriteHeader: gg_curl_data_fn = { data, size, count, user in
     guard let user, let data else { return 0 }
     let sink = Unmanaged<ResponseSink>.fromOpaque(user).takeUnretainedValue()
     let n = size * count
+    sink.headerBytes += n
+    if sink.headerBytes > 64 << 10 {
+        sink.overflow = true
+        return 0
+    }
     let line = data.withMemoryRebound(to: UInt8.self, capacity: n) { String(decoding: UnsafeBufferPointer(start: $0, count: n), as: UTF8.self) }
     if line.hasPrefix("HTTP/") {
         sink.headers = [:]  // a new status line (after 100 Continue): start over

@@ -2,10 +2,11 @@ import GatewayCore
 
 /// How one request for a batch ended, as the dispatcher acts on it.
 public enum BatchOutcome: Sendable, Equatable {
-    /// The server answered and the answer was judged element by element: `stored` came back from the
-    /// server (new or already there), `rejected` did not or were refused (with the server's words),
-    /// `retry` got a transient answer of their own (FHIR batch entries with 5xx or 429).
-    case perElement(stored: [Int64], duplicates: Int, rejected: [Int64: String], retry: [Int64])
+    /// The server answered 2xx and the answer was judged element by element: `stored` came back from the
+    /// server (new or already there), `rejected` were refused by the server (with its words), `retry`
+    /// were not confirmed (missing from the answer, answered with something that matches nothing we sent,
+    /// or a transient status of their own) and are sent again like after a 5xx; `retryReason` says why.
+    case perElement(stored: [Int64], duplicates: Int, rejected: [Int64: String], retry: [Int64], retryReason: String)
     /// 400/422 (or similar) for the request as a whole: some element is bad, or all are.
     case rejected(status: Int, answer: String)
     /// 413: the request is too large.
@@ -24,13 +25,17 @@ public struct TransientFailure: Sendable, Equatable {
     public var error: HTTPError?
     /// `Retry-After` in milliseconds when the server sent one (seconds form).
     public var retryAfterMs: Int?
-    public init(status: Int? = nil, error: HTTPError? = nil, retryAfterMs: Int? = nil) {
+    /// What was wrong with an answer that had a status (a 2xx that confirmed nothing), for the message.
+    public var reason: String?
+    public init(status: Int? = nil, error: HTTPError? = nil, retryAfterMs: Int? = nil, reason: String? = nil) {
         self.status = status
         self.error = error
         self.retryAfterMs = retryAfterMs
+        self.reason = reason
     }
 
     public var message: String {
+        if let reason { return reason }
         if let status { return "server answered HTTP \(status)" }
         return error?.description ?? "no answer"
     }
@@ -60,9 +65,9 @@ public protocol UploadDestination: Sendable {
 }
 
 enum HTTPStatusClass {
-    /// Common mapping of a non-2xx status to an outcome.
-    static func outcome(for response: HTTPResponse) -> BatchOutcome {
-        let answer = snippet(response.body)
+    /// Common mapping of a non-2xx status to an outcome. `secrets` are redacted from the answer's words.
+    static func outcome(for response: HTTPResponse, redacting secrets: [String]) -> BatchOutcome {
+        let answer = ServerText.snippet(response.body, redacting: secrets)
         switch response.status {
         case 401, 403: return .auth(status: response.status, answer: answer)
         case 413: return .tooLarge
@@ -77,13 +82,76 @@ enum HTTPStatusClass {
         guard let text = response.headers["retry-after"], let seconds = Int(text.trimmingSpaces()), seconds >= 0 else { return nil }
         return min(seconds, 3600) * 1000
     }
+}
 
-    /// The first 200 characters of an answer on one line, for `status` and the quarantine record.
-    static func snippet(_ body: [UInt8]) -> String {
-        let text = String(decoding: body.prefix(400), as: UTF8.self)
-        let flat = String(text.map { $0 == "\n" || $0 == "\r" || $0 == "\t" ? " " : $0 })
-        return flat.count > 200 ? String(flat.prefix(200)) + "..." : flat
+/// Text a server sent (an error body, a diagnostics string, a verdict) made fit to store and print: one
+/// line without control characters, our own credentials replaced by `(redacted)` wherever the server
+/// reflects them, and at most `limit` characters.
+public enum ServerText {
+    public static let limit = 200
+    /// How much of a body is looked at: more than `limit`, so a credential that straddles the cut is
+    /// still found whole before the text is shortened.
+    static let window = 2048
+
+    public static func snippet(_ body: [UInt8], redacting secrets: [String] = []) -> String {
+        clean(String(decoding: body.prefix(window), as: UTF8.self), redacting: secrets)
     }
+
+    public static func clean(_ text: String, redacting secrets: [String] = []) -> String {
+        var scalars = String.UnicodeScalarView()
+        for s in text.unicodeScalars.prefix(window) {
+            // C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal shows.
+            let v = s.value
+            if v == 0x09 || v == 0x0A || v == 0x0D { scalars.append(" ") }
+            else if v < 0x20 || (0x7F...0x9F).contains(v) || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v) { scalars.append("?") }
+            else { scalars.append(s) }
+        }
+        let flat = redact(String(scalars), secrets)
+        return flat.count > limit ? String(flat.prefix(limit)) + "..." : flat
+    }
+
+    /// Every occurrence of each secret (ASCII letters compared without case, as a hex digest may come
+    /// back upper-case) becomes `(redacted)`.
+    static func redact(_ text: String, _ secrets: [String]) -> String {
+        var bytes = Array(text.utf8)
+        for secret in secrets where secret.utf8.count >= 4 {
+            let needle = Array(secret.utf8).map(lowerASCII)
+            var out: [UInt8] = []
+            out.reserveCapacity(bytes.count)
+            var i = 0
+            while i < bytes.count {
+                if i + needle.count <= bytes.count, zip(bytes[i..<(i + needle.count)], needle).allSatisfy({ lowerASCII($0) == $1 }) {
+                    out.append(contentsOf: Array("(redacted)".utf8))
+                    i += needle.count
+                } else {
+                    out.append(bytes[i])
+                    i += 1
+                }
+            }
+            bytes = out
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func lowerASCII(_ b: UInt8) -> UInt8 { b >= 0x41 && b <= 0x5A ? b + 0x20 : b }
+}
+
+/// How large an answer to a request may be: a few hundred bytes for each element sent (a server echoes
+/// what it stored, with its own fields added), never more than 1 MiB. A longer answer is refused
+/// (`HTTPError.tooLarge`) without being kept in memory.
+public enum ResponseLimit {
+    public static let maximum = 1 << 20
+    static let base = 16 << 10
+    static let perElement = 768
+
+    public static func forBatch(elements: Int, requestBytes: Int) -> Int {
+        min(maximum, base + max(elements * perElement, 2 * requestBytes))
+    }
+
+    /// Credential checks and status pages: small documents (a FHIR CapabilityStatement can be large).
+    public static let check = maximum
+    /// The health probe only needs to know that something answered.
+    public static let probe = 16 << 10
 }
 
 extension String {
@@ -120,6 +188,11 @@ public struct NightscoutDestination: UploadDestination {
         return h
     }
 
+    /// Our own credentials as the server could reflect them in an answer: never stored or printed.
+    var secrets: [String] {
+        [settings.authHeader, settings.apiSecret?.value, settings.token?.value].compactMap { $0 }
+    }
+
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
         var body: [UInt8] = [UInt8(ascii: "[")]
         for (i, item) in items.enumerated() {
@@ -130,53 +203,75 @@ public struct NightscoutDestination: UploadDestination {
         let request = HTTPRequest(
             method: "POST", url: HTTPURL.join(settings.url, "/api/v1/entries"), headers: headers, body: body,
             connectTimeoutMs: networkTimeoutMs, timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count),
-            caFile: settings.caFile)
+            caFile: settings.caFile, maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
         let response: HTTPResponse
         do {
             response = try await http.send(request)
         } catch {
             return .transient(TransientFailure(error: error))
         }
-        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response) }
-        return Self.judge(response.body, items: items)
+        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response, redacting: secrets) }
+        return Self.judge(response.body, items: items, status: response.status)
     }
 
-    /// An element counts as stored only when it comes back in the answer: with `_id` it is new, without
-    /// it was already there. Elements are matched by their `identifier`; an answer without identifiers is
-    /// matched by position only when the counts agree. `200 []` or missing elements are not success.
-    static func judge(_ body: [UInt8], items: [OutboxItem]) -> BatchOutcome {
+    /// What identifies an element we sent when the answer carries no `identifier`.
+    struct Fingerprint: Hashable {
+        var type: String
+        var date: Int64
+        var mbg: Double
+
+        init?(_ value: JSONValue) {
+            guard let type = value["type"]?.stringValue, let date = value["date"]?.int64Value,
+                  let mbg = value["mbg"]?.doubleValue, mbg.isFinite else { return nil }
+            self.type = type
+            self.date = date
+            self.mbg = mbg
+        }
+    }
+
+    /// An element counts as stored only when it is an object that matches one we sent: by its
+    /// `identifier`, or (without one) by `type`, `date` and `mbg`. With `_id` it is new, without it was
+    /// already there. Anything else in a 2xx answer (`[]`, fewer elements, strings, nulls, empty objects,
+    /// documents we never sent) confirms nothing: those readings are sent again, like after a 5xx.
+    static func judge(_ body: [UInt8], items: [OutboxItem], status: Int) -> BatchOutcome {
         guard let parsed = try? JSONParser.parse(body), let elements = parsed.arrayValue else {
             // A 2xx we cannot read: the server may have stored the batch; send the same bytes again.
-            return .transient(TransientFailure(error: .other("unreadable answer from the server")))
+            return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
         }
-        var byKey: [String: Int64] = [:]
-        for item in items { byKey[item.key] = item.id }
+        var byIdentifier: [String: Int64] = [:]
+        var byFingerprint: [Fingerprint: [Int64]] = [:]
+        for item in items {
+            let sent = try? JSONParser.parse(item.body)
+            byIdentifier[sent?["identifier"]?.stringValue ?? item.key] = item.id
+            if let sent, let print = Fingerprint(sent) { byFingerprint[print, default: []].append(item.id) }
+        }
         var stored: Set<Int64> = []
         var duplicates = 0
-        let positional = elements.count == items.count && elements.allSatisfy { $0["identifier"] == nil }
-        for (index, element) in elements.enumerated() {
-            let id: Int64?
-            if let key = element["identifier"]?.stringValue {
-                id = byKey[key]
-            } else if positional {
-                id = items[index].id
-            } else {
-                id = nil
+        for element in elements {
+            guard case .object = element else { continue }
+            var id: Int64?
+            if let identifier = element["identifier"] {
+                if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
+            } else if let print = Fingerprint(element) {
+                id = byFingerprint[print]?.first { !stored.contains($0) }
             }
-            guard let id, element["type"]?.stringValue == "mbg" || element["type"] == nil else { continue }
-            if stored.insert(id).inserted, element["_id"] == nil { duplicates += 1 }
+            guard let id else { continue }
+            stored.insert(id)
+            if element["_id"] == nil { duplicates += 1 }
         }
-        var rejected: [Int64: String] = [:]
-        for item in items where !stored.contains(item.id) {
-            rejected[item.id] = elements.isEmpty ? "server answered 200 with no element stored" : "element missing from the server's answer"
-        }
-        return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: rejected, retry: [])
+        let unconfirmed = items.map(\.id).filter { !stored.contains($0) }
+        let reason = stored.isEmpty
+            ? "server answered HTTP \(status) without confirming any of the \(items.count) reading(s) sent"
+            : "server answered HTTP \(status) confirming only \(stored.count) of the \(items.count) reading(s) sent"
+        return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
+                           retry: unconfirmed, retryReason: reason)
     }
 
     /// `GET /api/v1/verifyauth`, which always answers 200 and says whether the credentials are valid.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
         let request = HTTPRequest(method: "GET", url: HTTPURL.join(settings.url, "/api/v1/verifyauth"), headers: headers,
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile)
+                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile,
+                                  maxResponseBytes: ResponseLimit.check)
         let response: HTTPResponse
         do {
             response = try await http.send(request)
@@ -188,7 +283,7 @@ public struct NightscoutDestination: UploadDestination {
         guard let json = try? JSONParser.parse(response.body), let message = json["message"] else {
             return .unreachable("unreadable answer to the credential check")
         }
-        let verdict = message["message"]?.stringValue ?? ""
+        let verdict = ServerText.clean(message["message"]?.stringValue ?? "", redacting: secrets)
         if verdict == "OK" {
             if message["canWrite"]?.boolValue == false { return .refused("credentials accepted but not allowed to write entries") }
             return .accepted
@@ -216,6 +311,8 @@ public struct FHIRDestination: UploadDestination {
         return h
     }
 
+    var secrets: [String] { [settings.token?.value].compactMap { $0 } }
+
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
         var body = Array(#"{"resourceType":"Bundle","type":"batch","entry":["#.utf8)
         for (i, item) in items.enumerated() {
@@ -227,20 +324,31 @@ public struct FHIRDestination: UploadDestination {
         while base.hasSuffix("/") { base.removeLast() }
         let request = HTTPRequest(
             method: "POST", url: base, headers: headers, body: body, connectTimeoutMs: networkTimeoutMs,
-            timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count), caFile: settings.caFile)
+            timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count), caFile: settings.caFile,
+            maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
         let response: HTTPResponse
         do {
             response = try await http.send(request)
         } catch {
             return .transient(TransientFailure(error: error))
         }
-        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response) }
-        return Self.judge(response.body, items: items)
+        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response, redacting: secrets) }
+        return Self.judge(response.body, items: items, redacting: secrets)
     }
 
-    /// A batch-response Bundle has one entry per request entry, in order, each with `response.status`:
-    /// 201 created, 200 found by the conditional create (already there), 4xx refused, 5xx/429 retry.
-    static func judge(_ body: [UInt8], items: [OutboxItem]) -> BatchOutcome {
+    /// The status code at the start of an entry's `response.status` ("201 Created"), when it has one.
+    static func statusCode(_ text: String?) -> Int? {
+        guard let text else { return nil }
+        let digits = text.prefix { $0 != " " }
+        guard digits.count == 3, digits.allSatisfy({ $0.isASCII && $0.isNumber }), let code = Int(digits) else { return nil }
+        return code
+    }
+
+    /// A batch-response Bundle has one entry per request entry, in order, each with `response.status`.
+    /// Only a 2xx counts as stored (201 created, 200 found by the conditional create); a 4xx is the
+    /// server refusing that reading (with its words); 408, 429, 5xx and anything without a readable
+    /// status confirm nothing and are sent again.
+    static func judge(_ body: [UInt8], items: [OutboxItem], redacting secrets: [String] = []) -> BatchOutcome {
         guard let parsed = try? JSONParser.parse(body), parsed["resourceType"]?.stringValue == "Bundle",
               let entries = parsed["entry"]?.arrayValue, entries.count == items.count else {
             return .transient(TransientFailure(error: .other("unreadable batch-response from the server")))
@@ -249,29 +357,36 @@ public struct FHIRDestination: UploadDestination {
         var duplicates = 0
         var rejected: [Int64: String] = [:]
         var retry: [Int64] = []
+        var unreadable = 0
         for (item, entry) in zip(items, entries) {
-            let statusText = entry["response"]?["status"]?.stringValue ?? ""
-            let code = Int(statusText.prefix { $0 != " " }) ?? 0
-            switch code {
-            case 201: stored.append(item.id)
-            case 200: stored.append(item.id); duplicates += 1
-            case 408, 429, 500...599: retry.append(item.id)
-            default:
-                var words = "entry answered \(statusText.isEmpty ? "without a status" : statusText)"
+            let statusText = entry["response"]?["status"]?.stringValue
+            switch statusCode(statusText) {
+            case 200?: stored.append(item.id); duplicates += 1
+            case let code? where (200..<300).contains(code): stored.append(item.id)
+            case let code? where code == 408 || code == 429 || (500..<600).contains(code): retry.append(item.id)
+            case let code? where (400..<500).contains(code):
+                var words = "entry answered \(ServerText.clean(statusText ?? "", redacting: secrets))"
                 if let outcome = entry["response"]?["outcome"], let issues = outcome["issue"]?.arrayValue,
                    let first = issues.first, let text = first["diagnostics"]?.stringValue {
-                    words += ": " + text
+                    words += ": " + ServerText.clean(text, redacting: secrets)
                 }
                 rejected[item.id] = words
+            default:
+                retry.append(item.id)
+                unreadable += 1
             }
         }
-        return .perElement(stored: stored, duplicates: duplicates, rejected: rejected, retry: retry)
+        let reason = unreadable > 0
+            ? "server answered a batch with \(unreadable) of \(items.count) entries without a usable status"
+            : "server answered \(retry.count) of \(items.count) entries with a transient error"
+        return .perElement(stored: stored, duplicates: duplicates, rejected: rejected, retry: retry, retryReason: reason)
     }
 
     /// `GET [base]/metadata` with the token: 401/403 refuse the credentials.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
         let request = HTTPRequest(method: "GET", url: HTTPURL.join(settings.baseURL, "/metadata"), headers: headers,
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile)
+                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile,
+                                  maxResponseBytes: ResponseLimit.check)
         do {
             let response = try await http.send(request)
             switch response.status {
@@ -279,6 +394,8 @@ public struct FHIRDestination: UploadDestination {
             case 401, 403: return .refused("server answered HTTP \(response.status)")
             default: return .unreachable("server answered HTTP \(response.status)")
             }
+        } catch .tooLarge(_, let status) where (200..<300).contains(status) {
+            return .accepted  // a large CapabilityStatement: the status is what counts
         } catch {
             return .unreachable(error.description)
         }

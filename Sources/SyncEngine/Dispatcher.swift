@@ -62,10 +62,13 @@ struct NetworkClassifier: Sendable {
     /// Any HTTP answer from the health-check URL means the network works.
     func probe() async -> Bool {
         guard let url = healthCheckURL else { return true }
-        let request = HTTPRequest(method: "GET", url: url, connectTimeoutMs: networkTimeoutMs, timeoutMs: networkTimeoutMs)
+        let request = HTTPRequest(method: "GET", url: url, connectTimeoutMs: networkTimeoutMs, timeoutMs: networkTimeoutMs,
+                                  maxResponseBytes: ResponseLimit.probe)
         do {
             _ = try await http.send(request)
             return true
+        } catch .tooLarge {
+            return true  // it answered: the network works
         } catch {
             return false
         }
@@ -226,7 +229,7 @@ public actor Dispatcher {
                 counters.requests += 1
                 let outcome = await destination.send(batch, networkTimeoutMs: settings.networkTimeoutMs)
                 switch outcome {
-                case let .perElement(stored, duplicates, rejected, retry):
+                case let .perElement(stored, duplicates, rejected, retry, retryReason):
                     if !stored.isEmpty {
                         do {
                             try await store.acknowledge(stored, at: Self.nowMillis())
@@ -252,7 +255,9 @@ public actor Dispatcher {
                     if again.isEmpty { break attemptLoop }
                     batch = again
                     attempts += 1
-                    if try await retryOrStop(TransientFailure(status: 503), batch: batch, attempts: attempts, deadline: deadline, releaseAll: releaseAll) == .waitedForNetwork {
+                    // Not confirmed by a 2xx: the server is up but did not store them; retried like a 5xx.
+                    let failure = TransientFailure(status: 200, reason: retryReason)
+                    if try await retryOrStop(failure, batch: batch, attempts: attempts, deadline: deadline, releaseAll: releaseAll) == .waitedForNetwork {
                         attempts -= 1
                     }
                 case .tooLarge:

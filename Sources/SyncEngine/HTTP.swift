@@ -10,9 +10,11 @@ public struct HTTPRequest: Sendable {
     public var timeoutMs: Int
     /// PEM file of a private CA to trust instead of the system store.
     public var caFile: String?
+    /// The longest answer body taken; a longer one ends the exchange with `HTTPError.tooLarge`.
+    public var maxResponseBytes: Int
 
     public init(method: String, url: String, headers: [(String, String)] = [], body: [UInt8] = [],
-                connectTimeoutMs: Int, timeoutMs: Int, caFile: String? = nil) {
+                connectTimeoutMs: Int, timeoutMs: Int, caFile: String? = nil, maxResponseBytes: Int = ResponseLimit.maximum) {
         self.method = method
         self.url = url
         self.headers = headers
@@ -20,6 +22,7 @@ public struct HTTPRequest: Sendable {
         self.connectTimeoutMs = connectTimeoutMs
         self.timeoutMs = timeoutMs
         self.caFile = caFile
+        self.maxResponseBytes = maxResponseBytes
     }
 }
 
@@ -47,6 +50,9 @@ public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The connection broke after it was established (reset, closed without an answer).
     case connectionLost
     case tls(String)
+    /// The server answered (`status`) with a body longer than the request allows (`limit` bytes): the
+    /// answer was dropped unread.
+    case tooLarge(limit: Int, status: Int)
     case cancelled
     case other(String)
 
@@ -58,6 +64,7 @@ public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unreachable: "network unreachable"
         case .connectionLost: "connection closed without an answer"
         case .tls(let text): "TLS: \(text)"
+        case .tooLarge(let limit, let status): "answer to HTTP \(status) longer than \(limit) bytes (dropped unread)"
         case .cancelled: "cancelled"
         case .other(let text): text
         }

@@ -111,4 +111,53 @@ struct FHIRUploadTests {
         #expect(paused.reports.first?.end == .paused(code: 401, message: "credentials refused by http://127.0.0.1:\(server.port) (HTTP 401); uploads paused until they are fixed"))
         #expect(await wrong.checkCredentials().first?.1 == .refused("server answered HTTP 401"))
     }
+
+    /// A batch-response whose entries carry no usable `response.status` (or are not objects) confirms
+    /// nothing: the readings stay pending, are sent again like after a 5xx, then back off (exit 75);
+    /// they are neither acknowledged nor treated as refused.
+    @Test(arguments: ["no_status", "not_objects"])
+    func entriesWithoutA2xxStatusAreNotAcknowledged(_ answer: String) async throws {
+        let server = try FakeFHIR(token: "fhir-token-123")
+        try await server.control(["answer": answer, "times": 100])
+        let store = await filledStore(4, builders: [FHIRBodyBuilder(subject: "Patient/p-1")])
+        let uploader = Uploader(settings: settings(server), store: store, logger: .silent, timing: fastTiming())
+        let outcome = await uploader.drain(deadline: deadline(seconds: 30))
+        #expect(outcome.uploaded == 0)
+        let counts = try await store.counts(.fhir)
+        #expect(counts.pending == 4)
+        #expect(counts.quarantined == 0)
+        #expect(outcome.exitStatus(errorBypass: false) == .tempFail)
+        guard case .deferred(code: NetworkErrorCode.timeout, _)? = outcome.reports.first?.end else {
+            Issue.record("expected deferred 1002, got \(String(describing: outcome.reports.first?.end))")
+            return
+        }
+        #expect(outcome.reports.first?.requests == 3)  // retry_count 2: retried like a 5xx
+        #expect(try await uploader.status(now: 0).first?.state.state == "backoff")
+    }
+
+    @Test func anyTwoHundredStatusCountsAsStored() async throws {
+        let server = try FakeFHIR(token: "fhir-token-123")
+        try await server.control(["answer": "accepted", "times": 100])
+        let store = await filledStore(5, builders: [FHIRBodyBuilder(subject: "Patient/p-1")])
+        let outcome = await Uploader(settings: settings(server), store: store, logger: .silent, timing: fastTiming())
+            .drain(deadline: deadline(seconds: 30))
+        #expect(outcome.uploaded == 5)
+        #expect(!outcome.deferred)
+        #expect(outcome.reports.first?.requests == 1)  // stored on the first answer, not re-sent
+    }
+
+    /// Diagnostics that reflect our bearer token are redacted and cut short before they are stored.
+    @Test func aReflectedTokenInDiagnosticsIsRedactedAndBounded() async throws {
+        let server = try FakeFHIR(token: "fhir-token-123")
+        try await server.control(["answer": "reflect"])
+        let store = await filledStore(1, builders: [FHIRBodyBuilder(subject: "Patient/p-1")])
+        let outcome = await Uploader(settings: settings(server, bypass: true), store: store, logger: .silent, timing: fastTiming())
+            .drain(deadline: deadline(seconds: 30))
+        #expect(outcome.quarantined == 1)
+        let answer = try #require(await store.answers.values.first)
+        #expect(answer.contains("422"))
+        #expect(answer.contains("(redacted)"))
+        #expect(!answer.contains("fhir-token-123"))
+        #expect(answer.count < 2 * ServerText.limit + 60)
+    }
 }

@@ -50,11 +50,141 @@ struct NightscoutUploadTests {
         #expect(outcome.uploaded == 0)
         #expect(outcome.deferred)
         #expect(outcome.pending == 4)
-        guard case .blocked = outcome.reports.first?.end else {
-            Issue.record("expected blocked, got \(String(describing: outcome.reports.first?.end))")
+        // `200 []` stored nothing, but the server is up: sent again like after a 5xx, then backoff (75).
+        guard case .deferred(code: NetworkErrorCode.timeout, _) = outcome.reports.first?.end else {
+            Issue.record("expected deferred 1002, got \(String(describing: outcome.reports.first?.end))")
             return
         }
+        #expect(outcome.exitStatus(errorBypass: false) == .tempFail)
     }
+
+    struct UnconfirmingAnswer: CustomTestStringConvertible, Sendable {
+        var answer: String
+        /// Of the 4 readings sent, how many the answer confirms.
+        var confirmed: Int
+        var testDescription: String { "200 with \(answer)" }
+    }
+
+    /// A Nightscout or a proxy answering 200 with an array that does not confirm the readings: none of
+    /// them may be marked uploaded; they are sent again like after a 5xx and end in backoff (exit 75).
+    @Test(arguments: [
+        UnconfirmingAnswer(answer: "non_entries", confirmed: 0),
+        UnconfirmingAnswer(answer: "fewer", confirmed: 3),
+        UnconfirmingAnswer(answer: "foreign", confirmed: 0),
+    ])
+    func aTwoHundredAcknowledgesOnlyTheEntriesItConfirms(_ c: UnconfirmingAnswer) async throws {
+        let server = try FakeNightscout()
+        try await server.control(["mode": "answer", "answer": c.answer])
+        let store = await filledStore(4)
+        let http = CountingHTTPClient()
+        let recovery = RecoverySettings(retryCount: 2, errorBypass: true)
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: recovery), store: store, http: http, logger: .silent,
+                                timing: fastTiming())
+        let outcome = await uploader.drain(deadline: deadline(seconds: 20))
+        #expect(outcome.uploaded == c.confirmed)
+        let counts = try await store.counts(.nightscout)
+        #expect(counts.acknowledged == c.confirmed)
+        #expect(counts.pending == 4 - c.confirmed)
+        #expect(counts.quarantined == 0)  // not refused by the server: never quarantined, even with error_bypass
+        #expect(outcome.deferred)
+        #expect(outcome.exitStatus(errorBypass: false) == .tempFail)
+        guard case .deferred(code: NetworkErrorCode.timeout, let message)? = outcome.reports.first?.end else {
+            Issue.record("expected deferred 1002, got \(String(describing: outcome.reports.first?.end))")
+            return
+        }
+        #expect(message.contains("HTTP 200"), "\(message)")
+        #expect(http.count("/api") == 1 + recovery.retryCount)  // retried like a 5xx
+        let state = try #require(try await uploader.status(now: 0).first).state
+        #expect(state.state == "backoff")
+        #expect(state.lastErrorCode == 1002)
+    }
+
+    /// An answer without `identifier` (a server that keeps only the fields it knows) still confirms each
+    /// element by type, date and mbg.
+    @Test func entriesWithoutIdentifierAreMatchedByTypeDateAndValue() async throws {
+        let server = try FakeNightscout()
+        try await server.control(["mode": "answer", "answer": "no_identifier"])
+        let store = await filledStore(6)
+        let outcome = await Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings(retryCount: 0)), store: store,
+                                     logger: .silent, timing: fastTiming()).drain(deadline: deadline(seconds: 20))
+        #expect(outcome.uploaded == 6)
+        #expect(!outcome.deferred)
+    }
+
+    /// An element that carries a reading's identifier but another value still counts by identifier;
+    /// an element without identifier whose value differs from every reading sent counts for none.
+    @Test func aFingerprintMustMatchTypeDateAndValue() async throws {
+        let store = await filledStore(2)
+        let items = try await store.claimPending(.nightscout, limit: 10)
+        let date = try #require(try JSONParser.parse(items[0].body)["date"]?.int64Value)
+        // The first reading's type and date, another value, no identifier; then the second one as sent.
+        let text = #"[{"type":"mbg","mbg":999,"date":\#(date),"_id":"1"},"# + String(decoding: items[1].body, as: UTF8.self) + "]"
+        let answer = HTTPResponse(status: 200, body: Array(text.utf8))
+        let destination = NightscoutDestination(settings: NightscoutSettings(url: "http://127.0.0.1:9", apiSecret: Secret(FakeNightscout.secret)),
+                                                http: FixedHTTPClient(answer))
+        guard case let .perElement(stored, _, rejected, retry, _) = await destination.send(items, networkTimeoutMs: 1000) else {
+            Issue.record("expected a per-element outcome")
+            return
+        }
+        #expect(stored == [items[1].id])
+        #expect(retry == [items[0].id])
+        #expect(rejected.isEmpty)
+    }
+
+    /// A server error body that reflects our api-secret (or its SHA-1) is redacted before it is stored,
+    /// and cut to one short line without control characters.
+    @Test func aReflectedSecretInAnErrorBodyIsRedactedAndBounded() async throws {
+        let server = try FakeNightscout()
+        let body = "bad request: api-secret {hash} / {SECRET} \u{1B}[31m" + String(repeating: "y", count: 5000)
+        try await server.control(["mode": "error_body", "status": 400, "body": body.replacingOccurrences(of: "{SECRET}", with: "{secret}")])
+        let store = await filledStore(1)
+        let outcome = await Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings(retryCount: 0, errorBypass: true)),
+                                     store: store, logger: .silent, timing: fastTiming()).drain(deadline: deadline(seconds: 20))
+        #expect(outcome.quarantined == 1)
+        let answer = try #require(await store.answers.values.first)
+        let hash = SHA1.hex(FakeNightscout.secret.utf8)
+        #expect(!answer.lowercased().contains(hash))
+        #expect(!answer.contains(FakeNightscout.secret))
+        #expect(answer.contains("(redacted)"))
+        #expect(!answer.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F })
+        #expect(answer.count <= ServerText.limit + 20)
+    }
+
+    /// A 2xx far larger than the request needs (100 MB) is dropped unread with a clear error; nothing
+    /// is acknowledged and the readings stay pending.
+    @Test func aHugeAnswerIsDroppedAtTheRequestsLimit() async throws {
+        let server = try FakeNightscout()
+        try await server.control(["mode": "huge", "size": 100_000_000])
+        let store = await filledStore(3)
+        let items = try await store.claimPending(.nightscout, limit: 10)
+        let destination = NightscoutDestination(settings: NightscoutSettings(url: server.url, apiSecret: Secret(FakeNightscout.secret)),
+                                                http: CurlHTTPClient())
+        let outcome = await destination.send(items, networkTimeoutMs: 5000)
+        guard case let .transient(failure) = outcome, case let .tooLarge(limit, status)? = failure.error else {
+            Issue.record("expected a too-large answer, got \(outcome)")
+            return
+        }
+        #expect(status == 200)
+        #expect(limit <= ResponseLimit.maximum)
+        #expect(limit < 64 << 10)  // three readings need a few kilobytes, not a megabyte
+        #expect(failure.message.contains("longer than \(limit) bytes"))
+        try await store.release(items.map(\.id))
+
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings(retryCount: 1)), store: store,
+                                logger: .silent, timing: fastTiming())
+        let drained = await uploader.drain(deadline: deadline(seconds: 30))
+        #expect(drained.uploaded == 0)
+        #expect(drained.pending == 3)
+        #expect(drained.exitStatus(errorBypass: false) == .tempFail)
+        #expect(try await uploader.status(now: 0).first?.state.lastErrorMessage?.contains("longer than") == true)
+    }
+}
+
+/// Answers every request with one fixed response.
+struct FixedHTTPClient: HTTPClient {
+    let response: HTTPResponse
+    init(_ response: HTTPResponse) { self.response = response }
+    func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse { response }
 }
 
 @Suite("Daemon service", .serialized, .timeLimit(.minutes(1)))
