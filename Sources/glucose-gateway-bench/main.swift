@@ -14,6 +14,7 @@ case "download": exit(await DownloadBenchmark.run(Array(benchArguments.dropFirst
 case "daemon-soak": exit(await DaemonSoak.run(Array(benchArguments.dropFirst())))
 case "upload-replay", "upload-resume", "upload-seed":
     exit(await UploadBenchmark.run(benchArguments[0], Array(benchArguments.dropFirst())))
+case "upload-hostile": exit(await UploadHostileBenchmark.run(Array(benchArguments.dropFirst())))
 case "bluez-notify": exit(await BlueZNotifyBenchmark.run(Array(benchArguments.dropFirst())))
 case "bluez-notify-peer": exit(await BlueZNotifyBenchmark.peer(Array(benchArguments.dropFirst())))
 default:
@@ -23,6 +24,7 @@ default:
     print("  daemon-soak    run through a simulated hour: RSS growth, idle CPU, advertising-to-stored latency")
     print("  upload-replay  10,000-reading backlog to the loopback Nightscout: seconds and requests")
     print("  upload-resume  network back -> first batch acknowledged (--mode event|probe)")
+    print("  upload-hostile daemon memory against 200 answers of 100 MB: baseline, peak and after (KiB)")
     print("  upload-seed    fill a database with synthetic readings (--database PATH --count N)")
     print("  codec          0x2A18 decodes per second on one thread")
     print("  bluez-notify   GATT notifications through D-Bus to a meter link: rate, CPU, idle wake-ups")
