@@ -28,7 +28,7 @@ public actor BlueZClient {
     /// The unique name of bluetoothd, nil while `org.bluez` has no owner.
     public private(set) var owner: String?
     /// The object tree, by path.
-    public private(set) var objects: [String: InterfaceProperties] = [:]
+    public internal(set) var objects: [String: InterfaceProperties] = [:]
 
     private var waiters: [Int: AsyncStream<Void>.Continuation] = [:]
     private var barriers: [Int: CheckedContinuation<Void, Never>] = [:]
@@ -342,6 +342,9 @@ public actor BlueZClient {
     private func changed() {
         for waiter in waiters.values { waiter.yield(()) }
     }
+
+    /// The mirror was corrected from outside the signal path (a property read back from bluetoothd).
+    func markChanged() { changed() }
 
     // MARK: - Waiting on the mirror
 

@@ -88,6 +88,7 @@ extension BlueZClient {
             }
             // The mirror must have seen Connected=true (sent before the reply) before it is judged.
             await caughtUp()
+            await confirmConnected(path: path)
         }
         let resolved: Bool
         do {
@@ -114,6 +115,33 @@ extension BlueZClient {
         handedOver = true
         return BlueZMeterLink(client: self, address: device.address, devicePath: path, core: core,
                               characteristics: characteristics(of: path), subscription: subscription)
+    }
+}
+
+extension BlueZClient {
+    /// BlueZ 5.66 can bring a device up without ever signalling `Connected=true`: when its ATT channel is
+    /// up before the kernel's "Device Connected" event is handled, `att_connect_cb` marks the device
+    /// connected silently and the later event returns early (`src/device.c`, "is already connected"). So
+    /// when the mirror still says false after `Connect` returned, bluetoothd is asked; a true answer goes
+    /// into the mirror (a later `Connected=false` signal still ends the link as usual).
+    func confirmConnected(path: String) async {
+        guard let device = objects[path]?[BlueZNames.device], device["Connected"]?.bool != true else { return }
+        let reply: [DBusValue]
+        do {
+            reply = try await callBlueZ(path: path, interface: DBusNames.properties, member: "Get",
+                                        arguments: [.string(BlueZNames.device), .string("Connected")],
+                                        timeout: .seconds(5))
+        } catch {
+            logger.info("bluez: asking whether \(path) is connected failed: \(error)")
+            return
+        }
+        guard reply.first?.bool == true, var entry = objects[path], var properties = entry[BlueZNames.device],
+              properties["Connected"]?.bool != true else { return }
+        logger.info("bluez: \(path) is connected although bluetoothd did not signal it")
+        properties["Connected"] = .bool(true)
+        entry[BlueZNames.device] = properties
+        objects[path] = entry
+        markChanged()
     }
 }
 

@@ -72,6 +72,10 @@ final class ConnectionCore {
     var managerRoots: Set<String> = []
     /// Incoming method calls whose handler has not returned yet (referenced libdbus messages).
     private var incoming: [Int: OpaquePointer] = [:]
+    /// False while the connection plays a peer that has stopped answering: method calls to exported
+    /// objects are read and dropped without a reply, so callers run into their own timeouts. libdbus
+    /// itself still answers `org.freedesktop.DBus.Peer` (Ping).
+    var answeringCalls = true
 
     private init(raw: OpaquePointer, queue: DispatchQueue, uniqueName: String) {
         self.raw = raw
@@ -490,6 +494,7 @@ final class ConnectionCore {
     // MARK: - Exported objects
 
     private func handleMethodCall(_ message: OpaquePointer) {
+        guard answeringCalls else { return }
         let decoded = Marshalling.decode(message)
         let path = decoded.path ?? "/"
         let member = decoded.member ?? ""
@@ -555,6 +560,7 @@ final class ConnectionCore {
     private func finishIncoming(_ key: Int, _ result: Result<[DBusValue], DBusError>) {
         guard let message = incoming.removeValue(forKey: key) else { return }
         defer { dbus_message_unref(message) }
+        guard answeringCalls else { return }
         reply(to: message, result)
     }
 

@@ -283,6 +283,12 @@ public final class DBusConnection: Sendable {
         await perform { $0.updateProperties(path: path, interface: interface, changes, invalidated: invalidated, emit: emit) }
     }
 
+    /// Stops (false) or resumes (true) answering method calls to exported objects: calls that arrive
+    /// meanwhile get no reply at all, as from a peer that holds its bus name but is stuck.
+    public func setAnsweringCalls(_ on: Bool) async {
+        await perform { $0.answeringCalls = on }
+    }
+
     /// One stored property value.
     public func property(path: String, interface: String, name: String) async -> DBusValue? {
         await perform { $0.objects[path]?[interface]?.properties[name] }

@@ -230,4 +230,46 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         #expect(seen.last == .stopped)
         await rig.close()
     }
+
+    /// BlueZ 5.66 brings the link up without a `Connected=true` signal (seen on the real stack): the client
+    /// asks bluetoothd instead of taking the silent mirror for a drop, and the link works.
+    @Test func connectedNeverSignalledIsConfirmedByAskingBluetoothd() async throws {
+        let rig = try await StandInRig(records: 5)
+        _ = try await rig.discover()
+        try await rig.client.pair(address: StandInRig.address, pin: StandInRig.passkey, timeout: .seconds(20))
+        try await rig.client.stopDiscovery()
+        // Pair leaves the link up; the case is a fresh connection.
+        let paired = try #require(await rig.client.device(address: StandInRig.address))
+        _ = try await rig.client.connection.call(destination: "org.bluez", path: paired.path, interface: "org.bluez.Device1",
+                                                 member: "Disconnect", timeout: .seconds(5))
+        _ = try await rig.client.wait(timeout: .seconds(5), for: "the pairing link to end") { objects, _ in
+            objects[paired.path]?["org.bluez.Device1"]?["Connected"]?.bool == false ? true : nil
+        }
+        try await rig.standIn.setQuirks(StandInRig.address, [.silentConnected])
+        let link = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(5),
+                                                     backoff: Backoff(attempts: 1))
+        #expect(await rig.client.device(address: StandInRig.address)?.connected == true)
+        try await link.subscribe(.glucoseMeasurement)
+        try await link.subscribe(.recordAccessControlPoint)
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let events = try await withTimeout(20) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                if case .value(.recordAccessControlPoint, _) = event { break }
+            }
+            return out
+        }
+        #expect(events.compactMap { if case .value(.glucoseMeasurement, let b) = $0 { sequenceNumber(b) } else { nil } } == Array(1...5))
+        // A real drop afterwards is still seen (the Connected=false signal does come).
+        try await rig.standIn.dropLink(StandInRig.address)
+        let last = try await withTimeout(10) { () -> MeterLinkEvent? in
+            for await event in link.events { if case .disconnected = event { return event } }
+            return nil
+        }
+        #expect(last == .disconnected(reason: "the meter disconnected"))
+        let log = try await rig.callLog()
+        #expect(log.filter { $0.hasPrefix("org.bluez.Device1.Connect ") }.count == 1)
+        await rig.close()
+    }
 }

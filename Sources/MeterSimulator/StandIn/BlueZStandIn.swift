@@ -82,6 +82,22 @@ public actor BlueZStandIn {
         case resolvedBeforeExport = "resolved-before-export"
     }
 
+    /// Behaviours of real bluetoothd the stand-in plays on demand, per meter (control method `SetQuirks`).
+    public enum Quirk: String, Sendable, CaseIterable {
+        /// BlueZ 5.66 (`src/device.c`): when the ATT channel is up before the mgmt "Device Connected" event
+        /// is handled, `Connected` turns true without a `PropertiesChanged` signal for the whole connection;
+        /// `Properties.Get` says true. `ServicesResolved` is signalled as usual.
+        case silentConnected = "silent-connected"
+        /// A BlueZ peripheral batches notifications for 10 ms (ATT Multiple Handle Value Notification) but
+        /// indicates at once, and with EATT uses another bearer: the RACP response arrives before the
+        /// records it ends, which follow `lateRecordsDelay` later.
+        case responseBeforeRecords = "response-before-records"
+    }
+
+    /// How late the records come with `response-before-records` (real time: bluetoothd's batching does
+    /// not follow the meter's simulated clock).
+    static let lateRecordsDelay: Duration = .milliseconds(60)
+
     struct Agent {
         var sender: String
         var path: String
@@ -105,6 +121,9 @@ public actor BlueZStandIn {
     /// Scripted outcomes of the next `Connect` calls per meter, consumed in order.
     private var connectFailures: [String: [ConnectFailure]] = [:]
     private var rfkillBlocked = false
+    private var quirks: [String: Set<Quirk>] = [:]
+    /// Notifications held back behind the RACP response (`response-before-records`), per meter.
+    private var heldValues: [String: [(GATTUUID, [UInt8])]] = [:]
     /// Bumped by every explicit power change, so a pending hot-plug auto-enable does not override it.
     private var powerChanges = 0
     private let onReady: @Sendable (String) -> Void
@@ -821,7 +840,12 @@ public actor BlueZStandIn {
                 await peripheral.setSubscribed(c.uuid, true)
             }
         }
-        await setDevice(address, ["Connected": .bool(true)])
+        if quirks[address]?.contains(.silentConnected) == true, let c = connection, devices[address]?.exported == true {
+            logger.info("quirk silent-connected: \(address) is connected without a Connected signal")
+            await c.setProperties(path: devicePath(address), interface: "org.bluez.Device1", ["Connected": .bool(true)], emit: false)
+        } else {
+            await setDevice(address, ["Connected": .bool(true)])
+        }
     }
 
     private func scheduleServiceResolution(_ address: String, _ gen: Int, resolvedBeforeExport: Bool = false) {
@@ -872,6 +896,7 @@ public actor BlueZStandIn {
         let wasResolved = d.servicesResolved
         d.servicesResolved = false
         devices[address] = d
+        heldValues[address] = nil
         for path in acquired.keys where path.hasPrefix(devicePath(address) + "/") { await releaseAcquired(path) }
         if let m = meters[address] { await m.peripheral.linkDown() }
         if wasResolved { await setDevice(address, ["ServicesResolved": .bool(false)]) }
@@ -1183,19 +1208,23 @@ public actor BlueZStandIn {
         guard let m = meters[address] else { return }
         switch event {
         case .value(let uuid, let bytes):
-            guard devices[address]?.connected == true, let c = connection else { return }
-            for s in m.layout.services {
-                for ch in s.characteristics where ch.uuid == uuid {
-                    let path = charPath(address, s, ch)
-                    if let session = acquired[path] {
-                        // An acquired notification goes through the socket only; Value is not updated.
-                        if !session.send(bytes) { await releaseAcquired(path) }
-                        continue
-                    }
-                    await c.setProperties(path: charPath(address, s, ch), interface: "org.bluez.GattCharacteristic1",
-                                          ["Value": .bytes(bytes)])
+            guard devices[address]?.connected == true else { return }
+            if quirks[address]?.contains(.responseBeforeRecords) == true {
+                guard uuid == .recordAccessControlPoint else {
+                    heldValues[address, default: []].append((uuid, bytes))
+                    return
                 }
+                await deliver(address, uuid, bytes)
+                let held = heldValues.removeValue(forKey: address) ?? []
+                guard !held.isEmpty else { return }
+                let gen = generation
+                Task { [weak self] in
+                    try? await Task.sleep(for: Self.lateRecordsDelay)
+                    await self?.deliverLate(address, held, gen)
+                }
+                return
             }
+            await deliver(address, uuid, bytes)
         case .dropLink:
             logger.info("meter \(address) drops the link")
             await disconnectLink(address, reason: "org.bluez.Reason.Remote")
@@ -1204,6 +1233,31 @@ public actor BlueZStandIn {
             if on { await scanTick(generation: generation) }
         case .recordAdded(let seq):
             logger.info("meter \(address) stored record \(seq)")
+        }
+    }
+
+    private func deliverLate(_ address: String, _ values: [(GATTUUID, [UInt8])], _ gen: Int) async {
+        guard gen == generation else { return }
+        for (uuid, bytes) in values {
+            guard devices[address]?.connected == true else { return }
+            await deliver(address, uuid, bytes)
+        }
+    }
+
+    /// Sends one notification or indication as bluetoothd shows it: `Value` changing on the characteristic
+    /// (or through the socket of an `AcquireNotify`).
+    private func deliver(_ address: String, _ uuid: GATTUUID, _ bytes: [UInt8]) async {
+        guard let m = meters[address], devices[address]?.connected == true, let c = connection else { return }
+        for s in m.layout.services {
+            for ch in s.characteristics where ch.uuid == uuid {
+                let path = charPath(address, s, ch)
+                if let session = acquired[path] {
+                    // An acquired notification goes through the socket only; Value is not updated.
+                    if !session.send(bytes) { await releaseAcquired(path) }
+                    continue
+                }
+                await c.setProperties(path: path, interface: "org.bluez.GattCharacteristic1", ["Value": .bytes(bytes)])
+            }
         }
     }
 
@@ -1294,6 +1348,32 @@ public actor BlueZStandIn {
     }
 
     // MARK: Control
+
+    /// Replaces the quirks played for a meter.
+    public func setQuirks(_ address: String, _ set: Set<Quirk>) throws {
+        guard meters[address] != nil else { throw DBusError(.invalidArgs, "no meter \(address)") }
+        quirks[address] = set
+        if !set.contains(.responseBeforeRecords) { heldValues[address] = nil }
+    }
+
+    /// bluetoothd hung (as after a kernel BUG in its socket release): it keeps `org.bluez` but answers no
+    /// call for `seconds` of real time; 0 means for good (the process must then be killed).
+    public func stopAnswering(seconds: Double) async {
+        guard let c = connection else { return }
+        logger.notice("no longer answering calls" + (seconds > 0 ? " for \(seconds) s" : ""))
+        await c.setAnsweringCalls(false)
+        guard seconds > 0 else { return }
+        Task { [weak self] in
+            try? await Task.sleep(for: .milliseconds(Int64(min(seconds, 86_400) * 1000)))
+            await self?.answerAgain(c)
+        }
+    }
+
+    private func answerAgain(_ c: DBusConnection) async {
+        guard connection === c else { return }
+        logger.notice("answering calls again")
+        await c.setAnsweringCalls(true)
+    }
 
     /// Scripted failure: the meter drops the link now.
     public func dropLink(_ address: String) async throws {

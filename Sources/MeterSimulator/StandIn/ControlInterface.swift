@@ -24,6 +24,12 @@ enum ControlInterface {
                                                            canceled, in-progress, hang, resolved-before-export
       StaleConnect(s address)                             the meter is already connected (no Connect call)
       SetRfkill(b blocked)                                rfkill: Powered=false, PowerState off-blocked
+      SetQuirks(s address, as quirks)                     play real bluetoothd behaviour for the meter:
+                                                           silent-connected (Connected=true without a
+                                                           signal, BlueZ 5.66), response-before-records
+                                                           (the RACP response overtakes the records)
+      StopAnswering(d seconds)                            keep org.bluez but answer no call for that long
+                                                           (real seconds; 0: for good), as a hung bluetoothd
       CallLog() -> as / ClearCallLog()                    "Interface.Method /path" of every BlueZ call
       Meters() -> as                                      meter addresses
     """
@@ -147,6 +153,33 @@ extension BlueZStandIn {
                 guard let self else { return [] }
                 guard let blocked = call.arguments.first?.bool else { throw DBusError(.invalidArgs, "SetRfkill expects (b)") }
                 await self.setRfkill(blocked: blocked)
+                return []
+            },
+            DBusMethod("SetQuirks", in: "sas") { [weak self] call in
+                guard let self else { return [] }
+                let a = try address(call)
+                guard call.arguments.count == 2, let names = call.arguments[1].stringArray else {
+                    throw DBusError(.invalidArgs, "SetQuirks expects (sas)")
+                }
+                var set: Set<Quirk> = []
+                for n in names {
+                    guard let q = Quirk(rawValue: n) else {
+                        throw DBusError(.invalidArgs, "unknown quirk '\(n)': " + Quirk.allCases.map(\.rawValue).joined(separator: ", "))
+                    }
+                    set.insert(q)
+                }
+                try await self.setQuirks(a, set)
+                return []
+            },
+            DBusMethod("StopAnswering", in: "d") { [weak self] call in
+                guard let seconds = call.arguments.first?.double, seconds >= 0, seconds.isFinite else {
+                    throw DBusError(.invalidArgs, "StopAnswering expects (d) with seconds >= 0")
+                }
+                // Reply first: this very call must still be answered.
+                Task { [weak self] in
+                    try? await Task.sleep(for: .milliseconds(20))
+                    await self?.stopAnswering(seconds: seconds)
+                }
                 return []
             },
             DBusMethod("CallLog", out: "as") { [weak self] _ in
