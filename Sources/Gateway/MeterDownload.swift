@@ -14,19 +14,55 @@ public struct DownloadOptions: Sendable, Equatable {
     public var abortResponseTimeout: Duration
     /// Granularity of the timers above.
     public var tick: Duration
+    /// Listening on after the RACP response for records still on their way.
+    public var lateRecords: LateRecordWait
     public var clinical: ClinicalSettings
 
     public init(
         inactivityTimeout: Duration = .seconds(30), commitInterval: Duration = .milliseconds(500),
         commitBatchSize: Int = 200, abortResponseTimeout: Duration = .seconds(5), tick: Duration = .milliseconds(50),
-        clinical: ClinicalSettings = ClinicalSettings()
+        lateRecords: LateRecordWait = LateRecordWait(), clinical: ClinicalSettings = ClinicalSettings()
     ) {
         self.inactivityTimeout = inactivityTimeout
         self.commitInterval = commitInterval
         self.commitBatchSize = max(1, commitBatchSize)
         self.abortResponseTimeout = abortResponseTimeout
         self.tick = tick
+        self.lateRecords = lateRecords
         self.clinical = clinical
+    }
+}
+
+/// How long a download keeps listening after the RACP response that ends a report.
+///
+/// The Glucose Profile sends the response after the last record, but the stack can reorder them: a BlueZ
+/// peripheral batches notifications for 10 ms (ATT Multiple Handle Value Notification) and sends
+/// indications at once, and with EATT the two travel on different bearers. So the response can overtake
+/// the records it ends. After it the download waits until no value has arrived for `quiet`; when the
+/// meter announced more records than arrived, until `patience` after the response; never beyond `limit`.
+/// When every announced record is in (and none awaits its context), it stops at once.
+public struct LateRecordWait: Sendable, Equatable {
+    public var quiet: Duration
+    public var patience: Duration
+    public var limit: Duration
+
+    public init(quiet: Duration = .milliseconds(300), patience: Duration = .seconds(2), limit: Duration = .seconds(10)) {
+        self.quiet = quiet
+        self.patience = max(patience, quiet)
+        self.limit = max(limit, self.patience)
+    }
+
+    /// Whether to stop listening now. `received` counts the records of this report, `expected` is the
+    /// meter's count for it (nil when unknown), `lastValueAt` when any value last arrived.
+    public func isOver(respondedAt: ContinuousClock.Instant, lastValueAt: ContinuousClock.Instant,
+                       now: ContinuousClock.Instant, received: Int, expected: Int?, awaitingContext: Bool) -> Bool {
+        if let expected, received >= expected, !awaitingContext { return true }
+        let sinceResponse = now - respondedAt
+        if sinceResponse >= limit { return true }
+        let quietFor = now - max(respondedAt, lastValueAt)
+        guard quietFor >= quiet else { return false }
+        if let expected, received < expected { return sinceResponse >= patience }
+        return true
     }
 }
 
@@ -148,13 +184,16 @@ public struct MeterDownload: Sendable {
     public var options: DownloadOptions
     public var logger: Logger
     public var now: @Sendable () -> UnixMillis
+    /// The timers' clock (inactivity, commits, waiting for late records).
+    public var clock: any SessionClock
 
     public init(store: any ReadingStore, options: DownloadOptions = DownloadOptions(), logger: Logger,
-                now: @escaping @Sendable () -> UnixMillis = SystemClock.now) {
+                now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = SystemSessionClock()) {
         self.store = store
         self.options = options
         self.logger = logger
         self.now = now
+        self.clock = clock
     }
 
     /// Runs the download on `link` for `meter` (its row as stored at pairing), then disconnects the link.
@@ -219,10 +258,12 @@ private final class Intake: Sendable {
     let logger: Logger
     let now: @Sendable () -> UnixMillis
     let progress: @Sendable (DownloadProgress) -> Void
+    let clock: any SessionClock
 
     init(batchSize: Int, address: String, logger: Logger, now: @escaping @Sendable () -> UnixMillis,
-         progress: @escaping @Sendable (DownloadProgress) -> Void) {
-        state = Mutex(State(lastActivity: ContinuousClock.now))
+         clock: any SessionClock, progress: @escaping @Sendable (DownloadProgress) -> Void) {
+        state = Mutex(State(lastActivity: clock.now))
+        self.clock = clock
         self.batchSize = batchSize
         self.address = address
         self.logger = logger
@@ -232,7 +273,7 @@ private final class Intake: Sendable {
 
     /// Something arrived from the meter or the meter answered a request.
     func touch(clearHold: Bool) {
-        let at = ContinuousClock.now
+        let at = clock.now
         state.withLock {
             $0.lastActivity = at
             if clearHold { $0.holdLast = false }
@@ -241,7 +282,7 @@ private final class Intake: Sendable {
 
     /// Takes in a 0x2A18 value; true when a full batch now waits (signalled once per batch).
     func measurement(_ bytes: [UInt8]) -> Bool {
-        let arrived = ContinuousClock.now
+        let arrived = clock.now
         guard let decoded = DecodedMeasurement(bytes) else {
             state.withLock {
                 $0.lastActivity = arrived
@@ -284,7 +325,7 @@ private final class Intake: Sendable {
     /// Takes in a 0x2A34 value: attached to its pending measurement by sequence, or kept for a
     /// measurement still to come.
     func context(_ bytes: [UInt8]) {
-        let arrived = ContinuousClock.now
+        let arrived = clock.now
         guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
             state.withLock {
                 $0.lastActivity = arrived
@@ -342,7 +383,7 @@ private final class DownloadSession {
     let meter: MeterInfo
     let progress: @Sendable (DownloadProgress) -> Void
     let logger: Logger
-    let clock = ContinuousClock()
+    let clock: any SessionClock
 
     var report: DownloadReport
     var interpreter: ReadingInterpreter
@@ -360,12 +401,13 @@ private final class DownloadSession {
         self.meter = meter
         self.progress = progress
         self.logger = download.logger
+        self.clock = download.clock
         report = DownloadReport(address: meter.address, outcome: .noRecords)
         interpreter = ReadingInterpreter(
             meterAddress: meter.address, zone: MeterTimeZone(identifier: meter.timeZone), settings: download.options.clinical
         )
         let intake = Intake(batchSize: download.options.commitBatchSize, address: meter.address, logger: download.logger,
-                            now: download.now, progress: progress)
+                            now: download.now, clock: download.clock, progress: progress)
         self.intake = intake
         let (stream, continuation) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
         inputs = stream.makeAsyncIterator()
@@ -389,9 +431,10 @@ private final class DownloadSession {
             continuation.yield(.linkEnded)
         }
         let tick = download.options.tick
+        let clock = download.clock
         ticker = Task {
             while !Task.isCancelled {
-                do { try await Task.sleep(for: tick) } catch { break }
+                do { try await clock.sleep(until: clock.now + tick) } catch { break }
                 continuation.yield(.tick)
             }
         }
@@ -581,13 +624,18 @@ private final class DownloadSession {
 
     /// Report request; returns how the procedure ended.
     func reportRecords(_ request: RACPRequest, fallbackToAll: Bool) async throws(Stop) -> DownloadOutcome {
+        let receivedBefore = intake.snapshot.received + intake.snapshot.malformed
+        let expected: Int? = request.operator == .lastRecord || request.operator == .firstRecord ? 1 : report.total
         try await writeRACP(request)
         while true {
             switch try await nextRACPResponse() {
             case .numberOfRecords:
                 continue
             case .response(let op, let code) where op == .reportStoredRecords:
-                if code == .success { return .completed }
+                if code == .success {
+                    try await waitForLateRecords(receivedBefore: receivedBefore, expected: expected)
+                    return .completed
+                }
                 if code == .noRecordsFound { return .noRecords }
                 let refused: Set<RACPResponseCode> = [.opCodeNotSupported, .operatorNotSupported, .operandNotSupported, .invalidOperator, .invalidOperand]
                 if refused.contains(code), fallbackToAll {
@@ -661,6 +709,57 @@ private final class DownloadSession {
         while clock.now < deadline {
             guard let response = try await nextRACPResponse(deadline: deadline) else { return }
             if case .response(let op, _) = response, op == .abortOperation { return }
+        }
+    }
+
+    /// After the response to a report: takes in records still on their way (see `LateRecordWait`).
+    func waitForLateRecords(receivedBefore: Int, expected: Int?) async throws(Stop) {
+        let wait = download.options.lateRecords
+        let respondedAt = clock.now
+        func state() -> (received: Int, lastValueAt: ContinuousClock.Instant, awaitingContext: Bool) {
+            let s = intake.snapshot
+            return (s.received + s.malformed - receivedBefore, s.lastActivity, s.holdLast)
+        }
+        var now = state()
+        if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: respondedAt, received: now.received,
+                       expected: expected, awaitingContext: now.awaitingContext) { return }
+        if let expected, now.received < expected {
+            logger.info("meter \(meter.address): the report ended before \(expected - now.received) of its \(expected) records arrived; waiting for them")
+        } else {
+            logger.debug("meter \(meter.address): report ended; listening for late values")
+        }
+        while true {
+            guard let input = await inputs.next() else {
+                throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
+            }
+            switch input {
+            case .tick:
+                now = state()
+                if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: clock.now, received: now.received,
+                               expected: expected, awaitingContext: now.awaitingContext) { break }
+                try await onTick()
+                continue
+            case .batchFull:
+                try await flush(final: false)
+            case .linkEnded, .link(.disconnected):
+                now = state()
+                if let expected, now.received < expected {
+                    let reason: String
+                    if case .link(.disconnected(let r)) = input { reason = r } else { reason = "link closed" }
+                    throw .disconnected(reason)
+                }
+                return
+            case .link(.value(let uuid, let bytes)):
+                logger.debug("meter \(meter.address): RACP indication \(bytes.count) bytes on \(uuid) after the report ended; ignored")
+            }
+            now = state()
+            if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: clock.now, received: now.received,
+                           expected: expected, awaitingContext: now.awaitingContext) {
+                if let expected, now.received < expected {
+                    logger.warning("meter \(meter.address): \(expected - now.received) of \(expected) announced records did not arrive; the next sync asks again")
+                }
+                return
+            }
         }
     }
 

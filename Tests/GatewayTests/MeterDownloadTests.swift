@@ -464,4 +464,91 @@ struct MeterDownloadTests {
         if case .interrupted = report.outcome {} else { Issue.record("outcome \(report.outcome)") }
         #expect(store.readings.isEmpty)
     }
+
+    // MARK: Records arriving after the RACP response
+
+    /// A log sink that passes each line on, for tests that wait for the download to reach a step.
+    final class LineSink: LogSink {
+        let continuation: AsyncStream<String>.Continuation
+        init(_ continuation: AsyncStream<String>.Continuation) { self.continuation = continuation }
+        func write(level: LogLevel, label: String, message: String) { continuation.yield(message) }
+    }
+
+    /// Seen on BlueZ as a peripheral: the response indication overtakes the five records it ends. The
+    /// download keeps listening and stores all five (it used to stop at the response and store none).
+    @Test func recordsArrivingAfterTheRACPResponseAreKept() async throws {
+        var script = FakeMeterScript(records: Self.records(1...5))
+        script.responseBeforeRecords = true
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let clock = ManualClock()
+        let (lines, continuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .unbounded)
+        let logger = Logger(label: "test", minimumLevel: .debug, sink: LineSink(continuation))
+        let link = meter.connect()
+        let info = Self.meterInfo(meter)
+        let done = Mutex(false)
+        let download = Task { () throws(DownloadError) -> DownloadReport in
+            defer {
+                done.withLock { $0 = true }
+                continuation.yield("finished")
+            }
+            return try await MeterDownload(store: store, logger: logger, clock: clock)
+                .run(link: link, meter: info, progress: { continuation.yield("progress \($0.received)") })
+        }
+        var waiting = false
+        for await line in lines {
+            if line.contains("waiting for them") { waiting = true; break }
+            if line == "finished" { break }
+        }
+        if waiting {
+            link.deliverLateRecords()
+            for await line in lines where line == "progress 5" { break }
+            // The next tick of the session's clock lets it see that all five are in.
+            while !done.withLock({ $0 }) {
+                if clock.sleeping > 0 { clock.advance(by: .milliseconds(50)) }
+                await Task.yield()
+            }
+        }
+        let report = try await download.value
+        #expect(report.outcome == .completed)
+        #expect(report.stored == 5)
+        #expect(Self.sequences(store) == Array(1...5))
+        #expect(link.subscriptions.isEmpty)
+    }
+
+    struct LateCase: Sendable, CustomTestStringConvertible {
+        var name: String
+        /// Milliseconds after the response: now, and when the last value arrived (negative: before it).
+        var now: Int
+        var lastValue: Int
+        var received: Int
+        var expected: Int?
+        var awaitingContext = false
+        var over: Bool
+        var testDescription: String { name }
+    }
+
+    static let lateCases: [LateCase] = [
+        LateCase(name: "all announced records in: stop at once", now: 0, lastValue: -5, received: 5, expected: 5, over: true),
+        LateCase(name: "all in but the last awaits its context: wait", now: 100, lastValue: 0, received: 5, expected: 5,
+                 awaitingContext: true, over: false),
+        LateCase(name: "all in, context awaited, quiet long enough: stop", now: 400, lastValue: 50, received: 5, expected: 5,
+                 awaitingContext: true, over: true),
+        LateCase(name: "no count known, values still coming: wait", now: 500, lastValue: 400, received: 3, expected: nil, over: false),
+        LateCase(name: "no count known, quiet for 300 ms: stop", now: 700, lastValue: 400, received: 3, expected: nil, over: true),
+        LateCase(name: "fewer than announced, quiet but within patience: wait", now: 1_000, lastValue: 0, received: 2, expected: 5, over: false),
+        LateCase(name: "fewer than announced, past patience and quiet: stop", now: 2_000, lastValue: 500, received: 2, expected: 5, over: true),
+        LateCase(name: "fewer than announced, past patience but values coming: wait", now: 2_500, lastValue: 2_400, received: 4, expected: 5, over: false),
+        LateCase(name: "values trickling forever: stop at the limit", now: 10_000, lastValue: 9_990, received: 9, expected: 50, over: true),
+    ]
+
+    @Test(arguments: lateCases)
+    func lateRecordWaitIsBounded(_ c: LateCase) {
+        let wait = LateRecordWait()
+        let respondedAt = ContinuousClock.now
+        let over = wait.isOver(respondedAt: respondedAt, lastValueAt: respondedAt + .milliseconds(c.lastValue),
+                               now: respondedAt + .milliseconds(c.now), received: c.received, expected: c.expected,
+                               awaitingContext: c.awaitingContext)
+        #expect(over == c.over)
+    }
 }

@@ -82,6 +82,9 @@ public struct FakeMeterScript: Sendable {
     public var greaterOrEqualUnsupported = false
     /// Sends every measurement twice.
     public var duplicateNotifications = false
+    /// Answers a report with "success" first and keeps its records until the test calls
+    /// `deliverLateRecords()` on the link (a BlueZ peripheral batching notifications, or EATT bearers).
+    public var responseBeforeRecords = false
     /// Records added to memory right after the meter answers its first count request in a link.
     public var recordsArrivingAfterCount: [FakeRecord] = []
 
@@ -147,6 +150,7 @@ public final class FakeMeterLink: MeterLink {
         var recordsSent = 0
         var silent = false
         var countAnswered = false
+        var late: [FakeRecord] = []
     }
     private let state = Mutex(LinkState())
 
@@ -262,6 +266,11 @@ public final class FakeMeterLink: MeterLink {
                 indicate(.response(requestOpCode: request.opCode, code: .noRecordsFound))
                 return
             }
+            if script.responseBeforeRecords {
+                indicate(.response(requestOpCode: request.opCode, code: .success))
+                state.withLock { $0.late = selected }
+                return
+            }
             let subscribed = state.withLock { $0.subscribed }
             for record in selected {
                 guard send(record, subscribed: subscribed, script: script) else { return }
@@ -274,6 +283,19 @@ public final class FakeMeterLink: MeterLink {
             indicate(.response(requestOpCode: request.opCode, code: .opCodeNotSupported))
         default:
             indicate(.response(requestOpCode: request.opCode, code: .opCodeNotSupported))
+        }
+    }
+
+    /// Sends the records held back by `responseBeforeRecords`, if the link is still up and subscribed.
+    public func deliverLateRecords() {
+        let (late, connected, subscribed) = state.withLock { s in
+            defer { s.late = [] }
+            return (s.late, s.connected, s.subscribed)
+        }
+        guard connected else { return }
+        let script = meter.script
+        for record in late {
+            guard send(record, subscribed: subscribed, script: script) else { return }
         }
     }
 

@@ -43,6 +43,22 @@ public actor BlueZPeripheralFrontEnd {
     private var centralDevice: String?
     private var eventTask: Task<Void, Never>?
     private var watchTask: Task<Void, Never>?
+    /// When the last notification of the running procedure went to bluetoothd.
+    private var lastNotificationAt: ContinuousClock.Instant?
+
+    /// How long the RACP response waits after the procedure's last notification. bluetoothd's GATT
+    /// server batches notifications for 10 ms into one ATT Multiple Handle Value Notification
+    /// (`NFY_MULT_TIMEOUT`, `src/shared/gatt-server.c`) but sends an indication at once, and with EATT on
+    /// another bearer: without a pause the response overtakes the records it ends, which a real meter
+    /// never does.
+    static let responsePause: Duration = .milliseconds(50)
+
+    /// The wait before indicating an RACP value now, after a notification at `lastNotificationAt`.
+    static func responseDelay(lastNotificationAt: ContinuousClock.Instant?, now: ContinuousClock.Instant) -> Duration {
+        guard let last = lastNotificationAt else { return .zero }
+        let since = now - last
+        return since >= responsePause ? .zero : responsePause - since
+    }
 
     static let root = "/org/glucosegateway/meter"
 
@@ -303,6 +319,13 @@ public actor BlueZPeripheralFrontEnd {
         guard let c = connection else { return }
         switch event {
         case .value(let uuid, let bytes):
+            if uuid == .recordAccessControlPoint {
+                let delay = Self.responseDelay(lastNotificationAt: lastNotificationAt, now: .now)
+                lastNotificationAt = nil
+                if delay > .zero { try? await Task.sleep(for: delay) }
+            } else {
+                lastNotificationAt = .now
+            }
             logger.debug("send \(uuid) \(bytes.count) bytes")
             for (i, s) in layout.services.enumerated() {
                 for (j, ch) in s.characteristics.enumerated() where ch.uuid == uuid {

@@ -1205,7 +1205,7 @@ public actor BlueZStandIn {
     // MARK: Meter events
 
     private func handle(_ event: PeripheralEvent, from address: String) async {
-        guard let m = meters[address] else { return }
+        guard meters[address] != nil else { return }
         switch event {
         case .value(let uuid, let bytes):
             guard devices[address]?.connected == true else { return }

@@ -1,0 +1,47 @@
+"""What the first runs on the real Linux Bluetooth stack (kernel, bluetoothd 5.66) showed, played by the
+stand-in so that the fast suite keeps the gateway honest about it."""
+import asyncio
+
+from gg_dbus import Client
+from gg_download import Gateway, meter, records
+
+ADDRESS = "C0:26:DA:01:02:03"
+
+
+def control(bus, member, signature="", body=()):
+    async def call():
+        client = await Client.connect(bus)
+        try:
+            return await client.control(member, signature, body)
+        finally:
+            client.bus.disconnect()
+    return asyncio.run(call())
+
+
+def test_sync_when_bluetoothd_never_signals_connected(private_bus, standin, meter_file, tmp_path):
+    # BlueZ 5.66: Connect succeeds but Connected=true is never signalled for the whole connection.
+    standin("--meter", meter_file(meter(records_list=records(1, 5))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    control(private_bus, "SetQuirks", "sas", [ADDRESS, ["silent-connected"]])
+    result = gw.sync(ADDRESS)
+    assert ADDRESS + ": 5 new readings" in result.stdout
+    assert "disconnected before its services were resolved" not in result.stderr
+    assert gw.sequences() == [1, 2, 3, 4, 5]
+
+
+def test_records_arriving_after_the_racp_response_are_stored(private_bus, standin, meter_file, tmp_path):
+    # A BlueZ peripheral indicates the RACP response at once but batches the notifications: the
+    # response overtakes the records it ends.
+    standin("--meter", meter_file(meter(records_list=records(1, 5))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    control(private_bus, "SetQuirks", "sas", [ADDRESS, ["response-before-records"]])
+    first = gw.sync(ADDRESS)
+    assert ADDRESS + ": 5 new readings" in first.stdout
+    assert gw.sequences() == [1, 2, 3, 4, 5]
+    # A new record alone in its report is not lost either.
+    control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-03-06T09:00:00", "mgdl": 123}'])
+    second = gw.sync(ADDRESS)
+    assert ADDRESS + ": 1 new reading" in second.stdout
+    assert gw.sequences() == [1, 2, 3, 4, 5, 6]
