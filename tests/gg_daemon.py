@@ -106,6 +106,10 @@ class Gateway:
         self.process = None
         self.runs = 0
 
+    def command_line(self, *args):
+        """The argv of a gateway command with this gateway's config, for a process run in the background."""
+        return [gateway_binary(), "--config", self.config] + [str(a) for a in args]
+
     def command(self, *args, timeout=60, check=True, prefix=True):
         head = ["--config", self.config] if prefix else []
         out = subprocess.run([gateway_binary()] + head + list(args), capture_output=True, text=True,

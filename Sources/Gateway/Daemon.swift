@@ -7,6 +7,13 @@ public protocol DaemonStore: ReadingStore, OutboxStore {
     func pairedMeters() async throws -> [MeterInfo]
     /// Readings stored, all meters, and how many of them are kept out of upload.
     func readingTotals() async throws -> (stored: Int, excluded: Int)
+    /// True when another process committed to the store since the last call (a manual `sync`, `pair`).
+    func changedByOtherProcesses() async throws -> Bool
+}
+
+extension DaemonStore {
+    /// A store no other process can write to.
+    public func changedByOtherProcesses() async throws -> Bool { false }
 }
 
 /// The upload side as the daemon drives it (the sync engine's uploader in the product).
@@ -591,6 +598,28 @@ public actor GatewayDaemon {
 
     static func milliseconds(_ d: Duration) -> Int {
         Int(d.components.seconds) * 1000 + Int(d.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    // MARK: - Other writers
+
+    /// Some process wrote to the database (the run command's file watch; the daemon's own writes too).
+    /// When another process committed (a manual `sync` stored readings while the daemon holds the upload
+    /// lock, `pair` added a meter), what it queued is uploaded now and the paired meters and status are
+    /// read again.
+    public func databaseWritten() async {
+        guard !stopRequested else { return }
+        let changed: Bool
+        do {
+            changed = try await store.changedByOtherProcesses()
+        } catch {
+            logger.warning("cannot tell whether another process wrote to the database: \(error)")
+            return
+        }
+        guard changed else { return }
+        logger.info("another process wrote to the database; uploading what it queued")
+        uploads.readingsStored()
+        await loadPaired(force: true)
+        await publish()
     }
 
     // MARK: - Status

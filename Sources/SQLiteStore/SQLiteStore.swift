@@ -13,6 +13,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     private let now: @Sendable () -> UnixMillis
     /// The database file, or `:memory:`.
     public nonisolated let path: String
+    /// `PRAGMA data_version` when `changesByOtherConnections()` last looked.
+    private var seenDataVersion: Int?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -51,6 +53,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             db.close()
             throw error
         }
+        self.seenDataVersion = try? Self.dataVersion(db)
         self.db = db
         self.path = path
         self.builders = builders
@@ -97,6 +100,36 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// `PRAGMA integrity_check`: `["ok"]` on a sound database.
     public func integrityCheck() throws -> [String] {
         try openConnection().query("PRAGMA integrity_check") { $0.text(0) }
+    }
+
+    /// True when another connection (another process) committed since the store was opened or since the
+    /// last call. Writes of this connection never count.
+    ///
+    /// The file-system event that prompts the question can come from a writer that has written its WAL
+    /// frames but not yet published the commit. When nothing new is seen, the write lock is taken and
+    /// released at once, which waits (within the busy timeout) for such a writer to finish, and the
+    /// question is asked again. A writer holding the lock longer than that counts as a change: a look at
+    /// the queue too many costs less than readings left waiting.
+    public func changesByOtherConnections() throws -> Bool {
+        let db = try openConnection()
+        let before = seenDataVersion
+        var version = try Self.dataVersion(db)
+        if version == before {
+            do throws(SQLiteError) {
+                try db.executeScript("BEGIN IMMEDIATE; ROLLBACK;")
+            } catch {
+                if !db.isAutocommit { try? db.executeScript("ROLLBACK") }
+                guard error.isBusy else { throw error }
+                return true
+            }
+            version = try Self.dataVersion(db)
+        }
+        seenDataVersion = version
+        return before != nil && version != before
+    }
+
+    private static func dataVersion(_ db: SQLiteConnection) throws -> Int {
+        try db.queryFirst("PRAGMA data_version") { $0.int(0) } ?? 0
     }
 
     // MARK: ReadingStore

@@ -189,6 +189,28 @@ struct DaemonTests {
         await f.finish()
     }
 
+    @Test("another process's commit (a manual sync, a pairing) is uploaded and shown; the daemon's own writes are not")
+    func anotherProcessWrites() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
+        let f = try await Fixture(meters: [meter])
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("3 readings") { try await f.sequences(meter.address) == [1, 2, 3] }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        let nudges = f.uploads.counts.withLock { $0.nudges }
+        await f.daemon.databaseWritten()
+        #expect(f.uploads.counts.withLock { $0.nudges } == nudges)
+
+        let other = try SQLiteStore(path: f.directory + "/gateway.sqlite3")
+        var second = MeterInfo(address: "AA:BB:CC:DD:EE:02", timeZone: Self.zone)
+        second.pairedAt = 2
+        try await other.saveMeter(second)
+        await other.close()
+        await f.daemon.databaseWritten()
+        #expect(f.uploads.counts.withLock { $0.nudges } == nudges + 1)
+        #expect(await f.daemon.currentSnapshot().pairedMeters == 2)
+        await f.finish()
+    }
+
     @Test("two meters download at the same time, each in its own session")
     func twoMeters() async throws {
         let a = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...30)))

@@ -125,6 +125,16 @@ enum RunCommand: GatewayCommand {
         let daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads(upload), settings: daemonSettings(config, upload),
                                    logger: logger, hooks: hooks, pid: getpid())
         changes.set { Task { await daemon.uploadStateChanged() } }
+        // Rows another process stores (a manual `sync` leaves its upload to this daemon) are noticed
+        // through the file system, without polling; see `DatabaseWatcher` for why.
+        let watcher = DatabaseWatcher(database: config.gateway.database)
+        if watcher == nil {
+            logger.warning("cannot watch \(config.gateway.database) for other writers (inotify); what another process stores is uploaded after the next download")
+        }
+        let watchTask = Task {
+            guard let watcher else { return }
+            for await _ in watcher.changes { await daemon.databaseWritten() }
+        }
 
         let signalStream = signals.stream
         let signalTask = Task {
@@ -160,6 +170,8 @@ enum RunCommand: GatewayCommand {
         let end = await daemon.run()
 
         watchdog.cancel()
+        watcher?.stop()
+        watchTask.cancel()
         signalTask.cancel()
         signals.stop()
         connectivity.stop()
@@ -205,6 +217,7 @@ struct SQLiteDaemonStore: DaemonStore, SequenceCounterStore {
         let m = try await base.metrics()
         return (m.readings, m.excludedReadings)
     }
+    func changedByOtherProcesses() async throws -> Bool { try await base.changesByOtherConnections() }
     func meter(_ address: String) async throws -> MeterInfo? { try await base.meter(address) }
     func saveMeter(_ meter: MeterInfo) async throws { try await base.saveMeter(meter) }
     func insert(_ readings: [NewReading]) async throws -> Int { try await base.insert(readings) }

@@ -1,0 +1,58 @@
+import GatewayCore
+import Testing
+@testable import SQLiteStore
+
+/// A second connection (another process in the product) writing to the daemon's database.
+@Suite struct OtherWriterTests {
+    private let builders: [any OutboxBodyBuilder] = [StubBuilder(destination: .nightscout)]
+
+    @Test func commitsOfAnotherConnectionCountOwnWritesDoNot() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let daemon = try SQLiteStore(path: dir.database, builders: builders)
+        let other = try SQLiteStore(path: dir.database, builders: builders)
+        #expect(try await daemon.changesByOtherConnections() == false)
+
+        try await daemon.insert([sampleReading(sequence: 1)])
+        #expect(try await daemon.changesByOtherConnections() == false)
+
+        try await other.insert([sampleReading(sequence: 2)])
+        #expect(try await daemon.changesByOtherConnections() == true)
+        // Noted once: the same commit does not count twice.
+        #expect(try await daemon.changesByOtherConnections() == false)
+        #expect(try await other.changesByOtherConnections() == true)
+        await other.close()
+        await daemon.close()
+    }
+
+    @Test func theWatcherReportsAnotherConnectionsWrite() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let daemon = try SQLiteStore(path: dir.database, builders: builders)
+        let watcher = try #require(DatabaseWatcher(database: dir.database))
+        let other = try SQLiteStore(path: dir.database, builders: builders)
+        let reported = Task { () -> Bool in
+            for await _ in watcher.changes { return true }
+            return false
+        }
+        try await other.insert([sampleReading(sequence: 7)])
+        #expect(await reported.value)
+        #expect(try await daemon.changesByOtherConnections() == true)
+        watcher.stop()
+        await other.close()
+        await daemon.close()
+    }
+
+    @Test func stoppingTheWatcherEndsItsStream() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let watcher = try #require(DatabaseWatcher(database: dir.database))
+        let ended = Task { () -> Int in
+            var n = 0
+            for await _ in watcher.changes { n += 1 }
+            return n
+        }
+        watcher.stop()
+        #expect(await ended.value == 0)
+    }
+}
