@@ -64,3 +64,18 @@ def test_a_failed_write_to_stderr_exits_1(private_bus, standin, meter_file, tmp_
     assert "paired " + ADDRESS in r.stdout
     # Nothing is lost: the pairing was stored.
     assert [m["address"] for m in json.loads(gw.run("meters", "--json").stdout)] == [ADDRESS]
+
+
+def test_sync_reports_a_failed_store_on_stderr(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter()))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    # The database refuses every reading (as a full or broken disk would), through a real SQLite trigger.
+    gw.query("CREATE TRIGGER refuse_readings BEFORE INSERT ON reading BEGIN "
+             "SELECT RAISE(ABORT, 'refused by the test'); END")
+    sync = gw.run("sync")
+    assert sync.returncode == 1, sync.stdout + sync.stderr
+    assert "refused by the test" in sync.stderr
+    assert "refused by the test" not in sync.stdout
+    assert sync.stderr.startswith("glucose-gateway sync: " + ADDRESS + ": download failed")
+    assert gw.query("SELECT count(*) FROM reading") == [(0,)]

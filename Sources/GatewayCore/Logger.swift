@@ -70,7 +70,8 @@ public struct StderrLogSink: LogSink {
     public init(journalPrefix: Bool = true) { self.journalPrefix = journalPrefix }
 
     public func write(level: LogLevel, label: String, message: String) {
-        let flat = message.replacingNewlines()
+        // Messages carry text from outside (meter names, server answers): never a raw control character.
+        let flat = TerminalText.escaped(message)
         let line = journalPrefix ? "<\(level.rawValue)>\(label): \(flat)\n" : "\(label): \(level.name): \(flat)\n"
         StandardStream.writeError(line)
     }
@@ -89,13 +90,4 @@ public final class MemoryLogSink: LogSink {
         lines.withLock { $0.append("\(level.name) \(label): \(message)") }
     }
     public var entries: [String] { lines.withLock { $0 } }
-}
-
-extension String {
-    fileprivate func replacingNewlines() -> String {
-        var out = ""
-        out.reserveCapacity(utf8.count)
-        for ch in self { out.append(ch == "\n" || ch == "\r" ? " " : ch) }
-        return out
-    }
 }

@@ -29,10 +29,11 @@ enum ConfigCommand: GatewayCommand {
         if problems.isEmpty {
             var text = "\(path): ok\n"
             for line in config.summaryLines() {
-                text += line.hasPrefix("[") ? line + "\n" : "  " + line + "\n"
+                let shown = TerminalText.escaped(line)
+                text += line.hasPrefix("[") ? shown + "\n" : "  " + shown + "\n"
             }
             for warning in ConfigLoader.warnings(for: config) {
-                text += "warning: \(warning)\n"
+                text += "warning: \(TerminalText.escaped(warning))\n"
             }
             if !config.hasDestination {
                 text += "note: no upload destination is enabled; readings are stored locally only\n"

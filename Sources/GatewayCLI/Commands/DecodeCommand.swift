@@ -57,7 +57,7 @@ enum DecodeCommand: GatewayCommand {
         guard let uuid = GATTUUID(string: short), supported.contains(uuid) else {
             throw GatewayFailure(
                 .usage,
-                "unknown characteristic '\(printable(text))' (expected 2a18, 2a34, 2a51 or 2a52)"
+                "unknown characteristic '\(TerminalText.escaped(text, limit: 64))' (expected 2a18, 2a34, 2a51 or 2a52)"
             )
         }
         return uuid
@@ -257,14 +257,6 @@ enum DecodeCommand: GatewayCommand {
         if c.value >= 0x21 && c.value < 0x7F { return "'\(Character(c))'" }
         let hex = String(c.value, radix: 16, uppercase: true)
         return "U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
-    }
-
-    private static func printable(_ text: String) -> String {
-        var out = ""
-        for c in text.unicodeScalars.prefix(64) {
-            out += c.value >= 0x20 && c.value < 0x7F ? String(Character(c)) : describe(c)
-        }
-        return out
     }
 }
 

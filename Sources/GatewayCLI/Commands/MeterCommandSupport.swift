@@ -65,8 +65,10 @@ enum MeterCommandSupport {
         return LocalDateTime(naiveSeconds: seconds).description + "Z"
     }
 
-    /// Left-aligned columns separated by two spaces.
-    static func table(_ header: [String], _ rows: [[String]]) -> String {
+    /// Left-aligned columns separated by two spaces. Cells are escaped (a meter's name or serial comes
+    /// from the meter): a control character can neither break the table nor reach the terminal.
+    static func table(_ header: [String], _ unescaped: [[String]]) -> String {
+        let rows = unescaped.map { $0.map(TerminalText.escaped) }
         var widths = header.map(\.count)
         for row in rows {
             for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) }

@@ -64,7 +64,7 @@ enum PairCommand: GatewayCommand {
         var what = [m.manufacturer, m.model].compactMap { $0 }.joined(separator: " ")
         if what.isEmpty { what = m.name ?? "meter" }
         if let serial = m.serial { what += ", serial \(serial)" }
-        StandardStream.writeOutput("paired \(address) (\(what)), time zone \(zone)\n")
+        StandardStream.writeOutput("paired \(address) (\(TerminalText.escaped(what))), time zone \(TerminalText.escaped(zone))\n")
         if result.singleBond {
             StandardStream.writeError("""
             warning: this meter keeps a single bond: pairing the gateway may have un-paired the user's phone app.

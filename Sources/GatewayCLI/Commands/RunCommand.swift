@@ -285,7 +285,7 @@ struct DaemonUploader: DaemonUploads {
         do {
             try await uploader.prepare()
         } catch {
-            StandardStream.writeError("glucose-gateway run: upload queue: \(error)\n")
+            StandardStream.writeError("glucose-gateway run: upload queue: \(TerminalText.escaped(String(describing: error)))\n")
         }
     }
     /// The uploader sleeps until new readings, connectivity or the end of a backoff; the hourly look is

@@ -49,14 +49,9 @@ enum ScanCommand: GatewayCommand {
             return .ok
         }
         let rows = found.map { m in
-            [m.address, m.name.map(printable) ?? "-", m.rssi.map { "\($0) dBm" } ?? "-", m.paired ? "yes" : "no"]
+            [m.address, m.name.map { TerminalText.escaped($0, limit: 40) } ?? "-", m.rssi.map { "\($0) dBm" } ?? "-", m.paired ? "yes" : "no"]
         }
         StandardStream.writeOutput(MeterCommandSupport.table(["ADDRESS", "NAME", "RSSI", "PAIRED"], rows))
         return .ok
-    }
-
-    /// A device name as received over the air, without control characters.
-    static func printable(_ name: String) -> String {
-        String(name.prefix(40).map { $0.isASCII && ($0.asciiValue ?? 0) < 0x20 ? "?" : $0 })
     }
 }

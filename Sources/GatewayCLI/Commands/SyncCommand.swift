@@ -67,7 +67,7 @@ enum SyncCommand: GatewayCommand {
         do {
             radio = try await BlueZRadio.open(adapter: adapter ?? config.gateway.adapter, logger: logger)
         } catch {
-            StandardStream.writeError("glucose-gateway sync: \(error.message)\n")
+            StandardStream.writeError("glucose-gateway sync: \(TerminalText.escaped(error.message))\n")
             return .unavailable
         }
         let options = DownloadOptions(
@@ -83,7 +83,7 @@ enum SyncCommand: GatewayCommand {
             do {
                 lock = try MeterSessionLock.acquire(database: config.gateway.database, address: meter.address)
             } catch {
-                StandardStream.writeOutput("\(meter.address): not downloaded: \(error.description)\n")
+                StandardStream.writeError("glucose-gateway sync: \(meter.address): not downloaded: \(TerminalText.escaped(error.description))\n")
                 incomplete = true
                 continue
             }
@@ -96,7 +96,12 @@ enum SyncCommand: GatewayCommand {
             let result = await sync.sync(meter, wait: .milliseconds(Int(wait * 1000))) { bar.update($0) }
             withExtendedLifetime(lock) {}
             bar.clear()
-            StandardStream.writeOutput(result.summary + "\n")
+            // A failed download's reason is an error: stderr, as every error (the summaries go to stdout).
+            if case .failed = result.status {
+                StandardStream.writeError("glucose-gateway sync: " + TerminalText.escaped(result.summary) + "\n")
+            } else {
+                StandardStream.writeOutput(TerminalText.escaped(result.summary) + "\n")
+            }
             switch result.status {
             case .unreachable: break
             case .downloaded, .failed: reachable += 1

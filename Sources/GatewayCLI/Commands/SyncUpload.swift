@@ -19,7 +19,7 @@ enum SyncUpload {
         do {
             lock = try UploadLock.acquire(database: config.gateway.database)
         } catch {
-            StandardStream.writeError("glucose-gateway sync: \(error.description)\n")
+            StandardStream.writeError("glucose-gateway sync: \(TerminalText.escaped(error.description))\n")
             return .tempFail
         }
         guard let lock else {
@@ -34,7 +34,7 @@ enum SyncUpload {
         do {
             try await uploader.prepare()
         } catch {
-            StandardStream.writeError("glucose-gateway sync: upload queue: \(error)\n")
+            StandardStream.writeError("glucose-gateway sync: upload queue: \(TerminalText.escaped(String(describing: error)))\n")
             return .tempFail
         }
         let outcome = await uploader.drain(deadline: ContinuousClock.now.advanced(by: wait))

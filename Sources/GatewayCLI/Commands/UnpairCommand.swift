@@ -34,12 +34,12 @@ enum UnpairCommand: GatewayCommand {
             do {
                 bondRemoved = try await radio.forget(address: address)
             } catch {
-                StandardStream.writeError("glucose-gateway unpair: warning: could not remove the Bluetooth bond: \(error.message)\n")
+                StandardStream.writeError("glucose-gateway unpair: warning: could not remove the Bluetooth bond: \(TerminalText.escaped(error.message))\n")
             }
             await radio.close()
         } catch {
             if removed {
-                StandardStream.writeError("glucose-gateway unpair: warning: Bluetooth bond not removed: \(error.message)\n")
+                StandardStream.writeError("glucose-gateway unpair: warning: Bluetooth bond not removed: \(TerminalText.escaped(error.message))\n")
             }
         }
         guard removed || bondRemoved else {

@@ -42,10 +42,10 @@ enum UploadCommand: GatewayCommand {
                 case .accepted:
                     StandardStream.writeOutput("\(name): credentials accepted\n")
                 case .refused(let why):
-                    StandardStream.writeOutput("\(name): credentials refused: \(why)\n")
+                    StandardStream.writeOutput("\(name): credentials refused: \(TerminalText.escaped(why))\n")
                     status = .config
                 case .unreachable(let why):
-                    StandardStream.writeOutput("\(name): not checked: \(why)\n")
+                    StandardStream.writeOutput("\(name): not checked: \(TerminalText.escaped(why))\n")
                     if status == .ok { status = .tempFail }
                 }
             }
@@ -116,20 +116,22 @@ public enum UploadWiring {
         return RunningConnectivity(hub: hub, netlink: netlink, task: task)
     }
 
-    /// One line per destination, secret-free.
+    /// One line per destination, secret-free; a server's answer in it is escaped.
     public static func summary(_ outcome: UploadOutcome) -> [String] {
-        outcome.reports.map { r in
-            var line = "\(r.destination): \(r.uploaded) uploaded"
-            if r.duplicates > 0 { line += " (\(r.duplicates) already on the server)" }
-            if r.quarantined > 0 { line += ", \(r.quarantined) quarantined" }
-            switch r.end {
-            case .drained: line += ", nothing pending"
-            case let .deferred(code, message): line += "; deferred: error \(code) \(NetworkErrorCode.name(code)): \(message)"
-            case let .paused(code, message): line += "; paused (\(code)): \(message)"
-            case let .blocked(code, message): line += "; blocked (\(code)): \(message)"
-            }
-            return line
-        } + (outcome.pending > 0 ? ["\(outcome.pending) reading upload(s) pending"] : [])
+        outcome.reports.map { TerminalText.escaped(summaryLine($0)) } + (outcome.pending > 0 ? ["\(outcome.pending) reading upload(s) pending"] : [])
+    }
+
+    static func summaryLine(_ r: SessionReport) -> String {
+        var line = "\(r.destination): \(r.uploaded) uploaded"
+        if r.duplicates > 0 { line += " (\(r.duplicates) already on the server)" }
+        if r.quarantined > 0 { line += ", \(r.quarantined) quarantined" }
+        switch r.end {
+        case .drained: line += ", nothing pending"
+        case let .deferred(code, message): line += "; deferred: error \(code) \(NetworkErrorCode.name(code)): \(message)"
+        case let .paused(code, message): line += "; paused (\(code)): \(message)"
+        case let .blocked(code, message): line += "; blocked (\(code)): \(message)"
+        }
+        return line
     }
 }
 
