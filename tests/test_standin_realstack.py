@@ -45,3 +45,30 @@ def test_records_arriving_after_the_racp_response_are_stored(private_bus, standi
     second = gw.sync(ADDRESS)
     assert ADDRESS + ": 1 new reading" in second.stdout
     assert gw.sequences() == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_stalled_pairing_is_not_called_a_wrong_pin(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter()))
+    gw = Gateway(private_bus, tmp_path)
+    control(private_bus, "SetQuirks", "sas", [ADDRESS, ["pairing-stalls"]])
+    result = gw.run("pair", ADDRESS, "--pin", "123456", "--wait", "10")
+    assert result.returncode == 69, result.stderr
+    assert "the meter did not answer in time; press its Bluetooth button and try again" in result.stderr
+    assert "wrong PIN" not in result.stderr
+    assert gw.run("meters", "--json").stdout.strip() == "[]"
+    # Once the meter answers, the same PIN pairs.
+    control(private_bus, "SetQuirks", "sas", [ADDRESS, []])
+    gw.pair(ADDRESS)
+
+
+def test_repairing_a_bonded_meter_keeps_the_bond_and_says_so(private_bus, standin, meter_file, tmp_path):
+    standin("--meter", meter_file(meter()))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    again = gw.run("pair", ADDRESS, "--pin", "654321", "--wait", "10")
+    assert again.returncode == 0, again.stderr
+    assert not again.stdout.startswith("paired")
+    assert "was paired already: kept the existing bond" in again.stdout
+    assert "the PIN was not checked" in again.stdout
+    # The bond still works.
+    assert ADDRESS + ": 5 new readings" in gw.sync(ADDRESS).stdout

@@ -25,12 +25,16 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
     public var message: String
     /// The ATT error code the meter returned (`Operation failed with ATT error: 0x80`).
     public var attError: UInt8?
+    /// For a failed pairing: what it means for the user (set by `BlueZClient.pair`).
+    public var pairingFailure: PairingFailure?
 
-    public init(_ kind: Kind, _ message: String, name: String? = nil, attError: UInt8? = nil) {
+    public init(_ kind: Kind, _ message: String, name: String? = nil, attError: UInt8? = nil,
+                pairingFailure: PairingFailure? = nil) {
         self.kind = kind
         self.message = message
         self.name = name
         self.attError = attError
+        self.pairingFailure = pairingFailure
     }
 
     public var description: String {

@@ -28,6 +28,8 @@ public final class PairingAgent: Sendable {
         var target: (device: String, passkey: PasskeyProvider)?
         var pending: Task<UInt32, any Error>?
         var requests: [Request] = []
+        /// When the passkey was last given for the current target.
+        var answeredAt: ContinuousClock.Instant?
     }
     private let state = Mutex(State())
 
@@ -38,7 +40,15 @@ public final class PairingAgent: Sendable {
     /// Requests seen so far.
     public var requests: [Request] { state.withLock { $0.requests } }
 
-    func setTarget(device: String, passkey: @escaping PasskeyProvider) { state.withLock { $0.target = (device, passkey) } }
+    func setTarget(device: String, passkey: @escaping PasskeyProvider) {
+        state.withLock {
+            $0.target = (device, passkey)
+            $0.answeredAt = nil
+        }
+    }
+
+    /// When the passkey was given for the device being paired; nil when it was not asked for.
+    var passkeyAnsweredAt: ContinuousClock.Instant? { state.withLock { $0.answeredAt } }
     func clearTarget() {
         state.withLock { state in
             state.target = nil
@@ -91,6 +101,7 @@ public final class PairingAgent: Sendable {
                 throw DBusError(name: BlueZErrorNames.rejected, message: "passkey out of range")
             }
             self.record(.passkeyAnswered(device: device))
+            self.state.withLock { $0.answeredAt = ContinuousClock.now }
             return [.uint32(passkey)]
         })
         methods.append(DBusMethod("Cancel") { [weak self] _ in
@@ -171,7 +182,14 @@ extension BlueZClient {
         } catch where error.kind == .timeout {
             _ = try? await callBlueZ(path: device.path, interface: BlueZNames.device, member: "CancelPairing",
                                      timeout: .seconds(5))
-            throw BlueZError(.timeout, "pairing with \(address) did not finish in time", name: error.name)
+            throw BlueZError(.timeout, "pairing with \(address) did not finish in time", name: error.name,
+                             pairingFailure: .noAnswer)
+        } catch {
+            var failure = error
+            let ago = agent.passkeyAnsweredAt.map { ContinuousClock.now - $0 }
+            failure.pairingFailure = PairingFailure.classify(name: error.name, kind: error.kind, passkeyAnsweredAgo: ago)
+            logger.debug("bluez: pairing with \(address) failed: \(error) (passkey \(ago.map { "given \($0) before" } ?? "never asked for"))")
+            throw failure
         }
         try await setProperty(path: device.path, interface: BlueZNames.device, name: "Trusted", value: .bool(true))
     }

@@ -24,6 +24,8 @@ public struct MeterAccessError: Error, Sendable, Equatable, CustomStringConverti
         case notFound
         /// The meter refused the passkey.
         case authenticationFailed
+        /// The meter refused to pair before asking for a passkey (not in pairing mode).
+        case pairingRefused
         /// Pairing or connecting did not finish in time.
         case timeout
         /// The device is not a glucose meter (no Glucose Service).

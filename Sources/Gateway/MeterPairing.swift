@@ -6,6 +6,10 @@ public struct PairingResult: Sendable, Equatable {
     /// The meter keeps a single bond (Glucose Feature bit 10 clear): pairing the gateway may have
     /// un-paired the user's phone app.
     public var singleBond: Bool
+    /// The meter was bonded with this adapter already: the bond was kept (and shown to work by an
+    /// encrypted read), and the PIN given was not checked. BlueZ answers `Pair` on a bonded device with
+    /// `AlreadyExists` without involving the meter, so a PIN cannot be checked without removing the bond.
+    public var keptExistingBond: Bool = false
 }
 
 /// `pair`: waits for the meter to advertise (the user presses its Bluetooth button), pairs with the
@@ -48,10 +52,15 @@ public struct MeterPairing: Sendable {
         } catch {
             throw Self.failure(error, address: address, step: "waiting for the meter")
         }
-        do {
-            try await radio.pair(address: address, passkey: passkey, timeout: pairTimeout)
-        } catch {
-            throw Self.failure(error, address: address, step: "pairing")
+        let keptBond = nearby.paired
+        if keptBond {
+            logger.notice("\(address) is bonded already; keeping the bond (the PIN is not checked)")
+        } else {
+            do {
+                try await radio.pair(address: address, passkey: passkey, timeout: pairTimeout)
+            } catch {
+                throw Self.failure(error, address: address, step: "pairing")
+            }
         }
 
         let link: any MeterLink
@@ -73,10 +82,15 @@ public struct MeterPairing: Sendable {
         info.model = await Self.readString(link, .modelNumber)
         info.serial = await Self.readString(link, .serialNumber)
         info.firmware = await Self.readString(link, .firmwareRevision)
-        if let bytes = try? await link.read(.glucoseFeature), bytes.count >= 2 {
+        let feature = try? await link.read(.glucoseFeature)
+        if let bytes = feature, bytes.count >= 2 {
             info.features = Int(bytes[0]) | Int(bytes[1]) << 8
         }
         await link.disconnect()
+        if keptBond, feature == nil {
+            // The Glucose Feature needs the bond: a meter that forgot it (paired with a phone since, or reset) refuses it.
+            throw GatewayFailure(.failure, "\(address) is paired with this gateway, but the bond no longer works (the meter may have been paired with another device or reset); run 'glucose-gateway unpair \(address)', then pair again")
+        }
 
         let at = now()
         info.pairedAt = at
@@ -95,15 +109,20 @@ public struct MeterPairing: Sendable {
             throw GatewayFailure(.failure, "paired \(address) but could not store it: \(error)")
         }
         let singleBond = info.features.map { $0 & Self.multipleBondFeature == 0 } ?? false
-        return PairingResult(meter: info, singleBond: singleBond)
+        return PairingResult(meter: info, singleBond: singleBond, keptExistingBond: keptBond)
     }
 
     static func failure(_ error: MeterAccessError, address: String, step: String) -> GatewayFailure {
         switch error.kind {
         case .authenticationFailed:
             return GatewayFailure(.failure, "pairing with \(address) failed: wrong PIN (the meter refused the passkey); check the PIN on the meter's display and try again")
+        case .pairingRefused:
+            return GatewayFailure(.failure, "pairing with \(address) failed: the meter refused to pair before asking for the PIN; put it in pairing mode (hold its Bluetooth button until the PIN shows) and try again (\(error.message))")
         case .notFound:
             return GatewayFailure(.unavailable, "\(address) was not seen while \(step): press the meter's Bluetooth button so it advertises, then try again")
+        case .timeout where step == "pairing":
+            // Not a wrong PIN: nothing came back in time (a stalled pairing, a link that dropped).
+            return GatewayFailure(.unavailable, "pairing with \(address) failed: the meter did not answer in time; press its Bluetooth button and try again (\(error.message))")
         case .timeout:
             return GatewayFailure(.unavailable, "\(step) \(address) timed out: \(error.message)")
         case .adapterUnavailable:

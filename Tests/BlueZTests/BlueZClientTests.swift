@@ -382,3 +382,37 @@ final class Rig: Sendable {
         #expect((1...5).map { backoff.delay(before: $0) } == [.milliseconds(250), .milliseconds(500), .seconds(1), .seconds(1), .seconds(1)])
     }
 }
+
+@Suite struct PairingFailureTests {
+    struct Case: Sendable, CustomTestStringConvertible {
+        var name: String
+        var message: String
+        /// Seconds since the agent gave the passkey; nil: never asked.
+        var answeredAgo: Double?
+        var failure: PairingFailure
+        var testDescription: String { "\(name) \(message), passkey \(answeredAgo.map { "\($0) s ago" } ?? "never asked")" }
+    }
+
+    static let cases: [Case] = [
+        Case(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed", answeredAgo: 0.4, failure: .wrongPasskey),
+        Case(name: "org.bluez.Error.AuthenticationRejected", message: "Authentication Rejected", answeredAgo: 1, failure: .wrongPasskey),
+        // A refusal 34 s after the passkey: SMP timed out, the PIN was never judged.
+        Case(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed", answeredAgo: 34, failure: .noAnswer),
+        Case(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed", answeredAgo: nil, failure: .refused),
+        Case(name: "org.bluez.Error.AuthenticationCanceled", message: "Authentication Canceled", answeredAgo: 0.5, failure: .noAnswer),
+        Case(name: "org.bluez.Error.AuthenticationTimeout", message: "Authentication Timeout", answeredAgo: nil, failure: .noAnswer),
+        Case(name: "org.bluez.Error.ConnectionAttemptFailed", message: "Page Timeout", answeredAgo: nil, failure: .noAnswer),
+        Case(name: "org.freedesktop.DBus.Error.NoReply", message: "Did not receive a reply", answeredAgo: 2, failure: .noAnswer),
+        Case(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local", answeredAgo: nil, failure: .noAnswer),
+        Case(name: "org.bluez.Error.NotReady", message: "Resource Not Ready", answeredAgo: nil, failure: .adapterNotReady),
+        Case(name: "org.bluez.Error.InProgress", message: "In Progress", answeredAgo: nil, failure: .busy),
+        Case(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call", answeredAgo: nil, failure: .other),
+    ]
+
+    @Test(arguments: cases)
+    func onlyARefusalRightAfterThePasskeyIsAWrongPin(_ c: Case) {
+        let error = BlueZError(DBusError(name: c.name, message: c.message))
+        let ago = c.answeredAgo.map { Duration.milliseconds(Int64($0 * 1000)) }
+        #expect(PairingFailure.classify(name: error.name, kind: error.kind, passkeyAnsweredAgo: ago) == c.failure)
+    }
+}

@@ -36,11 +36,15 @@ final class BlueZRadio: MeterRadio {
     }
 
     static func accessError(_ error: BlueZError) -> MeterAccessError {
+        switch error.pairingFailure {
+        case .wrongPasskey?: return MeterAccessError(.authenticationFailed, error.description)
+        case .refused?: return MeterAccessError(.pairingRefused, error.description)
+        case .noAnswer?: return MeterAccessError(.timeout, error.description)
+        case .adapterNotReady?: return MeterAccessError(.adapterUnavailable, error.description)
+        case .busy?, .other?: return MeterAccessError(.failed, error.description)
+        case nil: break
+        }
         switch error.name {
-        case BlueZErrorNames.authenticationFailed?, BlueZErrorNames.authenticationRejected?, BlueZErrorNames.authenticationCanceled?:
-            return MeterAccessError(.authenticationFailed, error.description)
-        case BlueZErrorNames.authenticationTimeout?:
-            return MeterAccessError(.timeout, error.description)
         case BlueZErrorNames.notReady?:
             return MeterAccessError(.adapterUnavailable, error.description)
         default:

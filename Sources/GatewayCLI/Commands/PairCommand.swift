@@ -17,7 +17,10 @@ enum PairCommand: GatewayCommand {
       --adapter hciN       the Bluetooth adapter (default: [gateway] adapter, else the first powered one)
       --wait SECONDS       how long to wait for the meter to advertise (default 60)
     Meters that keep a single bond forget the user's phone when the gateway pairs: a warning says so.
-    Exit status: 0 paired; 1 wrong PIN or not a meter; 64 bad arguments; 69 meter not seen or no adapter.
+    A meter bonded already keeps its bond (shown to work by an encrypted read); the PIN is then not
+    checked: unpair first to pair anew.
+    Exit status: 0 paired, or bonded already and the bond kept; 1 wrong PIN, a bond that no longer works,
+    or not a meter; 64 bad arguments; 69 meter not seen, did not answer in time, or no adapter.
     """
     static let options = OptionTable(values: ["--pin", "--timezone", "--adapter", "--wait"])
 
@@ -64,7 +67,11 @@ enum PairCommand: GatewayCommand {
         var what = [m.manufacturer, m.model].compactMap { $0 }.joined(separator: " ")
         if what.isEmpty { what = m.name ?? "meter" }
         if let serial = m.serial { what += ", serial \(serial)" }
-        StandardStream.writeOutput("paired \(address) (\(TerminalText.escaped(what))), time zone \(TerminalText.escaped(zone))\n")
+        if result.keptExistingBond {
+            StandardStream.writeOutput("\(address) (\(TerminalText.escaped(what))) was paired already: kept the existing bond, time zone \(TerminalText.escaped(zone)); the PIN was not checked (to pair anew: glucose-gateway unpair \(address), then pair)\n")
+        } else {
+            StandardStream.writeOutput("paired \(address) (\(TerminalText.escaped(what))), time zone \(TerminalText.escaped(zone))\n")
+        }
         if result.singleBond {
             StandardStream.writeError("""
             warning: this meter keeps a single bond: pairing the gateway may have un-paired the user's phone app.

@@ -92,6 +92,9 @@ public actor BlueZStandIn {
         /// indicates at once, and with EATT uses another bearer: the RACP response arrives before the
         /// records it ends, which follow `lateRecordsDelay` later.
         case responseBeforeRecords = "response-before-records"
+        /// Pairing stalls after the passkey was given and ends with `AuthenticationCanceled` (seen with
+        /// EATT on: the kernel's HCI Disconnect timed out, `command 0x0406 tx timeout`, after 34 s).
+        case pairingStalls = "pairing-stalls"
     }
 
     /// How late the records come with `response-before-records` (real time: bluetoothd's batching does
@@ -931,6 +934,7 @@ public actor BlueZStandIn {
         }
         guard let c = connection else { throw bluezError("Failed", "Not connected") }
         let devPath = devicePath(address)
+        let stalls = quirks[address]?.contains(.pairingStalls) == true
         let task = Task { () throws -> Void in
             let reply: [DBusValue]
             do {
@@ -954,6 +958,7 @@ public actor BlueZStandIn {
             guard let first = reply.first, let passkey = first.uint32 else {
                 throw bluezError("AuthenticationFailed", "Authentication Failed")
             }
+            if stalls { throw bluezError("AuthenticationCanceled", "Authentication Canceled") }
             guard passkey == m.description.passkey else {
                 throw bluezError("AuthenticationFailed", "Authentication Failed")
             }

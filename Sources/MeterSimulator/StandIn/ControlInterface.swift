@@ -27,7 +27,9 @@ enum ControlInterface {
       SetQuirks(s address, as quirks)                     play real bluetoothd behaviour for the meter:
                                                            silent-connected (Connected=true without a
                                                            signal, BlueZ 5.66), response-before-records
-                                                           (the RACP response overtakes the records)
+                                                           (the RACP response overtakes the records),
+                                                           pairing-stalls (Pair ends AuthenticationCanceled
+                                                           after the passkey was given)
       StopAnswering(d seconds)                            keep org.bluez but answer no call for that long
                                                            (real seconds; 0: for good), as a hung bluetoothd
       CallLog() -> as / ClearCallLog()                    "Interface.Method /path" of every BlueZ call
