@@ -72,3 +72,35 @@ def test_repairing_a_bonded_meter_keeps_the_bond_and_says_so(private_bus, standi
     assert "the PIN was not checked" in again.stdout
     # The bond still works.
     assert ADDRESS + ": 5 new readings" in gw.sync(ADDRESS).stdout
+
+
+def test_simulate_meter_help_tells_how_the_pin_is_imposed_on_real_bluez():
+    import subprocess
+    from gg_bus import gateway_binary
+    result = subprocess.run([gateway_binary(), "simulate-meter", "--help"], capture_output=True, text=True, timeout=20)
+    assert result.returncode == 0
+    assert "cannot be imposed" not in result.stdout
+    assert "KeyboardOnly agent" in result.stdout
+    assert "--display-passkey" in result.stdout
+    assert "--address is not needed" in result.stdout
+
+
+def test_bluez_front_end_takes_the_adapters_address(bluezoo, private_bus, tmp_path):
+    from gg_bus import Simulator
+    sim = Simulator(["--bluez", "--adapter", "hci1", "--bus", private_bus, "--name", "meter+bluez", "--records", "3"],
+                    log_path=str(tmp_path / "meter.log"))
+    try:
+        sim.wait_for_line("ready", timeout=20)
+        gw = Gateway(private_bus, tmp_path, extra_config='adapter = "hci0"\n')
+        found = gw.run("scan", "--timeout", "3", "--json")
+        assert found.returncode == 0, found.stderr
+        assert '"address": "%s"' % bluezoo[1] in found.stdout
+        assert "meter+bluez" in found.stdout
+    finally:
+        sim.stop()
+    # Usage errors stay usage errors.
+    import subprocess
+    from gg_bus import gateway_binary
+    both = subprocess.run([gateway_binary(), "simulate-meter", "--bluez", "--bus", private_bus, "--pin", "123456",
+                           "--display-passkey"], capture_output=True, text=True, timeout=20)
+    assert both.returncode == 64 and "--display-passkey" in both.stderr

@@ -155,4 +155,45 @@ import Glibc
         await frontEnd.stop()
         await client.close()
     }
+
+    /// On real BlueZ the meter's PIN is imposed by a KeyboardOnly agent that answers `RequestPasskey`
+    /// with it (bluetoothd calls the meter side's default agent during SMP passkey entry).
+    @Test(.timeLimit(.minutes(1))) func realBlueZFrontEndTypesTheMetersPin() async throws {
+        let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
+        let bus = try await PrivateBus.start()
+        defer { bus.close() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: zoo)
+        process.arguments = ["--auto-enable", "-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
+        var env = ProcessInfo.processInfo.environment
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
+        process.environment = env
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        defer {
+            kill(pid, SIGKILL)
+            process.waitUntilExit()
+        }
+        let client = try await BlueZClient.connect(bus: bus.address)
+        let frontEnd = BlueZPeripheralFrontEnd(
+            meter: Self.meter(bonding: true, count: 2),
+            options: .init(busAddress: bus.address, adapterName: "hci1", passkey: .fixed(246_813)), logger: .silent)
+        do {
+            _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
+            #expect(try await BlueZPeripheralFrontEnd.adapterAddress(busAddress: bus.address, adapterName: "hci1") == "00:00:00:02:00:00")
+            try await frontEnd.start()
+            let name = try #require(await frontEnd.uniqueName)
+            let reply = try await client.connection.call(destination: name, path: "/org/glucosegateway/agent",
+                                                         interface: "org.bluez.Agent1", member: "RequestPasskey",
+                                                         arguments: [.objectPath("/org/bluez/hci1/dev_00_00_00_01_00_00")],
+                                                         timeout: .seconds(5))
+            #expect(reply.first?.uint32 == 246_813)
+        } catch {
+            Issue.record("\(error)")
+        }
+        await frontEnd.stop()
+        await client.close()
+    }
 }

@@ -28,8 +28,11 @@ enum SimulateMeterCommand: GatewayCommand {
       --bluez     a peripheral on real BlueZ: GattManager1.RegisterApplication and
                   LEAdvertisingManager1.RegisterAdvertisement on --adapter (default hci0), so a second
                   adapter or a second Pi plays a meter next to a real gateway. Prints "ready" once registered.
-                  The passkey is chosen by the kernel and shown as a stdout line "display passkey NNNNNN for
-                  DEVICE" (the meter's PIN cannot be imposed on real BlueZ).
+                  The meter has its adapter's address (--address is not needed). Pairing uses the meter's
+                  PIN (--pin, or "pin" in the meter file; default 123456): a KeyboardOnly agent, registered
+                  as the default agent of this bluetoothd, answers RequestPasskey with it, so a gateway
+                  given another PIN fails. With --display-passkey the kernel chooses the passkey instead
+                  and a DisplayOnly agent prints it as a stdout line "display passkey NNNNNN for DEVICE".
 
     Options:
       --bus ADDRESS           D-Bus address (default: DBUS_SYSTEM_BUS_ADDRESS, else the system bus)
@@ -40,6 +43,7 @@ enum SimulateMeterCommand: GatewayCommand {
       --acquire-notify        (--standin) offer AcquireNotify on notify characteristics, as BlueZ does (off by
                               default: socket notifications are not ordered with the RACP indication)
       --adapter hciN          (--bluez) adapter to register on; (--standin) name of the simulated adapter
+      --display-passkey       (--bluez) show a kernel-chosen passkey instead of imposing the meter's PIN
       --adapter-address A     (--standin) address of the simulated adapter
 
     Meter flags (instead of --meter):
@@ -80,7 +84,7 @@ enum SimulateMeterCommand: GatewayCommand {
             "--fail-after", "--notify-delay-ms",
         ],
         flags: [
-            "--standin", "--bluez", "--acquire-notify", "--no-bonding", "--with-context",
+            "--standin", "--bluez", "--acquire-notify", "--display-passkey", "--no-bonding", "--with-context",
             "--no-context-characteristic", "--context-before", "--zero-count-as-no-records",
         ],
         repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
@@ -104,13 +108,14 @@ enum SimulateMeterCommand: GatewayCommand {
         let adapter = try arguments.option("--adapter")
         let adapterAddress = try arguments.option("--adapter-address")
         let acquireNotify = arguments.flag("--acquire-notify")
+        let displayPasskey = arguments.flag("--display-passkey")
         var meters: [MeterDescription] = []
         for path in files { meters.append(try loadMeter(path)) }
-        let flagged = try meterFromFlags(&arguments)
+        let flagged = try meterFromFlags(&arguments, requireAddress: !bluez)
         try arguments.finish()
         if let flagged {
             guard meters.isEmpty else { throw GatewayFailure(.usage, "use either --meter files or meter flags, not both") }
-            meters.append(flagged)
+            meters.append(flagged.meter)
         }
         guard !meters.isEmpty else { throw GatewayFailure(.usage, "describe a meter with --meter FILE or --address/--pin flags") }
         var seen = Set<String>()
@@ -148,12 +153,29 @@ enum SimulateMeterCommand: GatewayCommand {
             return lost ? .unavailable : .ok
         }
 
-        guard meters.count == 1, let meter = meters.first else {
+        guard meters.count == 1, var meter = meters.first else {
             throw GatewayFailure(.usage, "--bluez plays one meter")
         }
+        if displayPasskey, flagged?.passkeyGiven == true {
+            throw GatewayFailure(.usage, "--display-passkey shows a kernel-chosen passkey; it does not go with --pin")
+        }
+        // On real BlueZ the meter is its adapter: it has the adapter's address, whatever --address says.
+        let adapterName = adapter ?? "hci0"
+        let own: String
+        do {
+            own = try await BlueZPeripheralFrontEnd.adapterAddress(busAddress: bus, adapterName: adapterName)
+        } catch {
+            throw GatewayFailure(.unavailable, "cannot read the address of adapter \(adapterName) on \(bus): \(error)")
+        }
+        if flagged?.addressGiven == true || !files.isEmpty, meter.address != own {
+            logger.notice("the meter has the address of \(adapterName), \(own), not \(meter.address)")
+        }
+        if flagged?.nameGiven == false { meter.name = defaultName(own) }
+        meter.address = own
         let frontEnd = BlueZPeripheralFrontEnd(
             meter: meter,
-            options: .init(busAddress: bus, adapterName: adapter ?? "hci0", clock: clock,
+            options: .init(busAddress: bus, adapterName: adapterName, clock: clock,
+                           passkey: displayPasskey ? .display : .fixed(meter.passkey),
                            display: { text in StandardStream.writeOutput("display \(text)\n") }),
             logger: logger)
         do {
@@ -187,8 +209,19 @@ enum SimulateMeterCommand: GatewayCommand {
         }
     }
 
-    /// The meter described by flags, or nil when no meter flag is given.
-    static func meterFromFlags(_ a: inout Arguments) throws -> MeterDescription? {
+    /// A meter described by flags, and which of the identity flags were given.
+    struct FlaggedMeter {
+        var meter: MeterDescription
+        var addressGiven: Bool
+        var nameGiven: Bool
+        var passkeyGiven: Bool
+    }
+
+    static func defaultName(_ address: String) -> String { "meter+" + address.filter { $0 != ":" }.suffix(8) }
+
+    /// The meter described by flags, or nil when no meter flag is given. Without `requireAddress` (real
+    /// BlueZ, where the adapter's address is used) a missing --address is filled in later.
+    static func meterFromFlags(_ a: inout Arguments, requireAddress: Bool = true) throws -> FlaggedMeter? {
         func usage(_ f: MeterFileError) -> GatewayFailure { GatewayFailure(.usage, f.description) }
         let address = try a.option("--address")
         let name = try a.option("--name")
@@ -222,8 +255,17 @@ enum SimulateMeterCommand: GatewayCommand {
             || !malformed.isEmpty || zeroCount
         guard anyFlag else { return nil }
 
-        guard let addressText = address, let normalized = MeterDescription.normalizedAddress(addressText) else {
-            throw GatewayFailure(.usage, "--address AA:BB:CC:DD:EE:FF is required for a meter described by flags")
+        let normalized: String
+        if let addressText = address {
+            guard let n = MeterDescription.normalizedAddress(addressText) else {
+                throw GatewayFailure(.usage, "--address must look like AA:BB:CC:DD:EE:FF, got '\(addressText.prefix(40))'")
+            }
+            normalized = n
+        } else {
+            guard !requireAddress else {
+                throw GatewayFailure(.usage, "--address AA:BB:CC:DD:EE:FF is required for a meter described by flags")
+            }
+            normalized = "00:00:00:00:00:00"
         }
         let passkey: UInt32
         do { passkey = try MeterFile.parsePIN(pin ?? "123456", field: "--pin") } catch { throw usage(error) }
@@ -280,9 +322,9 @@ enum SimulateMeterCommand: GatewayCommand {
                 advertising = .bursts(onSeconds: on, offSeconds: off)
             }
         }
-        return MeterDescription(
+        let described = MeterDescription(
             address: normalized,
-            name: name ?? "meter+" + normalized.filter { $0 != ":" }.suffix(8),
+            name: name ?? defaultName(normalized),
             passkey: passkey,
             requiresBonding: !noBonding,
             hasContextCharacteristic: !noContextChar,
@@ -291,6 +333,7 @@ enum SimulateMeterCommand: GatewayCommand {
             advertising: advertising,
             faults: faults
         )
+        return FlaggedMeter(meter: described, addressGiven: address != nil, nameGiven: name != nil, passkeyGiven: pin != nil)
     }
 }
 

@@ -10,26 +10,60 @@ import GlucoseProfile
 /// bluetoothd owns the link here: it writes the client configuration (calling `StartNotify`/`StopNotify`
 /// on our characteristics), turns our `Value` changes into notifications and indications, and maps the
 /// error `org.bluez.Error.Failed` with message `0x80`/`0x81` to those ATT errors (BlueZ 5.65+; older
-/// versions send 0x80 for any `Failed`). Pairing needs an agent on this side: the passkey is chosen by the
-/// kernel and shown through `DisplayPasskey`, which this front end passes to `Options.display` (the meter
-/// file's PIN cannot be imposed on real BlueZ).
+/// versions send 0x80 for any `Failed`). Pairing needs an agent on this side, registered as the default
+/// agent of the meter's bluetoothd (whose capability becomes the adapter's IO capability):
+/// - `.fixed(PIN)`: a KeyboardOnly agent answering `RequestPasskey` with the meter's PIN. Both sides then
+///   type the passkey (SMP passkey entry), which a central cannot tell from a meter showing its PIN; a
+///   gateway given another PIN fails with `AuthenticationFailed`.
+/// - `.display`: a DisplayOnly agent; the kernel chooses the passkey and `DisplayPasskey` passes it to
+///   `Options.display`, as on a meter whose display shows a new PIN each time.
 public actor BlueZPeripheralFrontEnd {
+    /// Where the passkey of a pairing comes from.
+    public enum PasskeySource: Sendable, Equatable {
+        /// The meter's own PIN, typed by a KeyboardOnly agent.
+        case fixed(UInt32)
+        /// Chosen by the kernel and shown through `Options.display`.
+        case display
+    }
+
     public struct Options: Sendable {
         public var busAddress: String
         public var adapterName: String
         public var clock: SimulationClock
-        /// Registers a DisplayOnly agent as default, so pairing shows a passkey on the meter's "display".
+        /// Registers the pairing agent as default (see `passkey`).
         public var registerAgent: Bool
+        public var passkey: PasskeySource
         /// The meter's display: receives the passkey text to show (never logged).
         public var display: @Sendable (String) -> Void
         public init(busAddress: String, adapterName: String = "hci0", clock: SimulationClock = SimulationClock(),
-                    registerAgent: Bool = true, display: @escaping @Sendable (String) -> Void = { _ in }) {
+                    registerAgent: Bool = true, passkey: PasskeySource = .display,
+                    display: @escaping @Sendable (String) -> Void = { _ in }) {
             self.busAddress = busAddress
             self.adapterName = adapterName
             self.clock = clock
             self.registerAgent = registerAgent
+            self.passkey = passkey
             self.display = display
         }
+    }
+
+    /// The address of `adapterName` as bluetoothd reports it: on real BlueZ the meter has its adapter's address.
+    public static func adapterAddress(busAddress: String, adapterName: String) async throws -> String {
+        let c = try await DBusConnection.connect(address: busAddress)
+        let reply: [DBusValue]
+        do {
+            reply = try await c.call(destination: "org.bluez", path: "/org/bluez/" + adapterName,
+                                     interface: DBusNames.properties, member: "Get",
+                                     arguments: [.string("org.bluez.Adapter1"), .string("Address")], timeout: .seconds(10))
+        } catch {
+            await c.close()
+            throw error
+        }
+        await c.close()
+        guard let address = reply.first?.string, let normalized = MeterDescription.normalizedAddress(address) else {
+            throw DBusError(.failed, "adapter \(adapterName) reports no address")
+        }
+        return normalized
     }
 
     let options: Options
@@ -190,9 +224,24 @@ public actor BlueZPeripheralFrontEnd {
         advertisementRegistered = false
     }
 
+    static let agentPath = "/org/glucosegateway/agent"
+
+    /// The unique bus name of this front end's connection (where its agent lives), once started.
+    public var uniqueName: String? { connection?.uniqueName }
+
     private func registerAgent(_ c: DBusConnection) async {
-        let path = "/org/glucosegateway/agent"
+        let path = Self.agentPath
         let display = options.display
+        let capability: String
+        var typed: UInt32?
+        switch options.passkey {
+        case .display: capability = "DisplayOnly"
+        case .fixed(let pin):
+            capability = "KeyboardOnly"
+            typed = pin
+        }
+        let answer = typed
+        let logger = self.logger
         do {
             try await c.export(path: path, interfaces: [
                 DBusInterface("org.bluez.Agent1", methods: [
@@ -209,8 +258,12 @@ public actor BlueZPeripheralFrontEnd {
                     DBusMethod("RequestConfirmation", in: "ou") { _ in [] },
                     DBusMethod("RequestAuthorization", in: "o") { _ in [] },
                     DBusMethod("AuthorizeService", in: "os") { _ in [] },
-                    DBusMethod("RequestPasskey", in: "o", out: "u") { _ in
-                        throw DBusError(name: "org.bluez.Error.Rejected", message: "the meter displays, it does not type")
+                    DBusMethod("RequestPasskey", in: "o", out: "u") { call in
+                        guard let answer, answer <= 999_999 else {
+                            throw DBusError(name: "org.bluez.Error.Rejected", message: "the meter displays, it does not type")
+                        }
+                        logger.info("passkey requested for \(call.arguments.first?.objectPath ?? "?"): typing the meter's PIN")
+                        return [.uint32(answer)]
                     },
                     DBusMethod("RequestPinCode", in: "o", out: "s") { _ in
                         throw DBusError(name: "org.bluez.Error.Rejected", message: "no PIN code")
@@ -218,7 +271,7 @@ public actor BlueZPeripheralFrontEnd {
                 ]),
             ])
             _ = try await c.call(destination: "org.bluez", path: "/org/bluez", interface: "org.bluez.AgentManager1",
-                                 member: "RegisterAgent", arguments: [.objectPath(path), .string("DisplayOnly")],
+                                 member: "RegisterAgent", arguments: [.objectPath(path), .string(capability)],
                                  timeout: .seconds(10))
             _ = try await c.call(destination: "org.bluez", path: "/org/bluez", interface: "org.bluez.AgentManager1",
                                  member: "RequestDefaultAgent", arguments: [.objectPath(path)], timeout: .seconds(10))
