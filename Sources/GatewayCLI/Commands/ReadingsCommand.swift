@@ -29,15 +29,18 @@ enum ReadingsCommand: GatewayCommand {
         try arguments.finish()
         if json && csv { throw GatewayFailure(.usage, "choose one of --json and --csv") }
         let meter = try meterText.map { text throws(GatewayFailure) in try MeterCommandSupport.address(text, command: "--meter") }
+        let config = try context.loadConfig()
         var since: UnixMillis?
         if let sinceText {
-            let zone = MeterTimeZone(identifier: MeterTimeZone.systemIdentifier(environment: context.environment), environment: context.environment)
+            // A wall time without an offset is in the gateway's zone ([gateway] time_zone), as the README
+            // says, not in the zone of whoever runs the command (their TZ).
+            let zoneName = config.gateway.timeZone ?? MeterTimeZone.systemIdentifier(environment: context.environment)
+            let zone = MeterTimeZone(identifier: zoneName, environment: context.environment)
             guard let t = TimeArgument.parse(sinceText, now: SystemClock.now(), zone: zone) else {
                 throw GatewayFailure(.usage, "--since: '\(sinceText.prefix(40))' is not a time (2024-05-01, 2024-05-01T08:00Z, 24h, 7d)")
             }
             since = t
         }
-        let config = try context.loadConfig()
         let readings = try await MeterCommandSupport.withStore(config) { store in
             if let meter, try await store.meters(includingUnpaired: true).contains(where: { $0.info.address == meter }) == false {
                 throw GatewayFailure(.failure, "no meter \(meter) in this gateway's database (see glucose-gateway meters --all)")
