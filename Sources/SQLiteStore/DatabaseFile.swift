@@ -16,6 +16,7 @@ enum DatabaseFile {
     /// open in this process: closing any descriptor of a file drops every POSIX lock the process holds on
     /// it, and SQLite's lock on `-shm` is what stops another process from deleting the live WAL.
     static func prepare(path: String) throws(SQLiteStoreError) {
+        try check(path: path)
         try createParentDirectories(of: path)
         var info = stat()
         if stat(path, &info) != 0 {
@@ -30,6 +31,36 @@ enum DatabaseFile {
         try restrict(path: path)
         for suffix in ["-wal", "-shm", "-journal"] {
             try restrict(path: path + suffix)
+        }
+    }
+
+    /// Refuses, without touching anything, a path that is not a regular file (a directory would otherwise
+    /// be chmod 0600 and SQLite would then fail on it) or a symbolic link to nothing (SQLite would create
+    /// its target, or fail where the target's directory is missing). A missing path is fine: it is created.
+    static func check(path: String) throws(SQLiteStoreError) {
+        var info = stat()
+        if stat(path, &info) == 0 {
+            let type = info.st_mode & S_IFMT
+            guard type == S_IFREG else { throw .notAFile(path: path, kind: kindName(type)) }
+            return
+        }
+        guard errno == ENOENT else { return }
+        var link = stat()
+        guard lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK else { return }
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let n = readlink(path, &buffer, buffer.count - 1)
+        let target = n > 0 ? String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+        throw .danglingLink(path: path, target: target)
+    }
+
+    private static func kindName(_ type: mode_t) -> String {
+        switch type {
+        case S_IFDIR: "a directory"
+        case S_IFCHR: "a character device"
+        case S_IFBLK: "a block device"
+        case S_IFIFO: "a named pipe"
+        case S_IFSOCK: "a socket"
+        default: "not a regular file"
         }
     }
 

@@ -15,6 +15,7 @@ struct Migrator {
     func migrate(_ db: SQLiteConnection, now: Int64) throws {
         // An up-to-date database needs no write lock: a reader (`status`) opens it while the daemon writes.
         let found = try currentVersion(db)
+        if found < 0 { throw SQLiteStoreError.schemaInvalid(found: found) }
         if found > migrations.count {
             throw SQLiteStoreError.schemaTooNew(found: found, supported: migrations.count)
         }
@@ -23,6 +24,7 @@ struct Migrator {
             try db.transaction {
                 // Read again under the write lock: another process may have migrated meanwhile.
                 let version = try currentVersion(db)
+                if version < 0 { throw SQLiteStoreError.schemaInvalid(found: version) }
                 if version > migrations.count {
                     throw SQLiteStoreError.schemaTooNew(found: version, supported: migrations.count)
                 }

@@ -111,6 +111,12 @@ public enum SQLiteStoreError: Error, Sendable, Equatable, CustomStringConvertibl
     case invalidColumn(table: String, column: String)
     /// The store was closed.
     case closed
+    /// The database path names something that is not a regular file (a directory, a device, a socket).
+    case notAFile(path: String, kind: String)
+    /// The database path is a symbolic link whose target does not exist.
+    case danglingLink(path: String, target: String)
+    /// `PRAGMA user_version` holds a negative number: not a schema this program (or any) wrote.
+    case schemaInvalid(found: Int)
 
     public var description: String {
         switch self {
@@ -122,6 +128,12 @@ public enum SQLiteStoreError: Error, Sendable, Equatable, CustomStringConvertibl
             "database holds an unreadable value in \(table).\(column)"
         case .closed:
             "database is closed"
+        case let .notAFile(path, kind):
+            "database \(path) is \(kind), not a database file; set [gateway] database to a file path"
+        case let .danglingLink(path, target):
+            "database \(path) is a symbolic link to \(target), which does not exist"
+        case let .schemaInvalid(found):
+            "database schema version \(found) is invalid (negative): the file was not written by glucose-gateway or is damaged; nothing was changed"
         }
     }
 }

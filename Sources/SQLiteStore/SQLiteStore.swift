@@ -92,6 +92,12 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         try openConnection().executeScript(sql)
     }
 
+    /// Refuses a database path that is not a regular file or is a symbolic link to nothing, without
+    /// touching it (what opening the store checks first); a missing path is fine.
+    public static func checkPath(_ path: String) throws(SQLiteStoreError) {
+        try DatabaseFile.check(path: path)
+    }
+
     /// The schema version (`PRAGMA user_version`).
     public func schemaVersion() throws -> Int {
         try Migrator(migrations: Schema.migrations).currentVersion(openConnection())

@@ -37,6 +37,9 @@ enum MeterCommandSupport {
     }
 
     static func storeFailure(_ error: any Error, config: GatewayConfig) -> GatewayFailure {
+        if let e = error as? SQLiteStoreError, let message = pathProblem(e) {
+            return GatewayFailure(.failure, message)
+        }
         if let e = error as? SQLiteError {
             if e.isBusy {
                 return GatewayFailure(.tempFail, "database \(config.gateway.database) is locked by another process; try again")
@@ -46,6 +49,15 @@ enum MeterCommandSupport {
             }
         }
         return GatewayFailure(.failure, "database \(config.gateway.database): \(error)")
+    }
+
+    /// The message for a database path that is not a file or a link to nothing: the same from every
+    /// command, `status` included. Nil for other errors.
+    static func pathProblem(_ error: SQLiteStoreError) -> String? {
+        switch error {
+        case .notAFile, .danglingLink: error.description
+        default: nil
+        }
     }
 
     /// A Bluetooth address argument, normalized; a usage error when it is not one.

@@ -182,6 +182,12 @@ struct StoreStatus {
 enum StoreStatusReader {
     static func read(config: GatewayConfig, now: UnixMillis) async throws(GatewayFailure) -> StoreStatus {
         let path = config.gateway.database
+        // A directory or a link to nothing is an error here as in every other command, not "not created yet".
+        do {
+            try SQLiteStore.checkPath(path)
+        } catch {
+            throw GatewayFailure(.failure, MeterCommandSupport.pathProblem(error) ?? error.description)
+        }
         var status = StoreStatus(database: path, exists: access(path, F_OK) == 0)
         let enabled = config.uploadSettings.destinations
         guard status.exists else {

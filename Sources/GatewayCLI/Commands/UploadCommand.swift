@@ -67,7 +67,7 @@ enum UploadCommand: GatewayCommand {
         do {
             store = try SQLiteStore(path: config.gateway.database, builders: settings.bodyBuilders)
         } catch {
-            throw GatewayFailure(.failure, "cannot open \(config.gateway.database): \(error)")
+            throw MeterCommandSupport.storeFailure(error, config: config)
         }
         let connectivity = await UploadWiring.startConnectivity(logger: logger)
         defer { connectivity.stop() }
