@@ -34,18 +34,17 @@ public enum GatewayMain {
     static let globalOptions = OptionTable(values: ["--config"], flags: ["--verbose"])
 
     /// Runs the command line and returns the exit status; prints one-line errors to stderr. A failed write
-    /// to stdout or stderr (a full disk, `/dev/full`) turns success into exit 1, with one line on stderr
-    /// when stderr still takes it; a command that failed already keeps its own status.
+    /// to stdout (a full disk, `/dev/full`) is reported in one line on stderr; it and a failed write to
+    /// stderr turn success into exit 1. A command that failed already keeps its own, more precise status.
     public static func main(_ argv: [String], environment: [String: String]) async -> Int32 {
         let status = await dispatch(argv, environment: environment)
         StandardStream.flush()
-        guard status == ExitStatus.ok.rawValue else { return status }
         if let code = StandardStream.outputFailure {
             let name = commandName(argv).map { "glucose-gateway \($0): " } ?? "glucose-gateway: "
             StandardStream.writeError(name + "cannot write to standard output: \(StandardStream.describe(code))\n")
-            return ExitStatus.failure.rawValue
         }
-        if StandardStream.errorFailure != nil { return ExitStatus.failure.rawValue }
+        let streamFailed = StandardStream.outputFailure != nil || StandardStream.errorFailure != nil
+        if status == ExitStatus.ok.rawValue, streamFailed { return ExitStatus.failure.rawValue }
         return status
     }
 
