@@ -74,7 +74,9 @@ def test_readings_a_manual_sync_stores_are_uploaded_by_the_running_daemon(privat
     seen = wait_until("the daemon to upload what the sync stored", uploaded, timeout=15, interval=0.02)
     # The goal is 2 s from the sync's commit; reported here (pytest -s), not asserted tightly.
     print("\nupload of another process's readings: %d ms after its commit" % (seen * 1000 - committed_ms))
-    assert gw.query("SELECT count(*) FROM outbox WHERE state = 'acknowledged'")[0][0] == 6
+    # The server stores the entries before the daemon has read its answer: wait on the daemon's own state.
+    wait_until("the daemon to acknowledge them",
+               lambda: gw.query("SELECT count(*) FROM outbox WHERE state = 'acknowledged'")[0][0] == 6, timeout=10)
     assert "another process wrote to the database" in gw.log()
     wait_until("status clean", lambda: gw.status()["destinations"][0]["pending"] == 0, timeout=10)
     assert gw.stop() == 0
@@ -94,6 +96,10 @@ def test_a_row_queued_by_another_writer_is_uploaded_and_the_daemon_own_writes_do
     gw.start()
     control(private_bus, "Advertise", A, 20.0)
     wait_until("downloaded and uploaded", lambda: len(nightscout.entries()) == 3, timeout=30)
+    # Re-queue only once the daemon has acknowledged all three: a row still in flight would be acknowledged
+    # over the re-queue and never sent again.
+    wait_until("acknowledged", lambda: gw.query("SELECT count(*) FROM outbox WHERE state = 'acknowledged'")[0][0] == 3,
+               timeout=10)
     posts = nightscout.stats()["elements_received"]
 
     shell = subprocess.run(["sqlite3", gw.database,
