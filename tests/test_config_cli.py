@@ -117,3 +117,131 @@ def test_bad_config_stops_a_command_with_one_line_and_78(tmp_path, command):
     r = run(command, env={"GLUCOSE_GATEWAY_CONFIG": str(tmp_path / "absent.toml")})
     assert r.returncode == 78
     assert r.stderr.splitlines() == [f"glucose-gateway {command}: {tmp_path}/absent.toml: cannot read config file: does not exist"]
+
+
+SECRET_LINES = [
+    "API_SECRET = s3cret-value-0451",      # Nightscout's environment-variable spelling
+    "api-secret = s3cret-value-0451",
+    "api_secret = s3cret-value-0451",
+    "token = s3cret-value-0451",
+]
+
+
+@pytest.mark.parametrize("line", SECRET_LINES)
+def test_an_unquoted_secret_is_never_echoed(tmp_path, line):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[gateway]\ndatabase = "%s"\n[nightscout]\nurl = "https://ns.example"\n%s\n' % (tmp_path / "gw.sqlite3", line))
+    outputs = []
+    for command in (["config", "check"], ["run"], ["upload"], ["sync"], ["status"], ["meters"]):
+        r = run("--config", str(cfg), *command, env={"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=%s/no-bus" % tmp_path})
+        outputs.append(r.stdout + r.stderr)
+        if command[0] in ("config", "run", "upload", "sync"):
+            assert r.returncode == 78, (command, r.stderr)
+            if command[0] == "config":
+                assert "%s:5: " % cfg in r.stderr, r.stderr   # the line is named
+    for text in outputs:
+        assert "s3cret" not in text and "0451" not in text, text
+
+
+def test_config_check_of_a_secret_file_does_not_print_it(tmp_path):
+    for i, secret in enumerate(["s3cretvalue0451", "s3cret value 0451", "czNjcmV0dmFsdWUwNDUx==", "[s3cretvalue0451", "s3cret.0451 = 1"]):
+        path = tmp_path / ("ns%d.secret" % i)
+        path.write_text(secret + "\n")
+        r = run("config", "check", str(path))
+        assert r.returncode == 78
+        assert "s3cret" not in r.stdout + r.stderr and "0451" not in r.stdout + r.stderr, r.stderr
+        assert r.stderr.startswith("%s:1: " % path), r.stderr
+
+
+def test_alert_command_arguments_are_not_printed(tmp_path):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[network]\non_network_error = ["/bin/sh", "-c", "notify --token=tok-0451"]\n')
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert "  on_network_error: /bin/sh (2 arguments)\n" in r.stdout
+    assert "tok-0451" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("url, fragment", [
+    ("http://127.0.0.1:+8080", "invalid port in URL"),
+    ("https://b\u00fccher.example", "host name must be ASCII"),
+    ("https://ns.example.", "host name must not end with a dot"),
+    ("http://300.1.2.3", "looks like an IPv4 address but is not one"),
+])
+def test_a_url_that_can_never_work_is_a_config_error_with_its_line(tmp_path, url, fragment):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[nightscout]\n# site\nurl = "%s"\ntoken = "t0ken-value"\n' % url, encoding="utf-8")
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 78
+    assert r.stderr.splitlines()[0] == "%s:3: nightscout.url: %s" % (cfg, fragment) or fragment in r.stderr.splitlines()[0], r.stderr
+    assert r.stderr.startswith("%s:3: nightscout.url: " % cfg), r.stderr
+    r = run("--config", str(cfg), "upload")
+    assert r.returncode == 78 and ":3:" in r.stderr
+
+
+def test_ca_file_must_hold_a_pem_certificate(tmp_path):
+    (tmp_path / "ca.pem").write_text("not a certificate\n")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[nightscout]\nurl = "https://ns.example"\ntoken = "t0ken-value"\nca_file = "ca.pem"\n')
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 78
+    assert r.stderr.splitlines()[0] == "%s:4: nightscout.ca_file: %s/ca.pem holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)" % (cfg, tmp_path)
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUJ1c2VkIGZvciB0ZXN0cyBvbmx5\n-----END CERTIFICATE-----\n")
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 0, r.stderr
+
+
+def test_health_check_on_another_port_of_the_upload_host_is_accepted(tmp_path):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[nightscout]\nurl = "http://127.0.0.1:1337"\ntoken = "t0ken-value"\n'
+                   '[network]\nhealth_check_url = "http://127.0.0.1:1338/"\n')
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert "  health_check_url: http://127.0.0.1:1338\n" in r.stdout
+    cfg.write_text('[nightscout]\nurl = "http://127.0.0.1:1337"\ntoken = "t0ken-value"\n'
+                   '[network]\nhealth_check_url = "http://127.0.0.1:1337/generate_204"\n')
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 78
+    assert "must not point at an upload server (same scheme, host and port as nightscout.url)" in r.stderr
+
+
+UPLOAD_PROBLEMS = [
+    ("[nightscout]\nurl = \"https://ns.example\"\n", 3, "[nightscout] needs one of api_secret"),
+    ("[fhir]\nenabled = true\nbase_url = \"https://fhir.example\"\n", 4, "fhir.subject is required"),
+    ("[network]\nretry_count = 99\n", 4, "network.retry_count: 99 is out of range"),
+    ("[nightscout]\nurl = \"https://ns.example\"\napi_secret = s3cret-value-0451\n", 3, "(and 1 more)"),
+]
+
+
+@pytest.mark.parametrize("section, line, fragment", UPLOAD_PROBLEMS)
+def test_upload_settings_problems_do_not_block_meter_commands(tmp_path, section, line, fragment):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[gateway]\ndatabase = "%s"\n%s' % (tmp_path / "gw.sqlite3", section))
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=%s/no-bus" % tmp_path}
+    for command in (["meters"], ["readings"], ["status"], ["scan", "--timeout", "1"],
+                    ["pair", "AA:BB:CC:DD:EE:FF", "--pin", "123456"], ["unpair", "AA:BB:CC:DD:EE:FF"]):
+        r = run("--config", str(cfg), *command, env=env)
+        assert r.returncode != 78, (command, r.stderr)
+        warnings = [l for l in r.stderr.splitlines() if "warning: %s:%d:" % (cfg, line) in l]
+        assert len(warnings) == 1, (command, r.stderr)
+        assert warnings[0].startswith("glucose-gateway %s: warning: %s:%d: " % (command[0], cfg, line)), warnings
+        assert fragment in warnings[0]
+        assert "ignored by this command" in warnings[0]
+        assert "s3cret" not in r.stdout + r.stderr
+        if command[0] in ("meters", "readings", "status"):
+            assert r.returncode == 0, (command, r.stderr)
+        else:
+            # Past the config: no bus here (69), or no such paired meter (1).
+            assert r.returncode in (1, 69), (command, r.stderr)
+    for command in (["run"], ["sync"], ["upload"]):
+        r = run("--config", str(cfg), *command, env=env)
+        assert r.returncode == 78, (command, r.stderr)
+
+
+def test_a_gateway_section_problem_still_blocks_meter_commands(tmp_path):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[gateway]\nlog_level = "loud"\n[network]\nretry_count = 99\n')
+    for command in (["meters"], ["status"]):
+        r = run("--config", str(cfg), *command)
+        assert r.returncode == 78
+        assert r.stderr.splitlines()[0].startswith("glucose-gateway %s: %s:2: gateway.log_level" % (command[0], cfg)), r.stderr

@@ -216,6 +216,30 @@ def test_sighup_with_a_bad_config_keeps_the_running_one(private_bus, standin, me
     assert gw.stop() == 0
 
 
+def test_sighup_with_an_unquoted_secret_never_shows_it(private_bus, standin, meter_file, tmp_path, gateways):
+    standin("--meter", meter_file(meter(A, count=1)))
+    gw = paired_gateway(gateways, tmp_path, private_bus, [A])
+    gw.start()
+    good = open(gw.config).read()
+    # Nightscout's environment-variable spelling, unquoted: the parser must not echo the value.
+    with open(gw.config, "a") as f:
+        f.write("[nightscout]\nurl = \"https://ns.example\"\nAPI_SECRET = s3cret-value-0451\n")
+    gw.signal(signal.SIGHUP)
+    wait_until("the refusal", lambda: gw.state().get("last_reload_error"), timeout=10)
+    assert gw.process.poll() is None
+    shown = [gw.state()["last_reload_error"], gw.log(), open(gw.database + ".daemon.json").read()]
+    bad = gw.command("status", check=False)   # the bad file itself: [nightscout] ignored with a warning
+    assert bad.returncode == 0, bad.stderr
+    shown += [bad.stdout, bad.stderr]
+    good_copy = str(tmp_path / "good.toml")
+    open(good_copy, "w").write(good)
+    shown.append(gw.command("--config", good_copy, "status", prefix=False).stdout)
+    shown.append(gw.command("--config", good_copy, "status", "--json", prefix=False).stdout)
+    for text in shown:
+        assert "s3cret" not in text and "0451" not in text, text
+    assert gw.stop() == 0
+
+
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(private_bus, standin, meter_file, tmp_path, gateways, nightscout):
     standin("--time-scale", "50", "--meter",
             meter_file(meter(A, count=40, advertising="always", newRecords={"everySeconds": 10, "limit": 60},

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import GatewayCore
 
 /// Reads and validates the config file.
@@ -39,7 +42,8 @@ public enum ConfigLoader {
 
     /// Validates config text as if it were the file at `path` (relative paths resolve against its directory).
     public static func evaluate(bytes: [UInt8], path: String) -> (config: GatewayConfig, problems: [ConfigProblem]) {
-        var builder = ConfigBuilder(document: ConfigParser.parse(bytes), baseDirectory: ConfigFiles.directory(of: path))
+        let known = Set(ConfigBuilder.schema.flatMap(\.keys))
+        var builder = ConfigBuilder(document: ConfigParser.parse(bytes, knownKeys: known), baseDirectory: ConfigFiles.directory(of: path))
         var config = builder.build()
         config.path = path
         let problems = builder.problems.enumerated()
@@ -77,6 +81,39 @@ public enum ConfigLoader {
         }
     }
 
+    /// The sections only uploads use: a problem in them does not stop the meter commands.
+    public static let uploadSections: Set<String> = ["nightscout", "fhir", "network"]
+
+    /// For the meter commands (`pair`, `scan`, `unpair`, `meters`, `readings`, `status`): problems
+    /// confined to `[nightscout]`, `[fhir]` and `[network]` do not stop them. Those sections fall back to
+    /// their defaults (disabled) and `warning` is one line naming the first problem; any other problem
+    /// throws as `load` does.
+    public static func loadIgnoringUploadProblems(explicitPath path: String?) throws(GatewayFailure) -> (config: GatewayConfig, warning: String?) {
+        let file: String
+        if let path {
+            file = path
+        } else {
+            guard ConfigFiles.exists(GatewayConfig.defaultPath) else { return (GatewayConfig(), nil) }
+            file = GatewayConfig.defaultPath
+        }
+        var (config, problems) = evaluate(path: file)
+        guard let first = problems.first else { return (config, nil) }
+        guard problems.allSatisfy({ $0.section.map(uploadSections.contains) ?? false }) else {
+            throw failure(path: file, first: problems.first { !($0.section.map(uploadSections.contains) ?? false) } ?? first,
+                          count: problems.count)
+        }
+        let sections = Set(problems.compactMap(\.section))
+        if sections.contains("nightscout") { config.nightscout = NightscoutSection() }
+        if sections.contains("fhir") { config.fhir = FHIRSection() }
+        if sections.contains("network") { config.network = NetworkSection() }
+        let names = ["nightscout", "fhir", "network"].filter(sections.contains).map { "[\($0)]" }.joined(separator: ", ")
+        let location = first.line > 0 ? "\(file):\(first.line)" : file
+        var warning = "\(location): \(first.message)"
+        if problems.count > 1 { warning += " (and \(problems.count - 1) more)" }
+        warning += "; \(names) ignored by this command (uploads need it fixed: glucose-gateway config check \(file))"
+        return (config, warning)
+    }
+
     static func failure(path: String, first: ConfigProblem, count: Int) -> GatewayFailure {
         let location = first.line > 0 ? "\(path):\(first.line)" : path
         var message = "\(location): \(first.message)"
@@ -104,6 +141,8 @@ struct ConfigBuilder {
     ]
 
     private(set) var problems: [ConfigProblem]
+    /// The section whose values are being built, for the problems found meanwhile.
+    private var building: String?
     private var entries: [String: [String: ConfigEntry]] = [:]
     private var headerLines: [String: Int] = [:]
     private let baseDirectory: String
@@ -120,7 +159,8 @@ struct ConfigBuilder {
                         + " (sections: " + Self.schema.map { "[\($0.section)]" }.joined(separator: ", ") + ")"
                 ))
             } else if let first = headerLines[header.name] {
-                problems.append(ConfigProblem(line: header.line, message: "section [\(header.name)] is already defined on line \(first)"))
+                problems.append(ConfigProblem(line: header.line, message: "section [\(header.name)] is already defined on line \(first)",
+                                              section: header.name))
             } else {
                 headerLines[header.name] = header.line
             }
@@ -131,12 +171,14 @@ struct ConfigBuilder {
                 let order = Self.schema.first { $0.section == entry.section }?.keys ?? []
                 problems.append(ConfigProblem(
                     line: entry.line,
-                    message: "unknown key '\(entry.key)' in [\(entry.section)]" + Self.suggestion(entry.key, among: order)
+                    message: "unknown key '\(entry.key)' in [\(entry.section)]" + Self.suggestion(entry.key, among: order),
+                    section: entry.section
                 ))
                 continue
             }
             if let first = entries[entry.section]?[entry.key] {
-                problems.append(ConfigProblem(line: entry.line, message: "duplicate key '\(entry.key)' in [\(entry.section)] (first set on line \(first.line))"))
+                problems.append(ConfigProblem(line: entry.line, message: "duplicate key '\(entry.key)' in [\(entry.section)] (first set on line \(first.line))",
+                                              section: entry.section))
                 continue
             }
             entries[entry.section, default: [:]][entry.key] = entry
@@ -145,9 +187,13 @@ struct ConfigBuilder {
 
     mutating func build() -> GatewayConfig {
         var config = GatewayConfig()
+        building = "gateway"
         buildGateway(&config.gateway)
+        building = "nightscout"
         buildNightscout(&config.nightscout)
+        building = "fhir"
         buildFHIR(&config.fhir)
+        building = "network"
         buildNetwork(&config.network, uploadURLs: [
             ("nightscout.url", config.nightscout.url), ("fhir.base_url", config.fhir.baseURL),
         ])
@@ -166,7 +212,7 @@ struct ConfigBuilder {
         }
         if let v = string(s, "log_level") {
             if let level = LogLevel.allCases.first(where: { $0.name == v.value }) { g.logLevel = level } else {
-                problem(v.line, "\(s).log_level: expected one of error, warning, notice, info, debug, got \"\(ConfigParser.clip(v.value))\"")
+                problem(v.line, "\(s).log_level: expected one of error, warning, notice, info, debug, got \(ConfigKeys.shown("log_level", v.value))")
             }
         }
         if let v = path(s, "metrics_file") { g.metricsFile = v.value }
@@ -178,7 +224,7 @@ struct ConfigBuilder {
         if let v = integer(s, "download_idle_timeout_s", in: GatewaySection.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
         if let v = string(s, "scan_mode") {
             if let mode = ScanMode(rawValue: v.value) { g.scanMode = mode } else {
-                problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\", got \"\(ConfigParser.clip(v.value))\"")
+                problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\", got \(ConfigKeys.shown("scan_mode", v.value))")
             }
         }
     }
@@ -189,7 +235,7 @@ struct ConfigBuilder {
         let url = httpURL(s, "url")
         n.url = url?.value
         n.enabled = enabled?.value ?? (url != nil)
-        n.caFile = existingFile(s, "ca_file")
+        n.caFile = certificateFile(s, "ca_file")
 
         // One credential at most: the first one set wins, others are errors.
         var credential: (key: String, line: Int)?
@@ -237,7 +283,7 @@ struct ConfigBuilder {
                 problem(v.line, "\(s).subject: expected a reference such as \"Patient/123\" (Patient, Group, Device or Location; id of 1-64 letters, digits, '-' or '.')")
             }
         }
-        f.caFile = existingFile(s, "ca_file")
+        f.caFile = certificateFile(s, "ca_file")
         if let inline = entries[s]?["bearer_token"], let file = entries[s]?["bearer_token_file"] {
             let later = inline.line > file.line ? inline : file
             let earlier = inline.line > file.line ? file : inline
@@ -261,7 +307,7 @@ struct ConfigBuilder {
         if let v = httpURL(s, "health_check_url") {
             let origin = Self.origin(v.value)
             if let clash = uploadURLs.first(where: { $0.url.map(Self.origin) == origin }) {
-                problem(v.line, "\(s).health_check_url: must not point at an upload server (same host as \(clash.key)); use a host that tells whether the network is up")
+                problem(v.line, "\(s).health_check_url: must not point at an upload server (same scheme, host and port as \(clash.key)); use a host that tells whether the network is up")
             } else {
                 n.healthCheckURL = v.value
             }
@@ -286,7 +332,7 @@ struct ConfigBuilder {
                 return
             }
             guard ConfigFiles.isExecutable(program) else {
-                problem(entry.line, "\(s).on_network_error: \(program) is not an executable file")
+                problem(entry.line, "\(s).on_network_error: \(ConfigParser.clip(program, limit: 200)) is not an executable file")
                 return
             }
             n.onNetworkError = command
@@ -296,7 +342,7 @@ struct ConfigBuilder {
     // MARK: typed getters (each reports a wrong type on the key's line)
 
     private mutating func problem(_ line: Int, _ message: String) {
-        problems.append(ConfigProblem(line: line, message: ConfigParser.oneLine(message)))
+        problems.append(ConfigProblem(line: line, message: ConfigParser.oneLine(message), section: building))
     }
 
     private mutating func string(_ section: String, _ key: String) -> (value: String, line: Int)? {
@@ -351,6 +397,48 @@ struct ConfigBuilder {
             return nil
         }
         return v.value
+    }
+
+    /// A CA bundle: an existing regular file that holds at least one PEM certificate.
+    private mutating func certificateFile(_ section: String, _ key: String) -> String? {
+        guard let path = existingFile(section, key), let line = entries[section]?[key]?.line else { return nil }
+        switch ConfigFiles.read(path, limit: ConfigLoader.fileLimit * 8) {
+        case .failure(let error):
+            problem(line, "\(section).\(key): cannot read \(path): \(error.text)")
+            return nil
+        case .success(let bytes):
+            guard Self.holdsPEMCertificate(bytes) else {
+                problem(line, "\(section).\(key): \(path) holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)")
+                return nil
+            }
+            return path
+        }
+    }
+
+    /// A `BEGIN CERTIFICATE` line followed by base64 and its `END CERTIFICATE` line.
+    static func holdsPEMCertificate(_ bytes: [UInt8]) -> Bool {
+        let begin = Array("-----BEGIN CERTIFICATE-----".utf8)
+        let end = Array("-----END CERTIFICATE-----".utf8)
+        func find(_ needle: [UInt8], from start: Int) -> Int? {
+            guard bytes.count >= needle.count, start <= bytes.count - needle.count else { return nil }
+            for i in start...(bytes.count - needle.count) where bytes[i] == needle[0] && Array(bytes[i..<(i + needle.count)]) == needle {
+                return i
+            }
+            return nil
+        }
+        func isBase64(_ b: UInt8) -> Bool {
+            (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || (b >= 0x30 && b <= 0x39) || b == 0x2B || b == 0x2F || b == 0x3D
+        }
+        func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0A || b == 0x0D }
+        var from = 0
+        while let b = find(begin, from: from) {
+            let bodyStart = b + begin.count
+            guard let e = find(end, from: bodyStart) else { return false }
+            let body = bytes[bodyStart..<e].filter { !isSpace($0) }
+            if body.count >= 16, body.allSatisfy(isBase64) { return true }
+            from = e + end.count
+        }
+        return false
     }
 
     private mutating func httpURL(_ section: String, _ key: String) -> (value: String, line: Int)? {
@@ -490,36 +578,109 @@ struct ConfigBuilder {
         if authority.contains("@") {
             return .failure(URLProblem(message: "URL must not carry a user name or password (use the secret keys)"))
         }
-        var host = Substring(authority)
-        if host.hasPrefix("[") {
-            guard let close = host.firstIndex(of: "]") else { return .failure(URLProblem(message: "malformed IPv6 host in URL")) }
-            let after = host[host.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":"), let port = Int(after.dropFirst()), (1...65_535).contains(port) else {
-                    return .failure(URLProblem(message: "invalid port in URL"))
-                }
-            }
-            host = host[...close]
-        } else if let colon = host.firstIndex(of: ":") {
-            guard let port = Int(host[host.index(after: colon)...]), (1...65_535).contains(port) else {
-                return .failure(URLProblem(message: "invalid port in URL"))
-            }
-            host = host[..<colon]
+        let hostPort: (host: Substring, port: Int?)
+        switch splitAuthority(Substring(authority)) {
+        case .success(let parts): hostPort = parts
+        case .failure(let problem): return .failure(problem)
         }
-        if host.isEmpty || host == "[]" { return .failure(URLProblem(message: "URL has no host")) }
+        if let problem = hostProblem(hostPort.host) { return .failure(problem) }
         var path = rest.dropFirst(authority.count)
         while path.hasSuffix("/") { path = path.dropLast() }
         return .success(scheme + "://" + authority.lowercased() + path)
     }
 
-    /// The lower-cased host of a normalized URL, for telling servers apart.
-    static func origin(_ url: String) -> String {
-        let rest = url.dropFirst(url.hasPrefix("https://") ? 8 : 7)
-        let authority = String(rest.prefix { $0 != "/" }).lowercased()
-        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
-            return String(authority[...close])
+    /// Host and port of an authority (`host`, `host:port`, `[v6]`, `[v6]:port`). A port is 1 to 5 ASCII
+    /// digits in 1...65535: no sign, no spaces.
+    static func splitAuthority(_ authority: Substring) -> Result<(host: Substring, port: Int?), URLProblem> {
+        var host = authority
+        var portText: Substring?
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return .failure(URLProblem(message: "malformed IPv6 host in URL")) }
+            let after = host[host.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { return .failure(URLProblem(message: "malformed IPv6 host in URL")) }
+                portText = after.dropFirst()
+            }
+            host = host[...close]
+        } else if let colon = host.firstIndex(of: ":") {
+            portText = host[host.index(after: colon)...]
+            host = host[..<colon]
         }
-        return String(authority.prefix { $0 != ":" })
+        var port: Int?
+        if let text = portText {
+            guard (1...5).contains(text.count), text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let value = Int(text),
+                  (1...65_535).contains(value) else {
+                return .failure(URLProblem(message: "invalid port in URL (expected digits only, 1-65535)"))
+            }
+            port = value
+        }
+        if host.isEmpty || host == "[]" { return .failure(URLProblem(message: "URL has no host")) }
+        return .success((host, port))
+    }
+
+    /// Why a host can never be reached as written, or nil. Names are ASCII (an internationalised name in
+    /// its `xn--` form), without a trailing dot, in labels of letters, digits, `-` and `_`; a name that
+    /// ends in a number must be an IPv4 address; `[...]` must hold an IPv6 address.
+    static func hostProblem(_ host: Substring) -> URLProblem? {
+        if host.hasPrefix("[") {
+            let inner = String(host.dropFirst().dropLast())
+            return ipv6(inner) == nil ? URLProblem(message: "malformed IPv6 host in URL") : nil
+        }
+        guard host.unicodeScalars.allSatisfy(\.isASCII) else {
+            return URLProblem(message: "host name must be ASCII (write an internationalised name in its xn-- form)")
+        }
+        if host.hasSuffix(".") { return URLProblem(message: "host name must not end with a dot") }
+        if ipv4(String(host)) != nil { return nil }
+        let labels = host.split(separator: ".", omittingEmptySubsequences: false)
+        if host.utf8.count > 253 || labels.contains(where: { $0.isEmpty || $0.utf8.count > 63 }) {
+            return URLProblem(message: "malformed host name in URL (empty or over-long label)")
+        }
+        for label in labels {
+            let ok = label.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || $0 == 0x2D || $0 == 0x5F }
+            if !ok || label.hasPrefix("-") || label.hasSuffix("-") {
+                return URLProblem(message: "malformed host name in URL (letters, digits, '-' and '_' between dots)")
+            }
+        }
+        if let last = labels.last, last.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            return URLProblem(message: "host looks like an IPv4 address but is not one")
+        }
+        return nil
+    }
+
+    /// An IPv4 address in any form the resolver accepts (`127.1`, `0x7f.0.0.1`), in its dotted form.
+    static func ipv4(_ text: String) -> String? {
+        var address = in_addr()
+        guard !text.isEmpty, inet_aton(text, &address) != 0 else { return nil }
+        var buffer = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
+        guard inet_ntop(AF_INET, &address, &buffer, socklen_t(buffer.count)) != nil else { return nil }
+        return String(cString: buffer)
+    }
+
+    /// An IPv6 address in its compressed lower-case form.
+    static func ipv6(_ text: String) -> String? {
+        var address = in6_addr()
+        guard inet_pton(AF_INET6, text, &address) == 1 else { return nil }
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        guard inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count)) != nil else { return nil }
+        return String(cString: buffer)
+    }
+
+    /// The canonical origin of a normalized URL, for telling servers apart: scheme, lower-case host
+    /// without a trailing dot, IPv4 dotted, IPv6 compressed, and the port (80 or 443 when not written).
+    /// The same host on another port is another server.
+    static func origin(_ url: String) -> String {
+        let https = url.hasPrefix("https://")
+        let rest = url.dropFirst(https ? 8 : 7)
+        let authority = rest.prefix { $0 != "/" }
+        guard case .success(let parts) = splitAuthority(authority) else { return url }
+        var host = parts.host.lowercased()
+        while host.hasSuffix(".") { host.removeLast() }
+        if host.hasPrefix("[") {
+            host = "[" + (ipv6(String(host.dropFirst().dropLast())) ?? String(host.dropFirst().dropLast())) + "]"
+        } else if let dotted = ipv4(host) {
+            host = dotted
+        }
+        return (https ? "https" : "http") + "://" + host + ":" + String(parts.port ?? (https ? 443 : 80))
     }
 
     /// " (did you mean 'x'?)" for a near miss.

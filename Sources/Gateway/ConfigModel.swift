@@ -130,6 +130,13 @@ public struct GatewayConfig: Sendable, Equatable {
     /// True when at least one upload destination is enabled.
     public var hasDestination: Bool { nightscout.enabled || fhir.enabled }
 
+    /// `PROGRAM (N arguments)`: how a command line is shown.
+    public static func describeCommand(_ words: [String]) -> String {
+        guard let program = words.first else { return "(empty)" }
+        let n = words.count - 1
+        return n == 0 ? program : "\(program) (\(n) argument\(n == 1 ? "" : "s"))"
+    }
+
     /// ConfigSecret-free lines describing the effective configuration, for `config check` and `status`.
     public func summaryLines() -> [String] {
         func opt(_ s: String?) -> String { s ?? "(not set)" }
@@ -165,7 +172,8 @@ public struct GatewayConfig: Sendable, Equatable {
         lines.append("health_check_url: \(opt(network.healthCheckURL))")
         lines.append("recovery_mode: \(network.recoveryMode)")
         lines.append("error_bypass: \(network.errorBypass)")
-        lines.append("on_network_error: \(network.onNetworkError.map { $0.joined(separator: " ") } ?? "(not set)")")
+        // Only the program: its arguments may carry a token or a phone number.
+        lines.append("on_network_error: \(network.onNetworkError.map(Self.describeCommand) ?? "(not set)")")
         return lines
     }
 }

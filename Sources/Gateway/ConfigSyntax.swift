@@ -9,15 +9,23 @@
 ///
 /// Everything else is an error naming its line. The parser reports every line it cannot read and goes on
 /// with the next one, so `config check` can list all problems at once.
+///
+/// A syntax error never quotes what the line holds: a value may be a secret (an unquoted
+/// `API_SECRET = ...`), and so may a "key" (a secret file passed as the config). Only key names the
+/// schema knows are named.
 
 /// One problem found in a config file. `line` is 1-based; 0 means the file as a whole.
 public struct ConfigProblem: Sendable, Hashable, CustomStringConvertible {
     public var line: Int
     public var message: String
+    /// The `[section]` the problem is in, when it is inside a known one (nil: the file as a whole, an
+    /// unknown section, or lines before any header).
+    public var section: String?
 
-    public init(line: Int, message: String) {
+    public init(line: Int, message: String, section: String? = nil) {
         self.line = line
         self.message = message
+        self.section = section
     }
 
     public var description: String { line > 0 ? "line \(line): \(message)" : message }
@@ -74,10 +82,16 @@ struct ConfigParser {
     private var section: String?
     private var document = ConfigDocument()
 
-    private init(bytes: [UInt8]) { self.bytes = bytes }
+    /// Key names a message may quote: those of the schema. Anything else on a line may be a secret.
+    private let knownKeys: Set<String>
 
-    static func parse(_ bytes: [UInt8]) -> ConfigDocument {
-        var parser = ConfigParser(bytes: bytes)
+    private init(bytes: [UInt8], knownKeys: Set<String>) {
+        self.bytes = bytes
+        self.knownKeys = knownKeys
+    }
+
+    static func parse(_ bytes: [UInt8], knownKeys: Set<String> = []) -> ConfigDocument {
+        var parser = ConfigParser(bytes: bytes, knownKeys: knownKeys)
         parser.run()
         return parser.document
     }
@@ -136,7 +150,8 @@ struct ConfigParser {
     }
 
     private mutating func record(_ error: SyntaxError) {
-        document.problems.append(ConfigProblem(line: error.line, message: Self.oneLine(error.message)))
+        let inSection = section.flatMap { $0.isEmpty ? nil : $0 }
+        document.problems.append(ConfigProblem(line: error.line, message: Self.oneLine(error.message), section: inSection))
         // Resynchronise at the next line.
         while let byte = current, byte != Self.newline { index += 1 }
     }
@@ -174,7 +189,7 @@ struct ConfigParser {
             try skipComment()
             return
         }
-        throw SyntaxError(line: line, message: "unexpected '\(Self.show(byte))' after the value (one key = value per line)")
+        throw SyntaxError(line: line, message: "unexpected text after the value (one key = value per line)")
     }
 
     private mutating func parseHeader() throws(SyntaxError) {
@@ -210,28 +225,29 @@ struct ConfigParser {
         let start = index
         while let byte = current, Self.isBareKeyByte(byte) { index += 1 }
         guard index > start else {
-            throw SyntaxError(line: line, message: "expected a key, a [section] or a comment, found '\(Self.show(first))'")
+            throw SyntaxError(line: line, message: "expected a key, a [section] or a comment")
         }
         let key = String(decoding: bytes[start..<index], as: UTF8.self)
         skipSpaces()
         if current == UInt8(ascii: ".") {
-            throw SyntaxError(line: line, message: "dotted keys are not supported ('\(key).…')")
+            throw SyntaxError(line: line, message: "dotted keys are not supported\(named(key))")
         }
         guard current == Self.equals else {
-            throw SyntaxError(line: line, message: "expected '=' after key '\(key)'")
+            // What stands before the missing '=' may be a secret (a secret file read as a config).
+            throw SyntaxError(line: line, message: "expected '=' after the key\(named(key)) (one key = value per line)")
         }
         index += 1
         skipSpaces()
         let value = try parseValue(key: key)
         guard let section else {
-            throw SyntaxError(line: keyLine, message: "key '\(key)' appears before any [section] header")
+            throw SyntaxError(line: keyLine, message: "the key\(named(key)) appears before any [section] header")
         }
         document.entries.append(ConfigEntry(section: section, key: key, value: value, line: keyLine))
     }
 
     private mutating func parseValue(key: String) throws(SyntaxError) -> ConfigValue {
         guard let byte = current, byte != Self.newline, byte != Self.hash else {
-            throw SyntaxError(line: line, message: "missing value for key '\(key)'")
+            throw SyntaxError(line: line, message: "missing value for the key\(named(key))")
         }
         switch byte {
         case Self.quote:
@@ -268,7 +284,7 @@ struct ConfigParser {
                 case UInt8(ascii: "n"): out.append(Self.newline)
                 case UInt8(ascii: "t"): out.append(Self.tab)
                 default:
-                    throw SyntaxError(line: line, message: "unsupported escape '\\\(Self.show(escaped))' in a string (use \\\" or \\\\)")
+                    throw SyntaxError(line: line, message: "unsupported escape in a string (use \\\" or \\\\)")
                 }
                 continue
             }
@@ -329,10 +345,12 @@ struct ConfigParser {
         }
     }
 
-    /// Keys whose values are never echoed in a message, even when malformed.
-    static let secretKeys: Set<String> = ["api_secret", "token", "bearer_token"]
+    /// ` 'key'` for a key name the schema knows, else nothing.
+    private func named(_ key: String) -> String {
+        knownKeys.contains(key) ? " '\(key)'" : ""
+    }
 
-    /// `true`, `false` or an integer.
+    /// `true`, `false` or an integer. The text is never quoted back: it may be an unquoted secret.
     private mutating func parseBareValue(key: String) throws(SyntaxError) -> ConfigValue {
         let start = index
         while let byte = current, byte != Self.space, byte != Self.tab, byte != Self.newline, byte != Self.hash,
@@ -343,25 +361,24 @@ struct ConfigParser {
         let word = String(decoding: bytes[start..<index], as: UTF8.self)
         if word == "true" { return .boolean(true) }
         if word == "false" { return .boolean(false) }
-        if Self.secretKeys.contains(key) {
-            throw SyntaxError(line: line, message: "invalid value for '\(key)' (strings need double quotes)")
+        let what = knownKeys.contains(key) ? " for the key\(named(key))" : ""
+        if !ConfigKeys.looksSecret(key), let first = word.utf8.first,
+           first == UInt8(ascii: "+") || first == UInt8(ascii: "-") || (first >= 0x30 && first <= 0x39) {
+            return .integer(try Self.integer(word, line: line, what: what))
         }
-        if let first = word.utf8.first, first == UInt8(ascii: "+") || first == UInt8(ascii: "-") || (first >= 0x30 && first <= 0x39) {
-            return .integer(try Self.integer(word, line: line))
-        }
-        throw SyntaxError(line: line, message: "invalid value '\(Self.clip(word))' (strings need double quotes; booleans are true or false)")
+        throw SyntaxError(line: line, message: "invalid value\(what) (strings need double quotes; booleans are true or false)")
     }
 
-    private static func integer(_ word: String, line: Int) throws(SyntaxError) -> Int {
+    private static func integer(_ word: String, line: Int, what: String) throws(SyntaxError) -> Int {
         var digits = Substring(word)
         var negative = false
         if let sign = digits.first, sign == "+" || sign == "-" {
             negative = sign == "-"
             digits = digits.dropFirst()
         }
-        let invalid = SyntaxError(line: line, message: "invalid integer '\(clip(word))' (decimal integers only)")
+        let invalid = SyntaxError(line: line, message: "invalid integer\(what) (decimal integers only)")
         guard let firstDigit = digits.first, firstDigit.isASCII, firstDigit.isNumber else { throw invalid }
-        if firstDigit == "0" && digits.count > 1 { throw SyntaxError(line: line, message: "leading zeros are not allowed in '\(clip(word))'") }
+        if firstDigit == "0" && digits.count > 1 { throw SyntaxError(line: line, message: "leading zeros are not allowed in an integer\(what)") }
         var value = 0
         var previousUnderscore = false
         for ch in digits {
@@ -374,16 +391,11 @@ struct ConfigParser {
             previousUnderscore = false
             let (m, o1) = value.multipliedReportingOverflow(by: 10)
             let (s, o2) = negative ? m.subtractingReportingOverflow(Int(digit - 0x30)) : m.addingReportingOverflow(Int(digit - 0x30))
-            if o1 || o2 { throw SyntaxError(line: line, message: "integer '\(clip(word))' is too large") }
+            if o1 || o2 { throw SyntaxError(line: line, message: "integer\(what) is too large") }
             value = s
         }
         if previousUnderscore { throw invalid }
         return value
-    }
-
-    private static func show(_ byte: UInt8) -> String {
-        if byte >= 0x20 && byte < 0x7F { return String(UnicodeScalar(byte)) }
-        return "\\x" + String(byte, radix: 16, uppercase: true)
     }
 
     /// Control characters (from escapes in values) shown as '?', so a message stays one line.
@@ -399,5 +411,20 @@ struct ConfigParser {
             if let a = ch.asciiValue, a < 0x20 || a == 0x7F { out += "?" } else { out.append(ch) }
         }
         return text.count > limit ? out + "…" : out
+    }
+}
+
+/// Which config keys hold secrets, by their name.
+public enum ConfigKeys {
+    /// A key whose name says it holds a credential (`secret`, `token`, `bearer`, `password`, in any case,
+    /// with `-` or `_`): its value is never shown, only `(hidden)`.
+    public static func looksSecret(_ key: String) -> Bool {
+        let flat = String(key.lowercased().filter { $0 != "-" && $0 != "_" })
+        return ["secret", "token", "bearer", "password", "passwd"].contains { flat.contains($0) }
+    }
+
+    /// A value as a message may show it: `(hidden)` for a secret-looking key.
+    public static func shown(_ key: String, _ value: String) -> String {
+        looksSecret(key) ? "(hidden)" : "\"\(ConfigParser.clip(value))\""
     }
 }

@@ -8,6 +8,17 @@ extension CommandContext {
     public func loadConfig(requireFile: Bool = false) throws(GatewayFailure) -> GatewayConfig {
         try ConfigLoader.load(explicitPath: configPath, requireFile: requireFile)
     }
+
+    /// The configuration of a meter command (`pair`, `scan`, `unpair`, `meters`, `readings`, `status`):
+    /// a problem in `[nightscout]`, `[fhir]` or `[network]` does not stop it. That section is left at its
+    /// defaults and one warning line naming the problem goes to stderr; any other problem is exit 78.
+    public func loadConfig(forMeterCommand command: String) throws(GatewayFailure) -> GatewayConfig {
+        let (config, warning) = try ConfigLoader.loadIgnoringUploadProblems(explicitPath: configPath)
+        if let warning {
+            StandardStream.writeError("glucose-gateway \(command): warning: \(GatewayMain.oneLine(warning))\n")
+        }
+        return config
+    }
 }
 
 extension CommandContext {

@@ -150,17 +150,17 @@ import Testing
         BadCase(name: "time zone escaping the zone directory", text: "[gateway]\ntime_zone = \"../../etc/passwd\"\n", line: 2, fragment: "expected an IANA time zone name"),
         BadCase(name: "empty string", text: "[gateway]\ndatabase = \"\"\n", line: 2, fragment: "must not be empty"),
         BadCase(name: "single quotes", text: "[gateway]\ndatabase = '/x'\n", line: 2, fragment: "double quotes"),
-        BadCase(name: "bare word", text: "[gateway]\nscan_mode = profile\n", line: 2, fragment: "invalid value 'profile'"),
-        BadCase(name: "float", text: "[network]\nretry_count = 1.5\n", line: 2, fragment: "invalid integer '1.5'"),
+        BadCase(name: "bare word", text: "[gateway]\nscan_mode = profile\n", line: 2, fragment: "invalid value for the key 'scan_mode'"),
+        BadCase(name: "float", text: "[network]\nretry_count = 1.5\n", line: 2, fragment: "invalid integer for the key 'retry_count'"),
         BadCase(name: "hex integer", text: "[network]\nretry_count = 0x3\n", line: 2, fragment: "leading zeros"),
         BadCase(name: "huge integer", text: "[network]\nretry_count = 99999999999999999999999\n", line: 2, fragment: "too large"),
         BadCase(name: "double underscore", text: "[network]\nretry_count = 1__0\n", line: 2, fragment: "invalid integer"),
         BadCase(name: "unterminated string", text: "[gateway]\ndatabase = \"/x\n", line: 2, fragment: "unterminated string"),
-        BadCase(name: "unsupported escape", text: "[gateway]\ndatabase = \"C:\\db\"\n", line: 2, fragment: "unsupported escape '\\d'"),
+        BadCase(name: "unsupported escape", text: "[gateway]\ndatabase = \"C:\\db\"\n", line: 2, fragment: "unsupported escape in a string"),
         BadCase(name: "multi-line string", text: "[gateway]\ndatabase = \"\"\"x\"\"\"\n", line: 2, fragment: "multi-line strings"),
-        BadCase(name: "missing equals", text: "[gateway]\ndatabase \"/x\"\n", line: 2, fragment: "expected '=' after key 'database'"),
-        BadCase(name: "missing value", text: "[gateway]\ndatabase =   # nothing\n", line: 2, fragment: "missing value for key 'database'"),
-        BadCase(name: "two statements on a line", text: "[network]\nretry_count = 1 error_bypass = true\n", line: 2, fragment: "unexpected 'e' after the value"),
+        BadCase(name: "missing equals", text: "[gateway]\ndatabase \"/x\"\n", line: 2, fragment: "expected '=' after the key 'database'"),
+        BadCase(name: "missing value", text: "[gateway]\ndatabase =   # nothing\n", line: 2, fragment: "missing value for the key 'database'"),
+        BadCase(name: "two statements on a line", text: "[network]\nretry_count = 1 error_bypass = true\n", line: 2, fragment: "unexpected text after the value"),
         BadCase(name: "dotted key", text: "[network]\nretry.count = 1\n", line: 2, fragment: "dotted keys"),
         BadCase(name: "quoted key", text: "[network]\n\"retry_count\" = 1\n", line: 2, fragment: "quoted keys"),
         BadCase(name: "array of tables", text: "[[network]]\n", line: 1, fragment: "arrays of tables"),
@@ -187,8 +187,20 @@ import Testing
         BadCase(name: "fhir enabled without base url", text: "[fhir]\nenabled = true\nsubject = \"Patient/1\"\n", line: 2, fragment: "fhir.base_url is required"),
         BadCase(name: "bad subject", text: "[fhir]\nsubject = \"Practitioner/1\"\n", line: 2, fragment: "expected a reference such as \"Patient/123\""),
         BadCase(name: "two fhir tokens", text: "[fhir]\nbearer_token = \"x\"\nbearer_token_file = \"/x\"\n", line: 3, fragment: "set only one of bearer_token, bearer_token_file"),
-        BadCase(name: "health check on the upload server", text: "[nightscout]\nurl = \"https://ns.example\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"http://NS.example:8080/ping\"\n", line: 5, fragment: "must not point at an upload server (same host as nightscout.url)"),
-        BadCase(name: "health check on the fhir server", text: "[fhir]\nbase_url = \"https://fhir.example/r4\"\n[network]\nhealth_check_url = \"https://fhir.example/metadata\"\n", line: 4, fragment: "same host as fhir.base_url"),
+        BadCase(name: "health check on the upload server", text: "[nightscout]\nurl = \"https://ns.example\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"https://NS.example:443/ping\"\n", line: 5, fragment: "must not point at an upload server (same scheme, host and port as nightscout.url)"),
+        BadCase(name: "health check on the fhir server", text: "[fhir]\nbase_url = \"https://fhir.example/r4\"\n[network]\nhealth_check_url = \"https://fhir.example/metadata\"\n", line: 4, fragment: "same scheme, host and port as fhir.base_url"),
+        // URLs that can never work are config errors, not network states for ever (1001/1002).
+        BadCase(name: "url port with a plus sign", text: "[nightscout]\nurl = \"http://127.0.0.1:+8080\"\ntoken = \"t\"\n", line: 2, fragment: "nightscout.url: invalid port in URL"),
+        BadCase(name: "url port with spaces or too many digits", text: "[fhir]\nbase_url = \"http://fhir.example:008080/r4\"\n", line: 2, fragment: "fhir.base_url: invalid port in URL"),
+        BadCase(name: "url with a non-ASCII host", text: "[nightscout]\nurl = \"https://b\u{FC}cher.example\"\ntoken = \"t\"\n", line: 2, fragment: "host name must be ASCII"),
+        BadCase(name: "url with a trailing-dot host", text: "[nightscout]\nurl = \"https://ns.example./\"\ntoken = \"t\"\n", line: 2, fragment: "host name must not end with a dot"),
+        BadCase(name: "url with an impossible IPv4 address", text: "[nightscout]\nurl = \"http://256.1.1.1\"\ntoken = \"t\"\n", line: 2, fragment: "not one"),
+        BadCase(name: "url with an empty label", text: "[network]\nhealth_check_url = \"http://probe..example/\"\n", line: 2, fragment: "malformed host name"),
+        BadCase(name: "url with a malformed IPv6 host", text: "[network]\nhealth_check_url = \"http://[::1::2]/\"\n", line: 2, fragment: "malformed IPv6 host"),
+        // The same origin, spelled otherwise, is still the upload server.
+        BadCase(name: "health check on the upload server, IPv4 short form", text: "[nightscout]\nurl = \"http://127.0.0.1:8080\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"http://127.1:8080/\"\n", line: 5, fragment: "same scheme, host and port as nightscout.url"),
+        BadCase(name: "health check on the upload server, IPv6 long form", text: "[fhir]\nbase_url = \"http://[::1]:8080/fhir\"\n[network]\nhealth_check_url = \"http://[0:0:0:0:0:0:0:1]:8080/\"\n", line: 4, fragment: "same scheme, host and port as fhir.base_url"),
+        BadCase(name: "health check on the upload server, default port written", text: "[nightscout]\nurl = \"http://ns.example\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"http://NS.EXAMPLE:80/x\"\n", line: 5, fragment: "same scheme, host and port as nightscout.url"),
         BadCase(name: "missing ca file", text: "[nightscout]\nca_file = \"/nonexistent/ca.pem\"\n", line: 2, fragment: "nightscout.ca_file: /nonexistent/ca.pem does not exist"),
         BadCase(name: "control character in comment", text: "[network] # a\u{01}b\n", line: 1, fragment: "control character in a comment"),
         BadCase(name: "invalid UTF-8 is not reachable through text, NUL is", text: "[gateway]\ndatabase = \"a\u{0}b\"\n", line: 2, fragment: "control character in a string"),
@@ -200,6 +212,64 @@ import Testing
         #expect(problems.count == 1, "problems: \(problems)")
         #expect(problems.first?.line == c.line, "problems: \(problems)")
         #expect(problems.first?.message.contains(c.fragment) == true, "problems: \(problems)")
+    }
+
+    /// Another port on the upload server's host is another server (a probe beside a local Nightscout).
+    @Test(arguments: [
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8081/"),
+        ("http://127.0.0.1:8080", "https://127.0.0.1:8080/"),
+        ("https://ns.example", "http://ns.example/"),
+        ("http://[::1]:8080", "http://[::1]:9090/"),
+    ])
+    func healthCheckOnAnotherPortOfTheUploadHostIsAccepted(_ urls: (String, String)) {
+        let (config, problems) = Self.evaluate("[nightscout]\nurl = \"\(urls.0)\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"\(urls.1)\"\n")
+        #expect(problems == [])
+        #expect(config.network.healthCheckURL != nil)
+    }
+
+    /// No syntax error quotes what the line holds: a value, or a "key" that is really a secret (a secret
+    /// file passed as the config).
+    @Test(arguments: [
+        "[nightscout]\nAPI_SECRET = s3cretvalue-0451\n",
+        "[nightscout]\napi-secret = s3cretvalue-0451\n",
+        "[nightscout]\napi_secret = s3cretvalue-0451\n",
+        "[fhir]\nbearer_token = 4510s3cretvalue\n",
+        "[network]\nPASSWORD = 0451s3cretvalue\n",
+        "s3cretvalue-0451\n",
+        "s3cretvalue0451==\n",
+        "[nightscout]\ns3cretvalue0451 \"x\"\n",
+        "[nightscout]\napi_secret = \"abc\" s3cretvalue0451\n",
+        "[nightscout]\napi_secret = \"s3cret\\qvalue0451\"\n",
+        "[nightscout]\ntoken = 99999999999999999999999s3cretvalue0451\n",
+        "[nightscout]\ns3cretvalue0451.x = 1\n",
+    ])
+    func syntaxErrorsQuoteNoValue(_ text: String) {
+        let (_, problems) = Self.evaluate(text)
+        #expect(!problems.isEmpty)
+        for problem in problems {
+            #expect(!problem.message.contains("s3cret"), "\(problem)")
+            #expect(!problem.message.contains("0451"), "\(problem)")
+        }
+    }
+
+    @Test func valuesOfSecretLookingKeysAreHidden() {
+        #expect(ConfigKeys.looksSecret("API_SECRET"))
+        #expect(ConfigKeys.looksSecret("api-secret"))
+        #expect(ConfigKeys.looksSecret("Bearer_Token_File"))
+        #expect(ConfigKeys.looksSecret("pass-word"))
+        #expect(!ConfigKeys.looksSecret("log_level"))
+        #expect(ConfigKeys.shown("nightscout_token", "abc") == "(hidden)")
+        #expect(ConfigKeys.shown("log_level", "loud") == "\"loud\"")
+    }
+
+    /// `on_network_error` is shown as its program and how many arguments it has: they may carry a
+    /// token or a phone number.
+    @Test func alertCommandArgumentsAreNotShown() {
+        let (config, problems) = Self.evaluate("[network]\non_network_error = [\"/bin/sh\", \"-c\", \"send --token=tok-0451\"]\n")
+        #expect(problems == [])
+        let lines = config.summaryLines()
+        #expect(lines.contains("on_network_error: /bin/sh (2 arguments)"))
+        #expect(!lines.joined().contains("tok-0451"))
     }
 
     @Test func everyProblemIsReportedNotJustTheFirst() {
@@ -223,7 +293,7 @@ import Testing
         bytes += [0xC3, 0x28]
         bytes += Array("\"\n".utf8)
         let problems = ConfigLoader.evaluate(bytes: bytes, path: "/x/gw.toml").problems
-        #expect(problems == [ConfigProblem(line: 2, message: "string is not valid UTF-8")])
+        #expect(problems == [ConfigProblem(line: 2, message: "string is not valid UTF-8", section: "gateway")])
     }
 
     @Test func loadFailureIsOneLineWithExitStatus78() {

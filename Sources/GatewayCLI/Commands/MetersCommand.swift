@@ -19,7 +19,7 @@ enum MetersCommand: GatewayCommand {
         let all = arguments.flag("--all")
         let json = arguments.flag("--json")
         try arguments.finish()
-        let config = try context.loadConfig()
+        let config = try context.loadConfig(forMeterCommand: name)
         let (meters, counts) = try await MeterCommandSupport.withStore(config) { store in
             let meters = try await store.meters(includingUnpaired: all)
             var counts: [String: Int] = [:]

@@ -36,7 +36,7 @@ enum PairCommand: GatewayCommand {
         guard let passkey = MeterPairing.passkey(pinText) else {
             throw GatewayFailure(.usage, "the PIN must be exactly 6 digits")
         }
-        let config = try context.loadConfig()
+        let config = try context.loadConfig(forMeterCommand: name)
         let zone = zoneOption ?? config.gateway.timeZone ?? MeterTimeZone.systemIdentifier(environment: context.environment)
         guard MeterTimeZone(identifier: zone, environment: context.environment) != nil else {
             throw GatewayFailure(.usage, "--timezone: '\(zone.prefix(60))' is not a known time zone (Area/City, e.g. Europe/Berlin)")

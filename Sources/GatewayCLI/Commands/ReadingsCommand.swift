@@ -29,7 +29,7 @@ enum ReadingsCommand: GatewayCommand {
         try arguments.finish()
         if json && csv { throw GatewayFailure(.usage, "choose one of --json and --csv") }
         let meter = try meterText.map { text throws(GatewayFailure) in try MeterCommandSupport.address(text, command: "--meter") }
-        let config = try context.loadConfig()
+        let config = try context.loadConfig(forMeterCommand: name)
         var since: UnixMillis?
         if let sinceText {
             // A wall time without an offset is in the gateway's zone ([gateway] time_zone), as the README

@@ -22,7 +22,7 @@ enum ScanCommand: GatewayCommand {
         let adapterOption = try arguments.option("--adapter")
         let json = arguments.flag("--json")
         try arguments.finish()
-        let config = try context.loadConfig()
+        let config = try context.loadConfig(forMeterCommand: name)
         let radio = try await BlueZRadio.open(adapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
         let found: [NearbyMeter]
         do {

@@ -34,7 +34,7 @@ enum StatusCommand: GatewayCommand {
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let json = arguments.flag("--json")
         try arguments.finish()
-        let config = try context.loadConfig()
+        let config = try context.loadConfig(forMeterCommand: name)
         let now = SystemClock.now()
         let report = StatusReport(
             generatedAt: now,

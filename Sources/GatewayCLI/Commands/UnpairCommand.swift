@@ -18,7 +18,7 @@ enum UnpairCommand: GatewayCommand {
         let adapterOption = try arguments.option("--adapter")
         try arguments.finish()
         let address = try MeterCommandSupport.address(addressText, command: "unpair")
-        let config = try context.loadConfig()
+        let config = try context.loadConfig(forMeterCommand: name)
         let now = SystemClock.now()
         let removed = try await MeterCommandSupport.withStore(config) { store in
             let removed = try await store.unpair(address, at: now)
