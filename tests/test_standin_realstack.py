@@ -104,3 +104,36 @@ def test_bluez_front_end_takes_the_adapters_address(bluezoo, private_bus, tmp_pa
     both = subprocess.run([gateway_binary(), "simulate-meter", "--bluez", "--bus", private_bus, "--pin", "123456",
                            "--display-passkey"], capture_output=True, text=True, timeout=20)
     assert both.returncode == 64 and "--display-passkey" in both.stderr
+
+
+def test_status_and_daemon_notice_a_bluetoothd_that_stops_answering(private_bus, standin, meter_file, tmp_path):
+    import os
+    import subprocess
+    import time
+    from gg_daemon import Gateway as Daemon, wait_until
+
+    standin("--meter", meter_file(meter()))
+    alerts = tmp_path / "alerts.txt"
+    script = tmp_path / "alert.sh"
+    script.write_text('#!/bin/sh\necho "$GATEWAY_ERROR_CODE $GATEWAY_ERROR_MESSAGE" >> %s\n' % alerts)
+    os.chmod(script, 0o755)
+    daemon = Daemon(tmp_path, private_bus, extra_config='[network]\non_network_error = "%s"\n' % script,
+                    args=["--health-interval", "0.5"])
+    daemon.start()
+    try:
+        # bluetoothd keeps org.bluez but answers nothing for 8 s (as after a kernel BUG).
+        control(private_bus, "StopAnswering", "d", [8.0])
+        time.sleep(0.2)
+        status = daemon.command("status", timeout=30)
+        assert status.returncode == 0
+        assert "bluetooth: bluetoothd not answering" in status.stdout
+        wait_until("the alert", lambda: alerts.exists() and "2001 bluetoothd holds org.bluez" in alerts.read_text(), timeout=20)
+        assert "did not answer" in daemon.log()
+        assert daemon.state()["radio"]["bluetoothd_answering"] is False
+        assert daemon.process.poll() is None
+        # Once it answers again the daemon says so; the alert was raised once.
+        wait_until("recovery", lambda: "bluetoothd answers again" in daemon.log(), timeout=20)
+        assert alerts.read_text().count("2001") == 1
+        assert '"bluetoothd_answering": true' in daemon.command("status", "--json").stdout
+    finally:
+        daemon.stop()

@@ -411,6 +411,22 @@ public actor BlueZClient {
         }
     }
 
+    /// Whether bluetoothd answers a harmless call (`Properties.GetAll` of `AgentManager1` on `/org/bluez`)
+    /// within `timeout`. Any reply counts, an error reply too; only silence does not: bluetoothd can keep
+    /// its bus name while its main loop is stuck (seen after a kernel BUG in its socket release). False
+    /// also when `org.bluez` has no owner.
+    public func bluetoothdAnswers(timeout: Duration) async -> Bool {
+        guard owner != nil else { return false }
+        do {
+            _ = try await connection.call(destination: BlueZNames.service, path: BlueZNames.root,
+                                          interface: DBusNames.properties, member: "GetAll",
+                                          arguments: [.string(BlueZNames.agentManager)], timeout: timeout)
+            return true
+        } catch {
+            return !(error.isTimeout || error.isDisconnected)
+        }
+    }
+
     /// Sets a property of a BlueZ object.
     public func setProperty(path: String, interface: String, name: String, value: DBusValue) async throws(BlueZError) {
         _ = try await callBlueZ(path: path, interface: DBusNames.properties, member: "Set",

@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Synchronization
 
 /// The store as the daemon needs it: readings and the outbox in one database, plus the paired meters.
 public protocol DaemonStore: ReadingStore, OutboxStore {
@@ -34,16 +35,27 @@ public struct DaemonHooks: Sendable {
     /// Called with each new snapshot (the run-state file and the metrics file are written from here).
     /// Synchronous, so that two snapshots never write their files at the same time.
     public var snapshot: @Sendable (DaemonSnapshot) -> Void
+    /// A condition that needs a person (the configured alert command in the product): a code from
+    /// `DaemonAlert` and a one-line message. Called once per change of condition.
+    public var alert: @Sendable (_ code: Int, _ message: String) -> Void
 
     public init(
         ready: @escaping @Sendable (String) -> Void = { _ in }, status: @escaping @Sendable (String) -> Void = { _ in },
-        stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) -> Void = { _ in }
+        stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) -> Void = { _ in },
+        alert: @escaping @Sendable (Int, String) -> Void = { _, _ in }
     ) {
         self.ready = ready
         self.status = status
         self.stopping = stopping
         self.snapshot = snapshot
+        self.alert = alert
     }
+}
+
+/// Alert codes of the daemon's own conditions (the upload side uses 1001 and 1002).
+public enum DaemonAlert {
+    /// bluetoothd holds `org.bluez` but does not answer.
+    public static let bluetoothdNotAnswering = 2001
 }
 
 /// The daemon's settings, from the configuration plus timing that tests compress.
@@ -63,6 +75,10 @@ public struct DaemonSettings: Sendable, Equatable {
     /// How long the list of paired meters is trusted before an unknown advertiser makes the daemon look
     /// again (a meter paired by `pair` while the daemon runs).
     public var pairedRefresh: Duration = .seconds(5)
+    /// How often the daemon checks that bluetoothd answers (and that its own loop runs, for the watchdog),
+    /// and how long bluetoothd gets to answer.
+    public var healthInterval: Duration = .seconds(15)
+    public var bluetoothdAnswerTimeout: Duration = .seconds(5)
     public var download: DownloadOptions
     /// Enabled upload destinations, for status and metrics.
     public var destinations: [DestinationName]
@@ -131,6 +147,8 @@ public struct DaemonSnapshot: Sendable, Equatable {
     public var lastReloadError: String?
     /// Gateway-side milliseconds from a meter being reported to `Connect` being sent, last session.
     public var lastReactionMs: Int?
+    /// False while bluetoothd holds `org.bluez` but does not answer.
+    public var bluetoothdAnswering = true
     public init() {}
 
     public var pending: Int { destinations.reduce(0) { $0 + $1.counts.pending + $1.counts.inFlight } }
@@ -143,6 +161,8 @@ public struct DaemonSnapshot: Sendable, Equatable {
         var parts: [String] = []
         if !radio.bluetoothdRunning {
             parts.append("waiting for bluetoothd")
+        } else if !bluetoothdAnswering {
+            parts.append("bluetoothd not answering")
         } else if radio.adapter == nil {
             parts.append("waiting for an adapter")
         }
@@ -193,10 +213,17 @@ public actor GatewayDaemon {
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
     private var ready = false
+    private let healthClock: any SessionClock
+    private var healthTask: Task<Void, Never>?
+    private var checkingBluetoothd = false
+    /// When the daemon's own loop last ran its health check: the watchdog is fed only while it does.
+    private nonisolated let lastBeat: Mutex<ContinuousClock.Instant>
 
     public init(radio: any DaemonRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
                 logger: Logger, hooks: DaemonHooks = DaemonHooks(), pid: Int32 = 0,
-                now: @escaping @Sendable () -> UnixMillis = SystemClock.now) {
+                now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = SystemSessionClock()) {
+        self.healthClock = clock
+        self.lastBeat = Mutex(clock.now)
         self.radio = radio
         self.store = store
         self.uploads = uploads
@@ -240,8 +267,10 @@ public actor GatewayDaemon {
             }
             await self?.radioEnded()
         }
+        startHealthChecks()
         await waitForStop()
         pump.cancel()
+        healthTask?.cancel()
         await shutdown()
         return busLost ? .busLost : .stopped
     }
@@ -315,6 +344,59 @@ public actor GatewayDaemon {
             group.cancelAll()
             return first
         }
+    }
+
+    // MARK: - Health
+
+    /// Every `healthInterval`: notes that the daemon's loop runs (for the watchdog) and asks bluetoothd
+    /// for a sign of life. The check runs in its own task and is bounded by `bluetoothdAnswerTimeout`, so
+    /// a hung bluetoothd never blocks the daemon.
+    private func startHealthChecks() {
+        let clock = healthClock
+        healthTask = Task { [weak self] in
+            while !Task.isCancelled {
+                guard let interval = await self?.settings.healthInterval else { return }
+                do { try await clock.sleep(until: clock.now + interval) } catch { return }
+                await self?.checkHealth()
+            }
+        }
+    }
+
+    /// Whether the daemon's loop ran its health check within `window` (the watchdog's `alive`).
+    ///
+    /// The watchdog follows the gateway itself, not bluetoothd: while bluetoothd hangs the daemon still
+    /// uploads what it stored and reports the condition, and a restart of the gateway would not revive
+    /// bluetoothd, so the pings go on; they stop only when the daemon's own loop no longer runs.
+    public nonisolated func isResponsive(within window: Duration) -> Bool {
+        let last = lastBeat.withLock { $0 }
+        return healthClock.now - last <= window
+    }
+
+    func checkHealth() async {
+        let beat = healthClock.now
+        lastBeat.withLock { $0 = beat }
+        guard !stopRequested, !checkingBluetoothd else { return }
+        guard snapshot.radio.bluetoothdRunning else {
+            if !snapshot.bluetoothdAnswering {
+                snapshot.bluetoothdAnswering = true
+                await publish()
+            }
+            return
+        }
+        checkingBluetoothd = true
+        let timeout = settings.bluetoothdAnswerTimeout
+        let answers = await radio.bluetoothdAnswers(timeout: timeout)
+        checkingBluetoothd = false
+        guard answers != snapshot.bluetoothdAnswering, !stopRequested else { return }
+        snapshot.bluetoothdAnswering = answers
+        if answers {
+            logger.notice("bluetoothd answers again")
+        } else {
+            let message = "bluetoothd holds org.bluez but did not answer within \(timeout); meters cannot be reached until it is restarted (systemctl restart bluetooth; a kernel Bluetooth bug can cause this)"
+            logger.error(message)
+            hooks.alert(DaemonAlert.bluetoothdNotAnswering, message)
+        }
+        await publish()
     }
 
     // MARK: - Reload

@@ -64,6 +64,7 @@ public enum DaemonStateFile {
         o.add("updated_at", Int(s.updatedAt))
         var radio = JSONObjectBuilder()
         radio.add("bluetoothd_running", s.radio.bluetoothdRunning)
+        radio.add("bluetoothd_answering", s.bluetoothdAnswering)
         radio.add("adapter", s.radio.adapter.map(JSONValue.string) ?? .null)
         radio.add("adapter_powered", s.radio.adapterPowered)
         radio.add("power_state", s.radio.powerState.map(JSONValue.string) ?? .null)

@@ -56,4 +56,11 @@ public protocol DaemonRadio: Sendable {
     func closeStale(addresses: [String]) async -> [String]
     /// Releases registrations and the bus.
     func close() async
+    /// Whether bluetoothd answers a harmless call within `timeout`. bluetoothd can hold `org.bluez` and
+    /// answer nothing (seen after a kernel BUG in its socket release); returns within `timeout` then.
+    func bluetoothdAnswers(timeout: Duration) async -> Bool
+}
+
+extension DaemonRadio {
+    public func bluetoothdAnswers(timeout: Duration) async -> Bool { true }
 }

@@ -18,6 +18,7 @@ final class FakeRadio: DaemonRadio {
         var calls: [String] = []
         var connected: Set<String> = []
         var connectDelay: Duration = .zero
+        var answering = true
     }
     let state = Mutex(State())
     let stream: AsyncStream<RadioEvent>
@@ -54,6 +55,12 @@ final class FakeRadio: DaemonRadio {
         guard let meter else { throw MeterLinkError(.timeout, "not advertising") }
         return meter.connect()
     }
+    func bluetoothdAnswers(timeout: Duration) async -> Bool {
+        state.withLock { s in
+            s.calls.append("probe")
+            return s.answering
+        }
+    }
     func isConnected(address: String) async -> Bool {
         state.withLock { $0.connected.contains(address) }
     }
@@ -75,6 +82,7 @@ final class StatusLog: Sendable {
     private let lines = Mutex<[String]>([])
     func append(_ line: String) { lines.withLock { $0.append(line) } }
     var last: String? { lines.withLock { $0.last } }
+    var all: [String] { lines.withLock { $0 } }
 }
 
 /// Uploads that only count what the daemon asks of them.
@@ -100,9 +108,11 @@ struct DaemonTests {
         let uploads = CountingUploads()
         let daemon: GatewayDaemon
         let statuses = StatusLog()
+        let alerts = StatusLog()
         let runner: Task<GatewayDaemon.End, Never>
 
-        init(meters: [FakeMeter], paired: [FakeMeter]? = nil, settings: DaemonSettings = Fixture.settings) async throws {
+        init(meters: [FakeMeter], paired: [FakeMeter]? = nil, settings: DaemonSettings = Fixture.settings,
+             clock: any SessionClock = SystemSessionClock()) async throws {
             var template = Array("/tmp/gg-daemon-XXXXXX".utf8CString)
             let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
             directory = try #require(made)
@@ -115,8 +125,11 @@ struct DaemonTests {
             }
             radio = FakeRadio(meters: meters)
             let statuses = self.statuses
+            let alerts = self.alerts
             daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads, settings: settings, logger: .silent,
-                                   hooks: DaemonHooks(status: { line in statuses.append(line) }))
+                                   hooks: DaemonHooks(status: { line in statuses.append(line) },
+                                                      alert: { code, message in alerts.append("\(code) \(message)") }),
+                                   clock: clock)
             let daemon = self.daemon
             runner = Task { await daemon.run() }
             // Ready once it watches.
@@ -307,6 +320,38 @@ struct DaemonTests {
         let snapshot = await f.daemon.currentSnapshot()
         #expect(snapshot.lastReloadError == nil)
         #expect(snapshot.counters.reloads == 1)
+        await f.finish()
+    }
+
+    @Test("a bluetoothd that keeps its name but answers nothing: reported, alerted once, the watchdog still fed; then recovered")
+    func bluetoothdNotAnswering() async throws {
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [], clock: clock)
+        let interval = Fixture.settings.healthInterval
+        f.radio.set { $0.answering = false }
+        try await Fixture.until("reported") {
+            if clock.sleeping > 0 { clock.advance(by: interval) }
+            return await !f.daemon.currentSnapshot().bluetoothdAnswering
+        }
+        #expect(await f.daemon.currentSnapshot().statusLine.hasPrefix("bluetoothd not answering"))
+        #expect(f.statuses.last?.hasPrefix("bluetoothd not answering") == true)
+        // More checks while it stays silent: one alert per change, not per check.
+        let probes = f.radio.calls.filter { $0 == "probe" }.count
+        try await Fixture.until("probed again") {
+            if clock.sleeping > 0 { clock.advance(by: interval) }
+            return f.radio.calls.filter { $0 == "probe" }.count >= probes + 2
+        }
+        #expect(f.alerts.all.count == 1)
+        #expect(f.alerts.all.first?.hasPrefix("\(DaemonAlert.bluetoothdNotAnswering) bluetoothd holds org.bluez but did not answer") == true)
+        // The daemon's own loop runs: the watchdog keeps being fed (a restart of the gateway would not help).
+        #expect(f.daemon.isResponsive(within: interval * 2))
+        f.radio.set { $0.answering = true }
+        try await Fixture.until("recovered") {
+            if clock.sleeping > 0 { clock.advance(by: interval) }
+            return await f.daemon.currentSnapshot().bluetoothdAnswering
+        }
+        #expect(await !f.daemon.currentSnapshot().statusLine.contains("not answering"))
+        #expect(f.alerts.all.count == 1)
         await f.finish()
     }
 

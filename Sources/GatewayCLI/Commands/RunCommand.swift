@@ -33,16 +33,21 @@ enum RunCommand: GatewayCommand {
       --connect-timeout SECONDS  connect and resolve services within this time (default 20)
       --time-scale X             divide the upload retry and backoff times by X (demos and tests that
                                  compress an hour of outage into minutes; default 1)
+      --health-interval SECONDS  how often to check that bluetoothd answers (default 15); a bluetoothd
+                                 that keeps its bus name but answers nothing for 5 s is logged, shown by
+                                 status, and runs on_network_error with GATEWAY_ERROR_CODE=2001
 
     Exit status: 0 stopped by a signal; 1 failure (database, bus lost); 69 no system bus; 75 another
     glucose-gateway process is uploading from this database; 78 configuration error.
     """
-    static let options = OptionTable(values: ["--quiet-after", "--connect-timeout", "--time-scale"])
+    static let options = OptionTable(values: ["--quiet-after", "--connect-timeout", "--time-scale", "--health-interval"])
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let quietAfter = try arguments.secondsOption("--quiet-after", max: 86_400) ?? 20
         let connectTimeout = try arguments.secondsOption("--connect-timeout", max: 600) ?? 20
         let scale = try arguments.secondsOption("--time-scale", max: 10_000) ?? 1
+        let healthInterval = try arguments.secondsOption("--health-interval", max: 3_600) ?? 15
+        guard healthInterval >= 0.1 else { throw GatewayFailure(.usage, "--health-interval must be at least 0.1 seconds") }
         guard scale >= 1 else { throw GatewayFailure(.usage, "--time-scale must be 1 or more") }
         var timing = UploadTiming.standard
         func scaled(_ ms: Int) -> Int { max(1, Int(Double(ms) / scale)) }
@@ -97,17 +102,21 @@ enum RunCommand: GatewayCommand {
             s.quietAfterDownload = .milliseconds(Int64(quietAfter * 1000))
             s.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
             s.sessionLockDatabase = config.gateway.database
+            s.healthInterval = .milliseconds(Int64(healthInterval * 1000))
             return s
         }
 
         let notifier = SystemdNotifier(environment: context.environment)
         let statePath = DaemonStateFile.path(database: config.gateway.database)
         let metricsPath = Mutex(config.gateway.metricsFile)
+        let pendingNow = Mutex(0)
+        let alertCommand = upload.recovery.onNetworkError
         let hooks = DaemonHooks(
             ready: { notifier.ready(status: $0) },
             status: { notifier.status($0) },
             stopping: { notifier.stopping() },
             snapshot: { snapshot in
+                pendingNow.withLock { $0 = snapshot.pending }
                 do {
                     try AtomicFile.write(DaemonStateFile.json(snapshot).compactText + "\n", to: statePath)
                 } catch {
@@ -120,6 +129,10 @@ enum RunCommand: GatewayCommand {
                         logger.warning("\(failure)")
                     }
                 }
+            },
+            alert: { code, message in
+                guard let alertCommand else { return }
+                AlertCommand(command: alertCommand).run(code: code, message: message, pending: pendingNow.withLock { $0 })
             }
         )
         let daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads(upload), settings: daemonSettings(config, upload),
@@ -165,7 +178,9 @@ enum RunCommand: GatewayCommand {
                 }
             }
         }
-        let watchdog = Task { await notifier.runWatchdog() }
+        // The watchdog follows the daemon's own loop (see GatewayDaemon.isResponsive), not bluetoothd.
+        let aliveWindow = Duration.milliseconds(Int64(healthInterval * 3000)) + .seconds(10)
+        let watchdog = Task { await notifier.runWatchdog(alive: { daemon.isResponsive(within: aliveWindow) }) }
 
         let end = await daemon.run()
 

@@ -219,6 +219,10 @@ final class DaemonBlueZRadio: DaemonRadio {
         return closed
     }
 
+    func bluetoothdAnswers(timeout: Duration) async -> Bool {
+        await client.bluetoothdAnswers(timeout: timeout)
+    }
+
     func close() async {
         let (tasks, profileAdapter, discoveryAdapter) = state.withLock { s in
             defer { s.tasks.removeAll() }

@@ -17,7 +17,8 @@ enum StatusCommand: GatewayCommand {
     Reads the database (while the daemon runs, too: SQLite WAL readers never block it), the daemon's
     run-state file beside it (<database>.daemon.json) and asks bluetoothd on the system bus. Shows:
       daemon        running or not, pid, what it is doing, connections and failures since it started
-      bluetooth     bluetoothd on the bus or not, the adapter, powered, rfkill, discovering
+      bluetooth     bluetoothd on the bus or not, answering or not (3 s), the adapter, powered, rfkill,
+                    discovering
       meters        last seen, last sync, highest sequence, clock skew, and a warning for meters that keep
                     one bond only (pairing a phone with such a meter unpairs the gateway)
       destinations  state, last error code (1001 NETWORK_NOT_CONNECTED, 1002 NETWORK_TIMEOUT, or HTTP) and
@@ -101,6 +102,8 @@ struct BluetoothStatus {
     /// Nil when the system bus itself cannot be reached.
     var busReachable = false
     var bluetoothdRunning = false
+    /// False when bluetoothd holds org.bluez but gave no reply in time.
+    var bluetoothdAnswering = true
     var adapter: String?
     var address: String?
     var powered = false
@@ -125,6 +128,9 @@ enum BluetoothStatusReader {
         return status
     }
 
+    /// How long bluetoothd gets to answer.
+    static let answerSeconds = 3
+
     private static func query(_ connection: DBusConnection, wanted: String?, into status: inout BluetoothStatus) async {
         do {
             guard let owner = try await connection.nameOwner(of: "org.bluez", timeout: .seconds(3)) else {
@@ -133,7 +139,7 @@ enum BluetoothStatusReader {
             }
             status.bluetoothdRunning = true
             let reply = try await connection.call(destination: owner, path: "/", interface: "org.freedesktop.DBus.ObjectManager",
-                                                  member: "GetManagedObjects", timeout: .seconds(3))
+                                                  member: "GetManagedObjects", timeout: .seconds(answerSeconds))
             let tree = reply.first?.managedObjects ?? [:]
             var adapters: [(name: String, properties: [String: DBusValue])] = []
             for path in tree.keys.sorted() {
@@ -151,6 +157,9 @@ enum BluetoothStatusReader {
             } else {
                 status.error = wanted.map { "no adapter \($0)" } ?? "no Bluetooth adapter"
             }
+        } catch where status.bluetoothdRunning && error.isTimeout {
+            status.bluetoothdAnswering = false
+            status.error = "bluetoothd not answering (it holds org.bluez but gave no reply within \(answerSeconds) s; restart it: systemctl restart bluetooth)"
         } catch {
             status.error = "bluetoothd did not answer: \(error.message)"
         }
@@ -274,6 +283,7 @@ struct StatusReport {
         var b = JSONObjectBuilder()
         b.add("bus_reachable", bluetooth.busReachable)
         b.add("bluetoothd_running", bluetooth.bluetoothdRunning)
+        b.add("bluetoothd_answering", bluetooth.bluetoothdRunning && bluetooth.bluetoothdAnswering)
         b.add("adapter", Self.string(bluetooth.adapter))
         b.add("adapter_address", Self.string(bluetooth.address))
         b.add("powered", bluetooth.powered)
@@ -368,6 +378,8 @@ struct StatusReport {
             out += "bluetooth: \(e(bluetooth.error ?? "system bus not reachable"))\n"
         } else if !bluetooth.bluetoothdRunning {
             out += "bluetooth: bluetoothd is not running\n"
+        } else if !bluetooth.bluetoothdAnswering {
+            out += "bluetooth: \(bluetooth.error ?? "bluetoothd not answering")\n"
         } else if let adapter = bluetooth.adapter {
             var line = "bluetooth: bluetoothd running, adapter \(e(adapter))"
             if let a = bluetooth.address { line += " (\(e(a)))" }
