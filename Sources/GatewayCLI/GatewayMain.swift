@@ -6,7 +6,7 @@ import GatewayCore
 /// The whole command line: global options, subcommand dispatch, help, and exit statuses.
 public enum GatewayMain {
     public static let usage = """
-    usage: glucose-gateway [--config PATH] COMMAND [ARGS...]
+    usage: glucose-gateway [--config PATH] [--verbose] COMMAND [ARGS...]
 
     A headless gateway for Bluetooth LE blood-glucose meters: pairs once, downloads every reading,
     stores it durably in SQLite and uploads it to Nightscout or a FHIR R4 server.
@@ -48,8 +48,9 @@ public enum GatewayMain {
         return status
     }
 
-    /// The command named on the line, for the prefix of a late error.
-    static func commandName(_ argv: [String]) -> String? {
+    /// Where the command name is: global options (and their values) come before it, up to the first
+    /// positional or `--`. Past the end when there is none.
+    static func commandIndex(_ argv: [String]) -> Int {
         var i = 0
         while i < argv.count {
             let token = argv[i]
@@ -57,20 +58,18 @@ public enum GatewayMain {
             i += globalOptions.valued.contains(token) ? 2 : 1
         }
         if i < argv.count, argv[i] == "--" { i += 1 }
+        return i
+    }
+
+    /// The command named on the line, for the prefix of a late error.
+    static func commandName(_ argv: [String]) -> String? {
+        let i = commandIndex(argv)
         guard i < argv.count, let command = allCommands.first(where: { $0.name == argv[i] }) else { return nil }
         return command.name
     }
 
     static func dispatch(_ argv: [String], environment: [String: String]) async -> Int32 {
-        // Global options come before the command name: take tokens up to the first positional.
-        var split = 0
-        while split < argv.count {
-            let token = argv[split]
-            if token == "--" || token == "-" || !token.hasPrefix("-") { break }
-            split += 1
-            if globalOptions.valued.contains(token) { split += 1 }
-        }
-        if split < argv.count, argv[split] == "--" { split += 1 }
+        let split = commandIndex(argv)
         let globals: Arguments
         do {
             globals = try Arguments(parsing: Array(argv[..<min(split, argv.count)]), options: globalOptions)
