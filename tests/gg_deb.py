@@ -91,14 +91,21 @@ def packages():
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
             times = []
-            for v in (version(), next_version(v=version())):
+            # The next version packages the same binary again (--binary), without a second lintian run.
+            binary = directory / "glucose-gateway.built"
+            for v, options in ((version(), []), (next_version(version()), ["--binary", str(binary), "--no-lintian"])):
                 started = time.monotonic()
                 env = dict(os.environ, GLUCOSE_GATEWAY_VERSION=v)
-                r = sh(str(REPO / "scripts/package-deb.sh"), "--output", str(directory), env=env, timeout=1800)
+                r = sh(str(REPO / "scripts/package-deb.sh"), "--output", str(directory), *options, env=env, timeout=1800)
                 (directory / f"package-{v}.log").write_text(r.stdout + r.stderr)
                 if r.returncode != 0:
                     raise AssertionError(f"package-deb.sh failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
                 times.append(f"{v}: {time.monotonic() - started:.1f} s")
+                if not binary.exists():
+                    extracted = directory / "extracted"
+                    subprocess.run(["dpkg-deb", "-x", str(current), str(extracted)], check=True, timeout=120)
+                    shutil.move(str(extracted / "usr/bin/glucose-gateway"), binary)
+                    shutil.rmtree(extracted)
             (directory / "build-times.txt").write_text("\n".join(times) + "\n")
             (directory / "complete").write_text(key + "\n")
         os.utime(directory)
