@@ -56,6 +56,19 @@ public struct DaemonHooks: Sendable {
 public enum DaemonAlert {
     /// bluetoothd holds `org.bluez` but does not answer.
     public static let bluetoothdNotAnswering = 2001
+    /// The database failed its start-up check (`PRAGMA quick_check`).
+    public static let databaseDamaged = 2002
+}
+
+/// An alert the daemon holds while it does no work at all (a damaged database): shown in status and the
+/// run-state file until the daemon is restarted.
+public struct HeldAlert: Sendable, Equatable {
+    public var code: Int
+    public var message: String
+    public init(code: Int, message: String) {
+        self.code = code
+        self.message = message
+    }
 }
 
 /// The daemon's settings, from the configuration plus timing that tests compress.
@@ -149,6 +162,8 @@ public struct DaemonSnapshot: Sendable, Equatable {
     public var lastReactionMs: Int?
     /// False while bluetoothd holds `org.bluez` but does not answer.
     public var bluetoothdAnswering = true
+    /// Set when the daemon holds off all work (phase `alert`).
+    public var alert: HeldAlert?
     public init() {}
 
     public var pending: Int { destinations.reduce(0) { $0 + $1.counts.pending + $1.counts.inFlight } }
@@ -158,6 +173,9 @@ public struct DaemonSnapshot: Sendable, Equatable {
 
     /// One line for systemd's STATUS=: "2 meters, 0 pending, last error 1001".
     public var statusLine: String {
+        if let alert {
+            return "ALERT \(alert.code) \(DaemonSnapshot.codeName(alert.code)): \(alert.message)"
+        }
         var parts: [String] = []
         if !radio.bluetoothdRunning {
             parts.append("waiting for bluetoothd")
@@ -397,6 +415,32 @@ public actor GatewayDaemon {
             hooks.alert(DaemonAlert.bluetoothdNotAnswering, message)
         }
         await publish()
+    }
+
+    // MARK: - Alert
+
+    /// `run` when the database failed its start-up check: nothing is downloaded or uploaded, so nothing is
+    /// written to a damaged file (the meters keep their records). The alert is logged, passed to the alert
+    /// hook, shown in the run-state file and the service status (READY=1 still goes out, so the service
+    /// manager neither restarts the gateway in a loop nor hides the alert), until `stopped` returns.
+    public static func holdAlert(_ alert: HeldAlert, hooks: DaemonHooks, logger: Logger, pid: Int32,
+                                 now: @Sendable () -> UnixMillis = SystemClock.now, until stopped: () async -> Void) async {
+        var snapshot = DaemonSnapshot()
+        snapshot.pid = pid
+        snapshot.startedAt = now()
+        snapshot.updatedAt = snapshot.startedAt
+        snapshot.phase = "alert"
+        snapshot.alert = alert
+        logger.error(snapshot.statusLine)
+        hooks.snapshot(snapshot)
+        hooks.ready(snapshot.statusLine)
+        hooks.alert(alert.code, alert.message)
+        await stopped()
+        hooks.stopping()
+        snapshot.phase = "stopped"
+        snapshot.updatedAt = now()
+        hooks.snapshot(snapshot)
+        logger.notice("stopped")
     }
 
     // MARK: - Reload

@@ -85,6 +85,15 @@ public enum DaemonStateFile {
         o.add("counters", c.value)
         o.add("last_reaction_ms", s.lastReactionMs.map { JSONValue.int($0) } ?? .null)
         o.add("last_reload_error", s.lastReloadError.map(JSONValue.string) ?? .null)
+        if let alert = s.alert {
+            var a = JSONObjectBuilder()
+            a.add("code", alert.code)
+            a.add("name", DaemonSnapshot.codeName(alert.code))
+            a.add("message", alert.message)
+            o.add("alert", a.value)
+        } else {
+            o.add("alert", JSONValue.null)
+        }
         return o.value
     }
 }
@@ -105,11 +114,15 @@ extension DaemonSnapshot {
         )
     }
 
-    /// `NETWORK_NOT_CONNECTED` for 1001, `NETWORK_TIMEOUT` for 1002, `HTTP n` otherwise.
+    /// `NETWORK_NOT_CONNECTED` for 1001, `NETWORK_TIMEOUT` for 1002, `BLUETOOTHD_NOT_ANSWERING` for 2001,
+    /// `DATABASE_DAMAGED` for 2002,
+    /// `HTTP n` otherwise.
     public static func codeName(_ code: Int) -> String {
         switch code {
         case 1001: "NETWORK_NOT_CONNECTED"
         case 1002: "NETWORK_TIMEOUT"
+        case DaemonAlert.bluetoothdNotAnswering: "BLUETOOTHD_NOT_ANSWERING"
+        case DaemonAlert.databaseDamaged: "DATABASE_DAMAGED"
         default: "HTTP \(code)"
         }
     }

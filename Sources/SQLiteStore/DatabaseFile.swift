@@ -64,6 +64,53 @@ enum DatabaseFile {
         }
     }
 
+    /// SQLite reports a file it cannot create or write (a read-only file system, a directory this user may
+    /// not write) as "unable to open database file" or a disk I/O error, often with the errno of a later
+    /// attempt (ENOENT). When the database or its directory is not writable, the error gets that errno,
+    /// so it can say why.
+    static func explain(_ error: SQLiteError, path: String) -> SQLiteError {
+        guard !error.isFull else { return error }
+        switch error.code.primary {
+        case .cannotOpen, .ioError, .readOnly: break
+        default: return error
+        }
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        var explained = error
+        if access(directory, W_OK) != 0 || (exists(path) && access(path, W_OK) != 0) {
+            explained.systemErrno = errno
+        }
+        return explained
+    }
+
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0
+    }
+
+    /// The size of a file in bytes, nil when it does not exist.
+    static func size(_ path: String) -> Int64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Int64(info.st_size)
+    }
+
+    /// A `file:` URI for SQLite naming `path`, with query `parameters` (characters SQLite's URI parser
+    /// would take for syntax are percent-encoded).
+    static func uri(_ path: String, _ parameters: String) -> String {
+        var out = "file:"
+        for byte in path.utf8 {
+            switch byte {
+            case UInt8(ascii: "%"), UInt8(ascii: "?"), UInt8(ascii: "#"), 0..<0x21, 0x7f...:
+                let hex = Array("0123456789ABCDEF".utf8)
+                out += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xf)]], as: UTF8.self)
+            default:
+                out += String(decoding: [byte], as: UTF8.self)
+            }
+        }
+        return out + "?" + parameters
+    }
+
     private static func restrict(path: String) throws(SQLiteStoreError) {
         var info = stat()
         guard stat(path, &info) == 0 else {

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import CSQLite
 
 /// The raw handle types, named so signatures say what they hold.
@@ -66,8 +69,9 @@ final class SQLiteConnection {
         guard rc == SQLITE_OK, let raw else {
             let message = raw.map { String(cString: sqlite3_errmsg($0)) } ?? ResultCode(rawValue: rc).explanation
             let extended = raw.map { sqlite3_extended_errcode($0) } ?? rc
+            let systemErrno = raw.map { sqlite3_system_errno($0) } ?? 0
             if let raw { sqlite3_close_v2(raw) }
-            throw SQLiteError(code: ResultCode(rawValue: extended), message: message)
+            throw SQLiteError(code: ResultCode(rawValue: extended), message: message, systemErrno: systemErrno)
         }
         handle = raw
         sqlite3_extended_result_codes(raw, 1)
@@ -154,7 +158,11 @@ final class SQLiteConnection {
         // The connection's last error belongs to this call when their primary codes agree.
         let code = (extended & 0xff) == (rc & 0xff) ? extended : rc
         let message = String(cString: sqlite3_errmsg(handle))
-        return SQLiteError(code: ResultCode(rawValue: code), message: message, sql: sql)
+        // The errno belongs to this failure only for I/O-level codes; others leave an older one behind.
+        let primary = code & 0xff
+        let systemErrno = primary == SQLITE_IOERR || primary == SQLITE_CANTOPEN || primary == SQLITE_FULL || primary == SQLITE_READONLY
+            ? sqlite3_system_errno(handle) : 0
+        return SQLiteError(code: ResultCode(rawValue: code), message: message, sql: sql, systemErrno: systemErrno)
     }
 
     private func requireHandle(sql: String?) throws(SQLiteError) -> SQLiteHandle {
@@ -227,6 +235,25 @@ final class SQLiteConnection {
     /// False while a transaction is open.
     var isAutocommit: Bool { handle.map { sqlite3_get_autocommit($0) != 0 } ?? true }
 
+    // MARK: Time limit
+
+    /// Runs `body`, interrupting its statements (SQLITE_INTERRUPT) once `milliseconds` have passed.
+    func withTimeLimit<T>(milliseconds: Int, _ body: () throws -> T) rethrows -> T {
+        guard let handle else { return try body() }
+        let deadline = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+        deadline.initialize(to: monotonicNanoseconds() + UInt64(max(0, milliseconds)) * 1_000_000)
+        defer {
+            sqlite3_progress_handler(handle, 0, nil, nil)
+            deadline.deallocate()
+        }
+        // Called every 1000 virtual-machine steps on this thread; `deadline` outlives the body.
+        sqlite3_progress_handler(handle, 1000, { context in
+            guard let context else { return 0 }
+            return monotonicNanoseconds() > context.load(as: UInt64.self) ? 1 : 0
+        }, deadline)
+        return try body()
+    }
+
     // MARK: Transactions
 
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two writers
@@ -248,3 +275,9 @@ final class SQLiteConnection {
 
 @available(*, unavailable)
 extension SQLiteConnection: Sendable {}
+
+private func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}

@@ -48,34 +48,53 @@ public struct ResultCode: RawRepresentable, Hashable, Sendable, CustomStringConv
     }
 }
 
-/// An error from libsqlite3: the extended result code, SQLite's message, and the SQL that failed.
-/// Bound values are never kept: they are health data.
+/// An error from libsqlite3: the extended result code, SQLite's message, the SQL that failed, and the
+/// operating system's errno behind an I/O error. Bound values are never kept: they are health data.
 public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     public var code: ResultCode
     public var message: String
     /// The statement that failed, nil for errors outside a statement (open, close).
     public var sql: String?
+    /// `sqlite3_system_errno` after the failure (ENOSPC behind a disk I/O error), 0 when none.
+    public var systemErrno: Int32
 
-    public init(code: ResultCode, message: String, sql: String? = nil) {
+    public init(code: ResultCode, message: String, sql: String? = nil, systemErrno: Int32 = 0) {
         self.code = code
         self.message = message
         self.sql = sql
+        self.systemErrno = systemErrno
     }
 
     /// True when another connection held the lock longer than the busy timeout.
     public var isBusy: Bool { code.primary == .busy || code.primary == .locked }
-    /// True when the disk (or the database's page limit) is full.
-    public var isFull: Bool { code.primary == .full }
+    /// True when the disk (or the database's page limit) is full: `SQLITE_FULL`, or an I/O error whose
+    /// cause was ENOSPC or EDQUOT (a full disk fails the `-shm` file's growth as SQLITE_IOERR_SHMSIZE).
+    public var isFull: Bool { code.primary == .full || systemErrno == ENOSPC || systemErrno == EDQUOT }
+    /// True when the file or its directory cannot be written: a read-only file system, or no permission.
+    public var isNotWritable: Bool {
+        guard !isFull else { return false }
+        if code.primary == .readOnly { return true }
+        switch code.primary {
+        case .cannotOpen, .ioError, .error: return systemErrno == EROFS || systemErrno == EACCES || systemErrno == EPERM
+        default: return false
+        }
+    }
+    /// The operating system's words for `systemErrno`, nil when there is none.
+    public var systemErrorText: String? { systemErrno == 0 ? nil : errnoString(systemErrno) }
+
+    /// True when SQLite found the file damaged.
+    public var isCorrupt: Bool { code.primary == .corrupt || code.primary == .notADatabase }
 
     /// One line, fit for a command's stderr: what went wrong, the code, and the statement if any.
     public var description: String {
         var line: String
-        switch code.primary {
-        case .busy, .locked:
+        if isBusy {
             line = "database is locked by another process (\(message))"
-        case .full:
-            line = "disk full, nothing new was stored (\(message))"
-        default:
+        } else if isFull {
+            line = "disk full: the change was not written, what was stored before is kept (\(message))"
+        } else if isNotWritable {
+            line = "database cannot be written" + (systemErrno == 0 ? "" : ": " + errnoString(systemErrno)) + " (\(message))"
+        } else {
             line = message
         }
         line += " [\(code)]"
@@ -83,7 +102,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
         return line
     }
 
-    static func oneLine(_ sql: String) -> String {
+    /// `text` on one line, whitespace runs as one space, at most 160 characters.
+    public static func oneLine(_ sql: String) -> String {
         var out = ""
         var lastWasSpace = false
         for ch in sql {

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CSQLite
 import GatewayCore
 
 /// The gateway's database: meters, readings, the upload outbox, destination state and the event log,
@@ -44,20 +48,115 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     ) throws {
         let inMemory = path == ":memory:" || path.isEmpty
         if !inMemory { try DatabaseFile.prepare(path: path) }
-        let db = try SQLiteConnection(path: path, faults: faults)
+        let db: SQLiteConnection
+        do {
+            db = try SQLiteConnection(path: path, faults: faults)
+        } catch {
+            throw inMemory ? error : DatabaseFile.explain(error, path: path)
+        }
         do {
             try Self.configure(db, busyTimeoutMilliseconds: busyTimeoutMilliseconds, inMemory: inMemory)
             try Migrator(migrations: Schema.migrations).migrate(db, now: now())
             if !inMemory { try DatabaseFile.prepare(path: path) }
+        } catch let error as SQLiteError {
+            db.close()
+            throw inMemory ? error : DatabaseFile.explain(error, path: path)
         } catch {
             db.close()
             throw error
         }
         self.seenDataVersion = try? Self.dataVersion(db)
+        self.readAccess = .readWrite
         self.db = db
         self.path = path
         self.builders = builders
         self.now = now
+        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
+    }
+
+    /// How a store was opened for reading (`openForReading`).
+    public enum ReadAccess: Sendable, Equatable {
+        /// Read-write, as every other opening.
+        case readWrite
+        /// Read-only, because the read-write open failed with `reason` (disk full, read-only file system).
+        case readOnly(reason: SQLiteError)
+
+        public static func == (a: ReadAccess, b: ReadAccess) -> Bool {
+            switch (a, b) {
+            case (.readWrite, .readWrite): true
+            case let (.readOnly(x), .readOnly(y)): x.code == y.code && x.message == y.message
+            default: false
+            }
+        }
+    }
+
+    /// How this store was opened: read-write unless `openForReading` had to fall back.
+    public nonisolated let readAccess: ReadAccess
+
+    /// Opens the database for a command that only reads (`status`, `readings`, `meters`): read-write as
+    /// usual, and when that fails because the disk is full or the file cannot be written, read-only.
+    ///
+    /// Read-only comes in three steps, as SQLite allows: an ordinary read-only connection (it still needs
+    /// a `-shm` file it can size); one that maps an existing `-shm` read-only (SQLite then reads the WAL
+    /// itself); and, when no WAL holds commits (missing or empty, as after a clean close), the main file
+    /// opened as immutable, which needs no `-shm` at all. A WAL with commits and no usable `-shm` is not
+    /// read past: the main file alone would show an older state as if it were the current one.
+    /// A missing file is created as by the read-write open; other errors are thrown as they are.
+    public static func openForReading(path: String, busyTimeoutMilliseconds: Int = 5000) throws -> SQLiteStore {
+        try openForReading(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, faults: [])
+    }
+
+    /// As the public `openForReading`, with failures forced on the read-write attempt (tests).
+    package static func openForReading(path: String, busyTimeoutMilliseconds: Int = 5000, faults: [SQLiteFault]) throws -> SQLiteStore {
+        let reason: SQLiteError
+        do {
+            return try SQLiteStore(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, faults: faults)
+        } catch let error as SQLiteError where error.isFull || error.isNotWritable {
+            reason = error
+        } catch let SQLiteStoreError.file(_, operation, code) where [ENOSPC, EDQUOT, EROFS, EACCES, EPERM].contains(code) {
+            reason = SQLiteError(code: code == ENOSPC || code == EDQUOT ? .full : .readOnly,
+                                 message: "cannot \(operation) the database file", systemErrno: code)
+        }
+        guard DatabaseFile.exists(path) else { throw reason }
+        let walHoldsCommits = DatabaseFile.size(path + "-wal").map { $0 > 0 } ?? false
+        for parameters in ["mode=ro", "mode=ro&readonly_shm=1", walHoldsCommits ? nil : "mode=ro&immutable=1"] {
+            guard let parameters else { continue }
+            do {
+                return try SQLiteStore(readOnlyURI: DatabaseFile.uri(path, parameters), path: path,
+                                       busyTimeoutMilliseconds: busyTimeoutMilliseconds, reason: reason)
+            } catch {
+                // The next way, or the read-write failure: it says why reading-only was needed.
+                continue
+            }
+        }
+        throw reason
+    }
+
+    private init(readOnlyURI uri: String, path: String, busyTimeoutMilliseconds: Int, reason: SQLiteError) throws {
+        let db = try SQLiteConnection(path: uri, flags: SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX)
+        do {
+            db.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+            try db.executeScript("PRAGMA query_only = ON; PRAGMA trusted_schema = OFF;")
+            let found = try Migrator(migrations: Schema.migrations).currentVersion(db)
+            if found > Schema.migrations.count {
+                throw SQLiteStoreError.schemaTooNew(found: found, supported: Schema.migrations.count)
+            }
+            if found < Schema.migrations.count {
+                // The schema needs an upgrade this connection cannot write: report why it cannot write.
+                throw reason
+            }
+            // The first read is where a missing -shm or WAL shows.
+            _ = try db.queryFirst("SELECT count(*) FROM sqlite_schema") { $0.int(0) }
+        } catch {
+            db.close()
+            throw error
+        }
+        self.seenDataVersion = nil
+        self.db = db
+        self.path = path
+        self.builders = []
+        self.now = systemMillis
+        self.readAccess = .readOnly(reason: reason)
         self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
     }
 
@@ -101,6 +200,31 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// The schema version (`PRAGMA user_version`).
     public func schemaVersion() throws -> Int {
         try Migrator(migrations: Schema.migrations).currentVersion(openConnection())
+    }
+
+    /// What `quickCheck` found.
+    public enum QuickCheckResult: Sendable, Equatable {
+        case ok
+        /// SQLite's findings (at most 20), or the error that stopped the check on a damaged file.
+        case damaged([String])
+        /// The time limit passed first; nothing is known.
+        case unfinished
+    }
+
+    /// `PRAGMA quick_check`: the structure of every table and index page (not index contents), within
+    /// `milliseconds`. Reads only.
+    public func quickCheck(milliseconds: Int) throws -> QuickCheckResult {
+        let db = try openConnection()
+        do {
+            let rows = try db.withTimeLimit(milliseconds: milliseconds) {
+                try db.query("PRAGMA quick_check(20)") { $0.text(0) }
+            }
+            return rows == ["ok"] ? .ok : .damaged(rows)
+        } catch let error as SQLiteError {
+            if error.code.primary == ResultCode(rawValue: SQLITE_INTERRUPT) { return .unfinished }
+            if error.isCorrupt { return .damaged([error.description]) }
+            throw error
+        }
     }
 
     /// `PRAGMA integrity_check`: `["ok"]` on a sound database.

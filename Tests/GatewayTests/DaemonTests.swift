@@ -224,6 +224,29 @@ struct DaemonTests {
         await f.finish()
     }
 
+    @Test("a damaged database: the alert is logged, passed to the hook, shown in the state file and status; READY still goes out")
+    func alertHeldUntilStopped() async throws {
+        let events = Mutex<[String]>([])
+        let snapshots = Mutex<[DaemonSnapshot]>([])
+        let hooks = DaemonHooks(
+            ready: { line in events.withLock { $0.append("ready " + line) } },
+            stopping: { events.withLock { $0.append("stopping") } },
+            snapshot: { s in snapshots.withLock { $0.append(s) } },
+            alert: { code, _ in events.withLock { $0.append("alert \(code)") } }
+        )
+        let alert = HeldAlert(code: DaemonAlert.databaseDamaged, message: "database /x is damaged")
+        await GatewayDaemon.holdAlert(alert, hooks: hooks, logger: .silent, pid: 42, now: { 1000 }) {
+            events.withLock { $0.append("waiting") }
+        }
+        #expect(events.withLock { $0 } == ["ready ALERT 2002 DATABASE_DAMAGED: database /x is damaged", "alert 2002", "waiting", "stopping"])
+        let written = snapshots.withLock { $0 }
+        #expect(written.map(\.phase) == ["alert", "stopped"])
+        let state = DaemonStateFile.json(try #require(written.first)).compactText
+        #expect(state.contains(#""alert":{"code":2002,"name":"DATABASE_DAMAGED","message":"database /x is damaged"}"#))
+        #expect(state.contains(#""pid":42"#))
+        #expect(DaemonStateFile.json(DaemonSnapshot()).compactText.contains(#""alert":null"#))
+    }
+
     @Test("two meters download at the same time, each in its own session")
     func twoMeters() async throws {
         let a = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...30)))

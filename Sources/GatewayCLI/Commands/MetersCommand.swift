@@ -20,7 +20,7 @@ enum MetersCommand: GatewayCommand {
         let json = arguments.flag("--json")
         try arguments.finish()
         let config = try context.loadConfig(forMeterCommand: name)
-        let (meters, counts) = try await MeterCommandSupport.withStore(config) { store in
+        let (meters, counts) = try await MeterCommandSupport.withStore(config, readingOnly: "meters") { store in
             let meters = try await store.meters(includingUnpaired: all)
             var counts: [String: Int] = [:]
             for m in meters { counts[m.info.address] = try await store.readingCount(meterAddress: m.info.address) }

@@ -41,7 +41,7 @@ enum ReadingsCommand: GatewayCommand {
             }
             since = t
         }
-        let readings = try await MeterCommandSupport.withStore(config) { store in
+        let readings = try await MeterCommandSupport.withStore(config, readingOnly: "readings") { store in
             if let meter, try await store.meters(includingUnpaired: true).contains(where: { $0.info.address == meter }) == false {
                 throw GatewayFailure(.failure, "no meter \(meter) in this gateway's database (see glucose-gateway meters --all)")
             }

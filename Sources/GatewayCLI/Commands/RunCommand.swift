@@ -25,6 +25,12 @@ enum RunCommand: GatewayCommand {
     arrived is committed) and exit 0 within 5 s. SIGHUP reloads the config file; a config that does not
     load is reported and the running one kept.
 
+    At start the database is checked (PRAGMA quick_check, at most 20 s). A damaged file raises an alert
+    instead of being written on: logged, shown by `status` and in systemd's STATUS=, and passed to the
+    on_network_error command (GATEWAY_ERROR_CODE=2002, DATABASE_DAMAGED); the daemon then neither downloads
+    nor uploads (the meters keep their records) until it is restarted with a sound file. Readings that
+    another process stores (a manual `sync`) are uploaded as soon as it commits them.
+
     Files: the database from the config; <database>.daemon.json (run state for `status`); metrics_file
     (Prometheus textfile) when set. Logs go to stderr with syslog priority prefixes under systemd.
 
@@ -69,7 +75,7 @@ enum RunCommand: GatewayCommand {
         do {
             lock = try UploadLock.acquire(database: config.gateway.database)
         } catch {
-            throw GatewayFailure(.failure, error.description)
+            throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
         guard let lock else {
             throw GatewayFailure(.tempFail, "another glucose-gateway process is uploading from \(config.gateway.database)")
@@ -80,32 +86,9 @@ enum RunCommand: GatewayCommand {
         do {
             sqlite = try SQLiteStore(path: config.gateway.database, builders: upload.bodyBuilders)
         } catch {
-            throw GatewayFailure(.failure, "cannot open \(config.gateway.database): \(error)")
+            throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
         let store = SQLiteDaemonStore(sqlite)
-        let radio: DaemonBlueZRadio
-        do {
-            radio = try await DaemonBlueZRadio.open(logger: logger)
-        } catch {
-            await sqlite.close()
-            throw error
-        }
-        let connectivity = await UploadWiring.startConnectivity(logger: logger)
-        let changes = ChangeRelay()
-        func uploads(_ settings: UploadSettings) -> DaemonUploader {
-            DaemonUploader(Uploader(settings: settings, store: ObservedOutbox(sqlite, changes), connectivity: connectivity.hub,
-                                    logger: context.logger.with(label: "upload"), timing: timing))
-        }
-
-        func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
-            var s = DaemonSettings(config: config, destinations: upload.destinations)
-            s.quietAfterDownload = .milliseconds(Int64(quietAfter * 1000))
-            s.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
-            s.sessionLockDatabase = config.gateway.database
-            s.healthInterval = .milliseconds(Int64(healthInterval * 1000))
-            return s
-        }
-
         let notifier = SystemdNotifier(environment: context.environment)
         let statePath = DaemonStateFile.path(database: config.gateway.database)
         let metricsPath = Mutex(config.gateway.metricsFile)
@@ -135,6 +118,46 @@ enum RunCommand: GatewayCommand {
                 AlertCommand(command: alertCommand).run(code: code, message: message, pending: pendingNow.withLock { $0 })
             }
         )
+
+        if let alert = await startupCheck(sqlite, database: config.gateway.database, logger: logger) {
+            // Nothing runs but this wait: the watchdog pings as long as the process does.
+            let watchdog = Task { await notifier.runWatchdog() }
+            let signalStream = signals.stream
+            await GatewayDaemon.holdAlert(alert, hooks: hooks, logger: logger, pid: getpid()) {
+                for await signal in signalStream where signal != SIGHUP {
+                    logger.notice("signal \(signal): stopping")
+                    return
+                }
+            }
+            watchdog.cancel()
+            signals.stop()
+            await sqlite.close()
+            return .ok
+        }
+
+        let radio: DaemonBlueZRadio
+        do {
+            radio = try await DaemonBlueZRadio.open(logger: logger)
+        } catch {
+            await sqlite.close()
+            throw error
+        }
+        let connectivity = await UploadWiring.startConnectivity(logger: logger)
+        let changes = ChangeRelay()
+        func uploads(_ settings: UploadSettings) -> DaemonUploader {
+            DaemonUploader(Uploader(settings: settings, store: ObservedOutbox(sqlite, changes), connectivity: connectivity.hub,
+                                    logger: context.logger.with(label: "upload"), timing: timing))
+        }
+
+        func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
+            var s = DaemonSettings(config: config, destinations: upload.destinations)
+            s.quietAfterDownload = .milliseconds(Int64(quietAfter * 1000))
+            s.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
+            s.sessionLockDatabase = config.gateway.database
+            s.healthInterval = .milliseconds(Int64(healthInterval * 1000))
+            return s
+        }
+
         let daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads(upload), settings: daemonSettings(config, upload),
                                    logger: logger, hooks: hooks, pid: getpid())
         changes.set { Task { await daemon.uploadStateChanged() } }
@@ -192,6 +215,31 @@ enum RunCommand: GatewayCommand {
         connectivity.stop()
         await sqlite.close()
         return end == .busLost ? .failure : .ok
+    }
+}
+
+/// The start-up check of the database (`PRAGMA quick_check`, at most 20 s): an alert when the file is
+/// damaged, so that the daemon does not write on into it; nil when it is sound, or when the check could
+/// not finish or run (the daemon then works as usual, and says so).
+private func startupCheck(_ sqlite: SQLiteStore, database: String, logger: Logger) async -> HeldAlert? {
+    let limitMs = 20_000
+    do {
+        switch try await sqlite.quickCheck(milliseconds: limitMs) {
+        case .ok:
+            return nil
+        case .unfinished:
+            logger.warning("the check of \(database) did not finish within \(limitMs / 1000) s; going on without it")
+            return nil
+        case .damaged(let findings):
+            let found = findings.filter { !$0.hasPrefix("*** in database") }.prefix(2)
+                .map { SQLiteError.oneLine($0) }.joined(separator: "; ")
+            return HeldAlert(code: DaemonAlert.databaseDamaged, message:
+                "database \(database) is damaged (\(found.prefix(300))); not downloading or uploading, so nothing more is written to it, "
+                + "and the meters keep their records; move the file aside or restore a backup, then restart the gateway")
+        }
+    } catch {
+        logger.warning("cannot check \(database): \(error); going on without the check")
+        return nil
     }
 }
 

@@ -28,7 +28,9 @@ enum StatusCommand: GatewayCommand {
       --json    one JSON object on stdout (times as Unix milliseconds, null when unknown)
 
     Exit status: 0 the status was shown (also when bluetoothd or the daemon is not running: that is part
-    of the report); 78 configuration error; 1 the database cannot be read.
+    of the report); 78 configuration error; 1 the database cannot be read (a damaged one: the rest of
+    the report is still shown). On a full disk or a read-only file system the database is read read-only,
+    with a note on stderr.
     """
     static let options = OptionTable(flags: ["--json"])
 
@@ -44,7 +46,7 @@ enum StatusCommand: GatewayCommand {
             store: try await StoreStatusReader.read(config: config, now: now)
         )
         StandardStream.writeOutput(json ? report.json.prettyText + "\n" : report.text)
-        return .ok
+        return report.store.error == nil ? .ok : .failure
     }
 }
 
@@ -63,6 +65,8 @@ struct DaemonStatus {
     var countersByReason: [String: [String: Int]] = [:]
     var lastReloadError: String?
     var lastReactionMs: Int?
+    /// What keeps the daemon from working (phase `alert`): code, name, message.
+    var alert: (code: Int, name: String, message: String)?
 }
 
 enum DaemonStatusReader {
@@ -91,6 +95,9 @@ enum DaemonStatusReader {
         }
         status.lastReloadError = object["last_reload_error"]?.stringValue
         status.lastReactionMs = object["last_reaction_ms"]?.int64Value.flatMap { Int(exactly: $0) }
+        if let alert = object["alert"], let code = alert["code"]?.int64Value.flatMap({ Int(exactly: $0) }) {
+            status.alert = (code, alert["name"]?.stringValue ?? DaemonSnapshot.codeName(code), alert["message"]?.stringValue ?? "")
+        }
         if let pid, pid > 0, status.phase != "stopped" {
             status.running = kill(pid, 0) == 0 || errno == EPERM
         }
@@ -186,6 +193,9 @@ struct StoreStatus {
     var excluded = 0
     var meters: [MeterStatus] = []
     var destinations: [DestinationStatusLine] = []
+    /// Why the database could not be read when it is damaged; the rest of the report is still shown
+    /// (the daemon's alert above all).
+    var error: String?
 }
 
 enum StoreStatusReader {
@@ -203,8 +213,8 @@ enum StoreStatusReader {
             status.destinations = enabled.map { DestinationStatusLine(name: $0, enabled: true, counts: OutboxCounts()) }
             return status
         }
+        let store = try MeterCommandSupport.openStoreForReading(path, command: "status")
         do {
-            let store = try SQLiteStore(path: path)
             do {
                 let metrics = try await store.metrics()
                 status.readings = metrics.readings
@@ -226,8 +236,11 @@ enum StoreStatusReader {
                 await store.close()
                 throw error
             }
+        } catch let error as SQLiteError where error.isCorrupt {
+            status.error = "\(error)"
+            return status
         } catch {
-            throw GatewayFailure(.failure, "cannot read \(path): \(error)")
+            throw MeterCommandSupport.storeFailure(error, database: path, use: .reading)
         }
         return status
     }
@@ -278,6 +291,15 @@ struct StatusReport {
         d.add("counters", counters.value)
         d.add("last_reaction_ms", Self.int(daemon.lastReactionMs))
         d.add("last_reload_error", Self.string(daemon.lastReloadError))
+        if let alert = daemon.alert {
+            var a = JSONObjectBuilder()
+            a.add("code", alert.code)
+            a.add("name", alert.name)
+            a.add("message", alert.message)
+            d.add("alert", a.value)
+        } else {
+            d.add("alert", GatewayCore.JSONValue.null)
+        }
         root.add("daemon", d.value)
 
         var b = JSONObjectBuilder()
@@ -297,6 +319,7 @@ struct StatusReport {
         s.add("exists", store.exists)
         s.add("readings", store.readings)
         s.add("excluded_readings", store.excluded)
+        s.add("error", Self.string(store.error))
         root.add("store", s.value)
 
         root.add("meters", .array(store.meters.map { m in
@@ -371,6 +394,7 @@ struct StatusReport {
             }
             out += line + "\n"
             if let reason = daemon.lastReloadError { out += "  last reload refused: \(e(reason))\n" }
+            if let alert = daemon.alert { out += "  ALERT \(alert.code) \(e(alert.name)): \(e(alert.message))\n" }
         } else {
             out += "daemon: not running\n"
         }
@@ -390,7 +414,11 @@ struct StatusReport {
         } else {
             out += "bluetooth: bluetoothd running, \(e(bluetooth.error ?? "no adapter"))\n"
         }
-        out += "database: \(e(store.database))" + (store.exists ? ", \(store.readings) readings (\(store.excluded) kept out of upload)\n" : " (not created yet)\n")
+        if let error = store.error {
+            out += "database: \(e(store.database)): cannot be read: \(e(error))\n"
+        } else {
+            out += "database: \(e(store.database))" + (store.exists ? ", \(store.readings) readings (\(store.excluded) kept out of upload)\n" : " (not created yet)\n")
+        }
         if store.meters.isEmpty {
             out += "meters: none paired (glucose-gateway pair ADDRESS --pin PIN)\n"
         }

@@ -30,13 +30,13 @@ enum SyncCommand: GatewayCommand {
         let config = try context.loadConfig()
         let logger = context.logger.with(label: "sync")
 
-        let store = try MeterCommandSupport.openStore(config, builders: SyncUpload.builders(config))
+        let store = try MeterCommandSupport.openStore(config, builders: SyncUpload.builders(config), use: .download)
         var meters: [MeterInfo]
         do {
             meters = try await store.meters().map(\.info)
         } catch {
             await store.close()
-            throw MeterCommandSupport.storeFailure(error, config: config)
+            throw MeterCommandSupport.storeFailure(error, config: config, use: .download)
         }
         if let only {
             meters = meters.filter { $0.address == only }

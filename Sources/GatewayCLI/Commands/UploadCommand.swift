@@ -56,7 +56,7 @@ enum UploadCommand: GatewayCommand {
         do {
             lock = try UploadLock.acquire(database: config.gateway.database)
         } catch {
-            throw GatewayFailure(.failure, error.description)
+            throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
         }
         guard let lock else {
             StandardStream.writeError("glucose-gateway upload: another glucose-gateway process is uploading from this database\n")
@@ -67,7 +67,7 @@ enum UploadCommand: GatewayCommand {
         do {
             store = try SQLiteStore(path: config.gateway.database, builders: settings.bodyBuilders)
         } catch {
-            throw MeterCommandSupport.storeFailure(error, config: config)
+            throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
         }
         let connectivity = await UploadWiring.startConnectivity(logger: logger)
         defer { connectivity.stop() }
@@ -80,7 +80,7 @@ enum UploadCommand: GatewayCommand {
             }
         } catch {
             await store.close()
-            throw GatewayFailure(.failure, "upload queue: \(error)")
+            throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
         }
         let outcome = await uploader.drain(deadline: ContinuousClock.now.advanced(by: .milliseconds(Int(wait * 1000))))
         for line in UploadWiring.summary(outcome) { StandardStream.writeOutput(line + "\n") }
