@@ -50,17 +50,17 @@ rb_done() {
 # Flags between the two VMs (files in the shared job directory).
 rb_signal() { printf '%s\n' "${2:-}" > "$RB_JOB/flag.$1.tmp" && mv "$RB_JOB/flag.$1.tmp" "$RB_JOB/flag.$1"; }
 rb_await() {
-    local i limit=$(( ${2:-60} * 10 ))
-    for ((i = 0; i < limit; i++)); do
+    local deadline=$((SECONDS + ${2:-60}))
+    while ((SECONDS < deadline)); do
         [[ -f $RB_JOB/flag.$1 ]] && { cat "$RB_JOB/flag.$1"; return 0; }
-        sleep 0.1
+        sleep 0.2
     done
     rb_note "timed out waiting for flag $1"
     return 1
 }
 rb_guest_wait_gateway_done() {
-    local i limit=$(( ${1:-240} * 10 ))
-    for ((i = 0; i < limit; i++)); do [[ -f $RB_JOB/gateway.done ]] && return 0; sleep 0.1; done
+    local deadline=$((SECONDS + ${1:-240}))
+    while ((SECONDS < deadline)); do [[ -f $RB_JOB/gateway.done ]] && return 0; sleep 0.3; done
     return 1
 }
 

@@ -314,8 +314,8 @@ rb_boot() {
     echo "$job" > "$RB_WORK/.last-job" 2> /dev/null || true
     declare -g "RB_JOB_$name=$job" 2> /dev/null || true
     if [[ $air == server ]]; then
-        local i
-        for ((i = 0; i < 100; i++)); do [[ -S $job/air.sock ]] && break; sleep 0.05; done
+        local deadline=$((SECONDS + 30))
+        while [[ ! -S $job/air.sock ]] && ((SECONDS < deadline)); do sleep 0.1; done
     fi
 }
 
@@ -400,6 +400,8 @@ rb_two_vms() {
             *) rb_log "rb_two_vms: unknown option $1"; return 64 ;;
         esac
     done
+    local gg
+    gg="$(rb_gateway_bin 2> /dev/null)" && envs+=(--env "RB_GATEWAY_BIN=$gg")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-two}")"
     RB_LAST_JOB="$job"
@@ -427,11 +429,14 @@ rb_two_vms() {
 # under one bluetoothd). Prints its step lines; returns its script's status.
 rb_one_vm() {
     local script="$1"; shift
+    local gg
+    local -a genv=()
+    gg="$(rb_gateway_bin 2> /dev/null)" && genv+=(--env "RB_GATEWAY_BIN=$gg")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-one}")"
     RB_LAST_JOB="$job"
     local t0=$SECONDS
-    rb_boot vm --job "$job" --timeout "${RB_VM_TIMEOUT:-300}" "$@" -- "$script" || return $?
+    rb_boot vm --job "$job" --timeout "${RB_VM_TIMEOUT:-300}" "${genv[@]}" "$@" -- "$script" || return $?
     rb_wait vm; local s=$?
     rb_console_steps vm
     rb_log "VM exit $s, $((SECONDS - t0)) s; logs in $job"

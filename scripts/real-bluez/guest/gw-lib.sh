@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# Gateway-VM side of the gateway scenarios: the gateway's config and database in the VM's tmpfs, `gw`
+# runs the gateway under test (as root, or as $RB_GW_USER), METER is the meter VM's address.
+source "$RB_LIBDIR/guest-lib.sh"
+GW_DIR=/tmp/gw
+mkdir -p "$GW_DIR"
+cat > "$GW_DIR/gateway.toml" <<TOML
+[gateway]
+database = "$GW_DIR/gateway.sqlite3"
+adapter = "hci0"
+time_zone = "Europe/Berlin"
+log_level = "${RB_GW_LOG_LEVEL:-info}"
+TOML
+EXPECTED="$RB_LIBDIR/meters/${RB_METER:-base}.expected.json"
+gw() {
+    if [[ -n ${RB_GW_USER:-} ]]; then
+        runuser -u "$RB_GW_USER" -- "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" "$@"
+    else
+        "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" "$@"
+    fi
+}
+gw_wait_meter() {
+    METER="$(rb_await meter-ready 120)" || { rb_note "the meter VM never got ready"; rb_done; }
+    rb_note "meter at $METER"
+}
+gw_readings_json() { gw readings --json > "$GW_DIR/readings.json" 2> "$GW_DIR/readings.err"; }
+gw_count() { gw_readings_json && /usr/bin/python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$GW_DIR/readings.json"; }
+# gw_check_readings LABEL [--extra N --extra-mgdl V]
+gw_check_readings() {
+    local label="$1"; shift
+    gw_readings_json
+    rb_check "$label" /usr/bin/python3 "$RB_LIBDIR/guest/check_readings.py" "$EXPECTED" "$GW_DIR/readings.json" "$@"
+}
+gw_pair() {  # gw_pair LABEL PIN WANT
+    rb_step "$1" "$3" gw pair "$METER" --pin "$2" --timezone Europe/Berlin --wait 30
+}
+# Waits up to S seconds until at least N readings are stored.
+gw_wait_count() {
+    local n="$1" deadline=$((SECONDS + $2)) c=0
+    while ((SECONDS < deadline)); do
+        c="$(gw_count 2> /dev/null)"; [[ ${c:-0} -ge $n ]] && break
+        sleep 1
+    done
+    echo "${c:-0}"
+}

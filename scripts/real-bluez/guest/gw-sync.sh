@@ -1,0 +1,19 @@
+# Gateway VM of the sync scenario: every record exactly once with exact values and times, then a second
+# sync (the documented `sync --wait SECONDS` form, no ADDRESS) that is incremental.
+source "$RB_LIBDIR/guest/gw-lib.sh"
+gw_wait_meter
+gw_pair "pair" 123456 0
+rb_step "sync" 0 gw sync "$METER" --wait 20
+rb_expect_eq "sync reports every record as new" "$METER: 5 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
+gw_check_readings "all 5 records stored once, exact values and times"
+cp "$GW_DIR/readings.json" "$GW_DIR/readings-1.json"
+rb_step "second sync (sync --wait 20, all meters)" 0 gw sync --wait 20
+rb_expect_eq "the second sync finds nothing new" "$METER: 0 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
+gw_check_readings "still exactly the 5 records"
+rb_check "the stored readings are untouched (same ids, received times)" cmp -s "$GW_DIR/readings-1.json" "$GW_DIR/readings.json"
+rb_step "third sync (with ADDRESS)" 0 gw sync "$METER" --wait 20
+rb_expect_eq "the third sync finds nothing new" "$METER: 0 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
+gw_check_readings "still exactly the 5 records after the third sync"
+rb_step "status" 0 gw status --json
+rb_check "status sees bluetoothd and the powered adapter" grep -q '"powered": true' <<< "$RB_OUTPUT"
+rb_done

@@ -1,0 +1,35 @@
+# Meter VM: `glucose-gateway simulate-meter --bluez` on this VM's controller with the meter file
+# meters/${RB_METER:-base}.json (its "ADDRESS" replaced by the controller's address, RB_METER_EXTRA merged
+# in), a keypad agent answering the PIN and the rotation advertisement (guest/meter_aid.py). Announces
+# the address as flag meter-ready, runs until the gateway VM is done.
+source "$RB_LIBDIR/guest-lib.sh"
+addr="$(bluetoothctl list | awk '/^Controller/ {print $2; exit}')"
+/usr/bin/python3 - "$RB_LIBDIR/meters/${RB_METER:-base}.json" "$addr" "${RB_METER_EXTRA:-{\}}" > /tmp/meter.json <<'PY'
+import json, sys
+meter = json.load(open(sys.argv[1]))
+meter["address"] = sys.argv[2]
+meter.update(json.loads(sys.argv[3]))
+print(json.dumps(meter))
+PY
+rb_note "meter file: $(cat /tmp/meter.json)"
+"$RB_GATEWAY_BIN" simulate-meter --bluez --adapter hci0 --meter /tmp/meter.json > "$RB_OUT/simulator.log" 2>&1 &
+sim=$!
+deadline=$((SECONDS + 40))
+while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/simulator.log" && break; kill -0 $sim 2> /dev/null || break; sleep 0.2; done
+rb_check "simulate-meter --bluez registered (ready)" grep -q '^ready' "$RB_OUT/simulator.log"
+aid=(--rotate)
+[[ ${RB_METER_AGENT:-keypad} == keypad ]] && aid+=(--pin "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin"])' /tmp/meter.json)")
+/usr/bin/python3 "$RB_LIBDIR/guest/meter_aid.py" "${aid[@]}" > "$RB_OUT/meter_aid.log" 2>&1 &
+aidpid=$!
+deadline=$((SECONDS + 30))
+while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/meter_aid.log" && break; sleep 0.2; done
+rb_check "meter aid ready" grep -q '^ready' "$RB_OUT/meter_aid.log"
+rb_signal meter-ready "$addr"
+rb_guest_wait_gateway_done 280
+rb_check "the simulator ran to the end" kill -0 $sim
+kill $sim $aidpid 2> /dev/null
+wait $sim
+rb_note "simulator exit $?"
+echo "--- simulator output"; cat "$RB_OUT/simulator.log"
+echo "--- meter aid output"; cat "$RB_OUT/meter_aid.log"
+rb_done

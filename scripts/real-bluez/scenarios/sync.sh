@@ -1,0 +1,5 @@
+# rb-about: sync downloads every record exactly once (exact values, times); a second sync is incremental (0 new, nothing re-stored)
+# rb-topology: two VMs: own kernel + bluetoothd each (a meter and a gateway as in the field)
+# rb-ci: yes
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+rb_two_vms "$RB_LIBDIR/guest/meter.sh" "$RB_LIBDIR/guest/gw-sync.sh"
