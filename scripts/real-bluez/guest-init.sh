@@ -91,18 +91,28 @@ start_btvirt() {
 retry_note() {
     note "controller set-up failed ($1), setting it up again: $(dmesg | grep -a 'Bluetooth: hci' | tail -n 2 | tr '\n' ' ')"
 }
-start_bluetoothd
+case "$RB_AIR" in
+    ""|server) ;;
+    *) start_bluetoothd ;;
+esac
+started=0
+# btvirt first, bluetoothd a moment later: on one vCPU bluetoothd's start-up otherwise starves the
+# controller's set-up.
+start_btvirt_then_bluetoothd() {
+    start_btvirt "$@"
+    if ((started == 0)); then sleep 1.5; start_bluetoothd; started=1; fi
+}
 case "$RB_AIR" in
     "")
         for try in 1 2 3; do
-            start_btvirt $RB_BTVIRT
+            start_btvirt_then_bluetoothd $RB_BTVIRT
             wait_controllers "$RB_CONTROLLERS" 25 && break
             retry_note "try $try"
             kill "$(cat /run/rb/btvirt.pid)"; sleep 1
         done ;;
     server)
         for try in 1 2 3; do
-            start_btvirt -s -L -l1
+            start_btvirt_then_bluetoothd -s -L -l1
             wait_controllers 1 25 && break
             retry_note "try $try"
             kill "$(cat /run/rb/btvirt.pid)"; sleep 1; rm -f /tmp/bt-server-*

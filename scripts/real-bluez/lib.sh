@@ -40,7 +40,8 @@
 #                              "server" runs btvirt -s -L -l1 (its own controller plus the air), "client"
 #                              gets one controller whose other end is a btdev of the server's btvirt.
 #                              Needs the same --job DIR on both; boot the server first.
-#         --bluetoothd-args ARGS  (rb) extra bluetoothd arguments (default: -f with the EATT-off conf)
+#         --bluetoothd-args ARGS  (rb) bluetoothd arguments (default: "-f main-noeatt.conf", EATT off;
+#                              "" for Debian's defaults, EATT on)
 #         --controllers N      (rb) controllers to wait for under bluetoothd (default: 2 local, 1 with --air)
 #         --btmon              (rb) record btmon -w $RB_OUT/btsnoop.log
 #         --env NAME=VALUE     exported to SCRIPT (rb) via DIR/VMNAME.env (repeatable)
@@ -240,7 +241,7 @@ rb__quote() { local q; printf -v q '%q' "$1"; printf '%s' "$q"; }
 
 rb_boot() {
     local name="$1"; shift
-    local job="" init=rb mem=1024 smp="" timeout=300 btvirt="-L -l2" air="" bdargs="" controllers="" btmon=0
+    local job="" init=rb mem=1024 smp="" timeout=300 btvirt="-L -l2" air="" bdargs="-f $RB_LIBDIR/main-noeatt.conf" controllers="" btmon=0
     local -a qargs=() iargs=() envs=() script=()
     local cmdline=""
     while (($#)); do
@@ -269,7 +270,6 @@ rb_boot() {
     rm -f "$job/$name.rc"
     [[ -z $smp ]] && smp=2
     [[ -z $controllers ]] && { [[ -n $air ]] && controllers=1 || controllers=2; }
-    [[ -z $bdargs ]] && bdargs="-f $RB_LIBDIR/main-noeatt.conf"
     local -a q=(qemu-system-x86_64)
     mapfile -t -O 1 q < <(rb__qemu_base "$RB_ACCEL")
     q+=(-machine q35 -m "$mem" -smp "$smp" -nic none -no-reboot -display none -nodefaults

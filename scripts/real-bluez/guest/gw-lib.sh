@@ -6,7 +6,7 @@ GW_DIR=/tmp/gw
 mkdir -p "$GW_DIR"
 cat > "$GW_DIR/gateway.toml" <<TOML
 [gateway]
-database = "$GW_DIR/gateway.sqlite3"
+database = "${RB_GW_DB:-$GW_DIR/gateway.sqlite3}"
 adapter = "hci0"
 time_zone = "Europe/Berlin"
 log_level = "${RB_GW_LOG_LEVEL:-info}"
@@ -42,4 +42,41 @@ gw_wait_count() {
         sleep 1
     done
     echo "${c:-0}"
+}
+
+# The daemon (`run`), its log in $GW_DIR/run.log.
+gw_daemon_start() {
+    if [[ -n ${RB_GW_USER:-} ]]; then
+        runuser -u "$RB_GW_USER" -- "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" run --quiet-after 2 \
+            > "$GW_DIR/run.log" 2>&1 &
+    else
+        "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" run --quiet-after 2 > "$GW_DIR/run.log" 2>&1 &
+    fi
+    GW_DAEMON=$!
+    rb_note "daemon started (pid $GW_DAEMON)"
+}
+gw_log_mark() { wc -l < "$GW_DIR/run.log"; }
+# gw_wait_session_after MARK S: waits up to S seconds for a complete download session logged after line
+# MARK of the daemon's log ("ADDRESS: completed; ..." or "ADDRESS: no new records; ...").
+gw_wait_session_after() {
+    local mark="$1" deadline=$((SECONDS + $2))
+    while ((SECONDS < deadline)); do
+        tail -n +"$((mark + 1))" "$GW_DIR/run.log" | grep -a -q -E "$METER: (completed|no new records); " && return 0
+        kill -0 "$GW_DAEMON" 2> /dev/null || return 1
+        sleep 1
+    done
+    return 1
+}
+gw_daemon_stop() {
+    rb_check "the daemon is still running" kill -0 "$GW_DAEMON"
+    kill -TERM "$GW_DAEMON" 2> /dev/null
+    local deadline=$((SECONDS + 10))
+    while kill -0 "$GW_DAEMON" 2> /dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    if kill -0 "$GW_DAEMON" 2> /dev/null; then
+        rb_check "the daemon stops on SIGTERM" false
+        kill -KILL "$GW_DAEMON"
+    fi
+    wait "$GW_DAEMON"
+    rb_expect_eq "the daemon's exit status after SIGTERM" 0 "$?"
+    echo "--- daemon log"; cat "$GW_DIR/run.log"
 }

@@ -145,9 +145,13 @@ def run_vhci(port_path):
                     if not n:
                         break
                     packet, buf = buf[:n], buf[n:]
+                    # While removed, the controller's answers are dropped, as on a pulled dongle; a
+                    # late answer to a controller whose set-up the kernel gave up on is refused (ENXIO).
                     if state["vhci"] is not None:
-                        os.write(state["vhci"], packet)
-                    # while removed, the controller's answers are dropped, as on a pulled dongle
+                        try:
+                            os.write(state["vhci"], packet)
+                        except OSError as e:
+                            log(f"vhci refused a packet (type 0x{packet[0]:02x}): {e}")
 
 
 def main(argv):
