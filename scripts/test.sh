@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from nothing: installs what is missing, builds, runs the Swift tests and the
-# system tests (private dbus-daemon, the meter simulator, loopback HTTP servers, bleak and bluezoo).
+# system tests (private dbus-daemon, the meter simulator, loopback HTTP servers, bleak and bluezoo), then
+# the real-Bluetooth-stack scenarios in VMs (skipped, with the reason, where no VM can boot).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -27,8 +28,26 @@ py_status=$?
 set -e
 [[ $py_status == 5 ]] && py_status=0   # no system test collected yet is not a failure of the build
 
-if [[ $swift_failed != 0 || $py_status != 0 ]]; then
-    echo "test suite FAILED (swift: $swift_failed, system: $py_status)" >&2
+echo "== real Bluetooth stack (kernel, bluetoothd, dbus-daemon in VMs)"
+# The CI subset (scripts/test-real-bluez.sh --list shows which); RB_SCENARIOS="all" or names run others.
+set +e
+if [[ ${RB_SCENARIOS:-ci} == ci ]]; then
+    scripts/test-real-bluez.sh --ci
+elif [[ $RB_SCENARIOS == all ]]; then
+    scripts/test-real-bluez.sh
+else
+    # shellcheck disable=SC2086
+    scripts/test-real-bluez.sh $RB_SCENARIOS
+fi
+vm_status=$?
+set -e
+if [[ $vm_status == 77 ]]; then
+    echo "real-stack tests skipped: no VM can boot on this machine (reason above)"
+    vm_status=0
+fi
+
+if [[ $swift_failed != 0 || $py_status != 0 || $vm_status != 0 ]]; then
+    echo "test suite FAILED (swift: $swift_failed, system: $py_status, real stack: $vm_status)" >&2
     exit 1
 fi
 echo "test suite passed"
