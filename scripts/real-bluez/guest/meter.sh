@@ -1,7 +1,8 @@
 # Meter VM: `glucose-gateway simulate-meter --bluez` on this VM's controller with the meter file
 # meters/${RB_METER:-base}.json (its "ADDRESS" replaced by the controller's address, RB_METER_EXTRA merged
-# in), a keypad agent answering the PIN and the rotation advertisement (guest/meter_aid.py). Announces
-# the address as flag meter-ready, runs until the gateway VM is done.
+# in), which imposes the meter's PIN through its own KeyboardOnly agent, plus the rotation advertisement
+# (guest/meter_aid.py; RB_METER_AGENT=keypad adds meter_aid's own keypad agent instead). Announces the
+# address as flag meter-ready, runs until the gateway VM is done.
 source "$RB_LIBDIR/guest-lib.sh"
 addr="$(bluetoothctl list | awk '/^Controller/ {print $2; exit}')"
 /usr/bin/python3 - "$RB_LIBDIR/meters/${RB_METER:-base}.json" "$addr" "${RB_METER_EXTRA:-{\}}" > /tmp/meter.json <<'PY'
@@ -18,7 +19,7 @@ deadline=$((SECONDS + 40))
 while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/simulator.log" && break; kill -0 $sim 2> /dev/null || break; sleep 0.2; done
 rb_check "simulate-meter --bluez registered (ready)" grep -q '^ready' "$RB_OUT/simulator.log"
 aid=(--rotate)
-[[ ${RB_METER_AGENT:-keypad} == keypad ]] && aid+=(--pin "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin"])' /tmp/meter.json)")
+[[ ${RB_METER_AGENT:-simulator} == keypad ]] && aid+=(--pin "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin"])' /tmp/meter.json)")
 /usr/bin/python3 "$RB_LIBDIR/guest/meter_aid.py" "${aid[@]}" > "$RB_OUT/meter_aid.log" 2>&1 &
 aidpid=$!
 deadline=$((SECONDS + 30))
