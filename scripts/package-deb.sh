@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Debian package dist/glucose-gateway_VERSION_ARCH.deb for the machine it runs on (amd64 here,
+# Builds the Debian package dist/glucose-gateway_VERSION_ARCH.deb for the machine it runs on (amd64 on a PC,
 # arm64 on a Raspberry Pi or an arm64 runner): a release build with the Swift runtime linked in
 # (--static-swift-stdlib), so the package needs only Debian's libraries and no Swift toolchain where it
 # is installed. The unit, udev rules, D-Bus policy, sysusers and tmpfiles entries and the example config
