@@ -207,6 +207,9 @@ public struct NightscoutDestination: UploadDestination {
         let response: HTTPResponse
         do {
             response = try await http.send(request)
+        } catch .tooLarge(_, let status) where status >= 300 {
+            // An error status with an oversized body: the status is the answer; the body is not needed.
+            return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: secrets)
         } catch {
             return .transient(TransientFailure(error: error))
         }
@@ -329,6 +332,9 @@ public struct FHIRDestination: UploadDestination {
         let response: HTTPResponse
         do {
             response = try await http.send(request)
+        } catch .tooLarge(_, let status) where status >= 300 {
+            // An error status with an oversized body: the status is the answer; the body is not needed.
+            return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: secrets)
         } catch {
             return .transient(TransientFailure(error: error))
         }

@@ -178,6 +178,21 @@ struct NightscoutUploadTests {
         #expect(drained.exitStatus(errorBypass: false) == .tempFail)
         #expect(try await uploader.status(now: 0).first?.state.lastErrorMessage?.contains("longer than") == true)
     }
+
+    /// An error status with an oversized body keeps its meaning: a 401 still pauses for credentials.
+    @Test func anOversizedErrorBodyKeepsItsStatus() async throws {
+        let server = try FakeNightscout()
+        try await server.control(["mode": "error_body", "status": 401, "body": String(repeating: "x", count: 300_000)])
+        let store = await filledStore(2)
+        let items = try await store.claimPending(.nightscout, limit: 10)
+        let destination = NightscoutDestination(settings: NightscoutSettings(url: server.url, apiSecret: Secret(FakeNightscout.secret)),
+                                                http: CurlHTTPClient())
+        let outcome = await destination.send(items, networkTimeoutMs: 5000)
+        guard case .auth(status: 401, _) = outcome else {
+            Issue.record("expected auth 401, got \(outcome)")
+            return
+        }
+    }
 }
 
 /// Answers every request with one fixed response.
