@@ -246,3 +246,40 @@ def facts(output):
             else:
                 out[k] = v
     return out
+
+
+# Boots systemd (systemd-nspawn --boot) in an overlay of BASE with the packages at /packages; a oneshot
+# unit runs SCRIPT once the system is up, writes its output to /scenario.out and powers the container off.
+BOOT = r"""
+set -euo pipefail
+base="$1"; work="$2"; debs="$3"; script="$4"; timeout="$5"
+mkdir -p "$work/upper" "$work/work" "$work/merged"
+mount -t overlay overlay -o "lowerdir=$base,upperdir=$work/upper,workdir=$work/work" "$work/merged"
+root="$work/merged"
+rm -f "$root/usr/sbin/policy-rc.d"
+printf '%s\n' "$script" > "$root/scenario.sh"
+chmod 755 "$root/scenario.sh"
+cat > "$root/etc/systemd/system/package-scenario.service" <<'UNIT'
+[Unit]
+Description=Package scenario of the glucose-gateway tests
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/bin/bash -c '/scenario.sh > /scenario.out 2>&1'
+ExecStopPost=/usr/bin/systemctl --no-block poweroff
+UNIT
+mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
+ln -s /etc/systemd/system/package-scenario.service "$root/etc/systemd/system/multi-user.target.wants/"
+timeout "$timeout" systemd-nspawn -q --register=no --keep-unit -D "$root" --bind-ro="$debs:/packages" --boot \
+    < /dev/null > "$work/console.log" 2>&1 || echo "nspawn-exit=$?"
+cat "$root/scenario.out" 2>/dev/null || echo "no-scenario-output"
+"""
+
+
+def boot_in_overlay(base, work, debs, script, timeout=240):
+    """Runs SCRIPT under a booted systemd (PID 1 of a container) on an overlay of BASE; returns the
+    completed process whose stdout is the script's output."""
+    ensure_host_packages("systemd-container")
+    work.mkdir(parents=True, exist_ok=True)
+    return sh("unshare", "--mount", "--propagation", "private", "bash", "-c", BOOT, "boot",
+              str(base), str(work), str(debs), script, str(timeout), timeout=timeout + 60)

@@ -449,3 +449,56 @@ def test_maintainer_scripts_start_nothing_on_install(debs, tmp_path):
     assert verbs(phases["upgrade"]) == ["daemon-reload", "try-restart"], phases["upgrade"]
     assert "stop" in verbs(phases["remove"]) and "start" not in verbs(phases["remove"]), phases["remove"]
     assert any("glucose-gateway.service" in c for c in phases["upgrade"] if "try-restart" in c)
+
+
+# Under a booted systemd (a container whose PID 1 is systemd): the installed service is enabled and
+# stays stopped; started, it runs as its user under the unit's sandbox and reports READY and STATUS;
+# reload signals it; an upgrade restarts it on the new binary; removal stops it and keeps its database.
+BOOTED = r"""#!/bin/bash
+set -u
+fact() { printf '%s=%s\n' "$1" "$2"; }
+show() { systemctl show -p "$1" --value glucose-gateway.service; }
+dpkg -i /packages/@CURRENT@ > /tmp/install.log 2>&1; fact install_rc $?
+fact enabled "$(systemctl is-enabled glucose-gateway.service)"
+fact active_after_install "$(systemctl is-active glucose-gateway.service)"
+timeout 90 systemctl start glucose-gateway.service; fact start_rc $?
+fact state "$(show ActiveState)/$(show SubState)"
+fact status_text "$(show StatusText)"
+first=$(show MainPID)
+fact main_user "$(ps -o user= -p "$first")"
+fact database "$(stat -c '%a %U' /var/lib/glucose-gateway/gateway.sqlite3 2>&1)"
+systemctl reload glucose-gateway.service; fact reload_rc $?
+sleep 1
+fact after_reload "$(show ActiveState) $([ "$(show MainPID)" = "$first" ] && echo same-pid || echo other-pid)"
+dpkg -i /packages/@NEXT@ > /tmp/upgrade.log 2>&1; fact upgrade_rc $?
+fact after_upgrade "$(show ActiveState) $([ "$(show MainPID)" = "$first" ] && echo same-pid || echo other-pid)"
+fact version "$(dpkg-query -W -f='${Version}' glucose-gateway)"
+dpkg -r glucose-gateway > /tmp/remove.log 2>&1; fact remove_rc $?
+fact active_after_remove "$(systemctl is-active glucose-gateway.service)"
+fact database_after_remove "$(ls /var/lib/glucose-gateway | tr '\n' ' ')"
+cat /tmp/install.log /tmp/upgrade.log /tmp/remove.log | sed 's/^/dpkg: /'
+journalctl -u glucose-gateway --no-pager -o cat | sed 's/^/journal: /'
+"""
+
+
+def test_service_under_systemd_starts_only_when_asked(debs, tmp_path):
+    depends = sh("dpkg-deb", "--field", str(debs["current"]), "Depends").stdout.strip()
+    base = gg_deb.base_chroot(depends)
+    script = BOOTED.replace("@CURRENT@", debs["current"].name).replace("@NEXT@", debs["next"].name)
+    r = gg_deb.boot_in_overlay(base, tmp_path / "boot", debs["dir"], script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    f = gg_deb.facts(r.stdout)
+    assert f.get("install_rc") == "0", r.stdout + (tmp_path / "boot/console.log").read_text()[-3000:]
+    assert f["enabled"] == "enabled"
+    assert f["active_after_install"] == "inactive"
+    assert f["start_rc"] == "0", r.stdout
+    assert f["state"] == "active/running"
+    # The daemon's own STATUS= line: no bluetoothd in the container, no meter paired yet.
+    assert "0 meters" in f["status_text"] and "bluetoothd" in f["status_text"], f["status_text"]
+    assert f["main_user"] == "glucose-gateway"
+    assert f["database"] == "600 glucose-gateway"
+    assert f["reload_rc"] == "0" and f["after_reload"] == "active same-pid"
+    assert f["upgrade_rc"] == "0" and f["after_upgrade"] == "active other-pid"
+    assert f["version"] == gg_deb.next_version(gg_deb.version())
+    assert f["remove_rc"] == "0" and f["active_after_remove"] in ("inactive", "unknown")
+    assert "gateway.sqlite3" in f["database_after_remove"].split()
