@@ -50,6 +50,7 @@
 #   rb_stop VMNAME            kills the VM now (by pid). rb_stop_all: every VM this shell started.
 #                             Sourcing installs an EXIT trap that calls rb_stop_all.
 #   rb_console_tail VMNAME [N]   prints the last N lines of a VM's console.
+#   rb_follow VMNAME [PREFIX]    prints the VM's step lines while it runs (ends with the VM).
 #
 # Inside an rb-mode VM, SCRIPT runs with $RB_OUT, $RB_JOB (= /run/rbjob), $RB_NAME, $RB_REPO (the tree
 # under test, same path as on the host), DBUS_SYSTEM_BUS_ADDRESS, and can source
@@ -66,6 +67,7 @@ RB_BAD_KERNELS=(linux-image-6.1.0-55-amd64 linux-image-6.1.0-56-amd64 linux-imag
 RB_PACKAGES=(qemu-system-x86 bluez bluez-test-tools busybox-static kmod dbus python3-dbus python3-gi cpio
              util-linux procps coreutils)
 declare -gA RB_PIDS=()
+RB_FOLLOWERS=()
 
 rb_log() { printf 'rb: %s\n' "$*" >&2; }
 
@@ -220,6 +222,16 @@ rb_prepare() {
     mkdir -p "$RB_WORK" || { rb_log "cannot create $RB_WORK"; return $RB_SKIP; }
     case "$RB_WORK/" in "$RB_REPO"/*) rb_log "RB_WORK must be outside the repository"; return 1 ;; esac
     if [[ $(uname -m) != x86_64 ]]; then rb_log "no VM: this bed runs amd64 kernels, host is $(uname -m)"; return $RB_SKIP; fi
+    # Runs started side by side share the cache: one prepares it at a time.
+    local lockfd status=0
+    exec {lockfd}> "$RB_WORK/.prepare.lock"
+    flock "$lockfd"
+    rb__prepare_locked || status=$?
+    exec {lockfd}>&-
+    return "$status"
+}
+
+rb__prepare_locked() {
     rb_install_packages || { rb_log "no VM: required packages are missing"; return $RB_SKIP; }
     command -v qemu-system-x86_64 > /dev/null || { rb_log "no VM: qemu-system-x86_64 is not available"; return $RB_SKIP; }
     local pkg
@@ -338,6 +350,23 @@ rb_wait() {
     return 125
 }
 
+# rb_follow VMNAME [PREFIX]: shows the VM's step lines (RB-STEP/RB-CHECK/RB-NOTE/rb-guest) as they come,
+# in the background; the follower ends by itself with the VM (tail --pid).
+rb_follow() {
+    local name="$1" pid="${RB_PIDS[$1]:-}" job
+    job="$(rb__job_of "$name")"
+    [[ -n $pid ]] || return 0
+    tail --pid="$pid" -n +1 -F "$job/$name.console" 2> /dev/null \
+        | grep -a --line-buffered -E '^(RB-STEP|RB-CHECK|RB-NOTE|RB-FAIL|rb-guest)' \
+        | sed -u "s/^/[${2:-$name}] /" &
+    RB_FOLLOWERS+=($!)
+}
+rb__end_followers() {
+    local p
+    for p in "${RB_FOLLOWERS[@]}"; do wait "$p" 2> /dev/null; done
+    RB_FOLLOWERS=()
+}
+
 rb_stop() {
     local pid="${RB_PIDS[$1]:-}"
     [[ -n $pid ]] || return 0
@@ -353,6 +382,7 @@ rb_stop() {
 rb_stop_all() {
     local n
     for n in "${!RB_PIDS[@]}"; do rb_stop "$n"; done
+    rb__end_followers
 }
 
 rb_console_tail() {
@@ -410,11 +440,12 @@ rb_two_vms() {
         -- "$mscript" || return $?
     rb_boot gw --job "$job" --smp 1 --air client --timeout "${RB_VM_TIMEOUT:-300}" "${envs[@]}" "${gopts[@]}" \
         -- "$gscript" || return $?
+    rb_follow meter
+    rb_follow gw
     rb_wait gw; local gs=$?
     touch "$job/gateway.done"
     rb_wait meter; local ms=$?
-    rb_console_steps meter
-    rb_console_steps gw
+    rb__end_followers
     rb_log "meter VM exit $ms, gateway VM exit $gs, $((SECONDS - t0)) s; logs in $job"
     if ((gs != 0 || ms != 0)); then
         ((gs == 125)) && rb_console_tail gw 30
@@ -437,8 +468,9 @@ rb_one_vm() {
     RB_LAST_JOB="$job"
     local t0=$SECONDS
     rb_boot vm --job "$job" --timeout "${RB_VM_TIMEOUT:-300}" "${genv[@]}" "$@" -- "$script" || return $?
+    rb_follow vm
     rb_wait vm; local s=$?
-    rb_console_steps vm
+    rb__end_followers
     rb_log "VM exit $s, $((SECONDS - t0)) s; logs in $job"
     ((s == 125)) && rb_console_tail vm 30
     return "$s"
