@@ -138,3 +138,23 @@ def test_status_and_daemon_notice_a_bluetoothd_that_stops_answering(private_bus,
         assert '"bluetoothd_answering": true' in daemon.command("status", "--json").stdout
     finally:
         daemon.stop()
+
+
+def test_daemon_profile_mode_when_bluetoothd_never_signals_connected(private_bus, standin, meter_file, tmp_path):
+    # bluetoothd connects the bonded meter itself (GattProfile1), and with the BlueZ 5.66 race the only
+    # sign of it is ServicesResolved=true.
+    from gg_daemon import Gateway as Daemon, wait_until
+    m = meter(records_list=records(1, 4), advertising="off")
+    standin("--time-scale", "20", "--meter", meter_file(m))
+    daemon = Daemon(tmp_path, private_bus, extra_config='scan_mode = "profile"\n',
+                    args=["--quiet-after", "1", "--time-scale", "20"])
+    try:
+        control(private_bus, "Advertise", "sd", [ADDRESS, 60.0])
+        daemon.pair(ADDRESS, "123456")
+        control(private_bus, "SetQuirks", "sas", [ADDRESS, ["silent-connected"]])
+        daemon.start()
+        wait_until("watching by profile", lambda: daemon.state()["radio"]["watching"] == "profile", timeout=10)
+        control(private_bus, "Advertise", "sd", [ADDRESS, 20.0])
+        wait_until("the download", lambda: daemon.sequences(ADDRESS) == [1, 2, 3, 4], timeout=20)
+    finally:
+        daemon.stop()

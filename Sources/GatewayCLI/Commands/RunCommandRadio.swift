@@ -88,7 +88,8 @@ final class DaemonBlueZRadio: DaemonRadio {
                 }
                 return .adaptersChanged
             }
-            if interface == BlueZNames.device, changes["Connected"]?.bool == true {
+            // ServicesResolved too: BlueZ 5.66 can bring a link up without ever signalling Connected=true.
+            if interface == BlueZNames.device, changes["Connected"]?.bool == true || changes["ServicesResolved"]?.bool == true {
                 let known = await client.devices().first { $0.path == path }
                 guard let address = known?.address ?? Self.address(fromPath: path) else { return nil }
                 if let known, !known.uuids.isEmpty, !known.advertises(any: [.glucoseService]) { return nil }
@@ -201,7 +202,8 @@ final class DaemonBlueZRadio: DaemonRadio {
     }
 
     func isConnected(address: String) async -> Bool {
-        await client.device(address: address)?.connected ?? false
+        guard let device = await client.device(address: address) else { return false }
+        return device.connected || device.servicesResolved
     }
 
     func closeStale(addresses: [String]) async -> [String] {
