@@ -158,3 +158,21 @@ def test_daemon_profile_mode_when_bluetoothd_never_signals_connected(private_bus
         wait_until("the download", lambda: daemon.sequences(ADDRESS) == [1, 2, 3, 4], timeout=20)
     finally:
         daemon.stop()
+
+
+def test_daemon_discovers_again_after_bluetoothd_was_killed(private_bus, standin, meter_file, tmp_path):
+    # A killed bluetoothd leaves its discovery running in the kernel; the new one refuses discovery with
+    # InProgress until that ends, and keeps no session for the gateway.
+    from gg_daemon import Gateway as Daemon, wait_until
+    standin("--time-scale", "20", "--meter", meter_file(meter(records_list=records(1, 5))))
+    daemon = Daemon(tmp_path, private_bus, args=["--quiet-after", "1", "--time-scale", "20"])
+    try:
+        daemon.pair(ADDRESS, "123456")
+        daemon.start()
+        wait_until("the first download", lambda: daemon.sequences(ADDRESS) == [1, 2, 3, 4, 5], timeout=20)
+        control(private_bus, "CrashBluetoothd")
+        wait_until("bluetoothd back", lambda: "bluetoothd is running" in daemon.log().split("left the bus")[-1], timeout=20)
+        control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-03-06T09:00:00", "mgdl": 123}'])
+        wait_until("the new record", lambda: daemon.sequences(ADDRESS) == [1, 2, 3, 4, 5, 6], timeout=20)
+    finally:
+        daemon.stop()

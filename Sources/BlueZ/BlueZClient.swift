@@ -111,6 +111,7 @@ public actor BlueZClient {
         guard !closed else { return }
         closed = true
         pump?.cancel()
+        discoveryRetry?.cancel()
         pump = nil
         if let agent {
             _ = try? await connection.call(destination: BlueZNames.service, path: BlueZNames.root,
@@ -285,6 +286,37 @@ public actor BlueZClient {
     }
 
     private var discoveryWanted: Bool { discovery != nil }
+
+    /// Pause between attempts to start a discovery that bluetoothd refused while not discovering, and
+    /// how many attempts (the kernel's left-over discovery ends after 10.24 s).
+    public var discoveryRetryDelay: Duration = .seconds(1)
+    public var discoveryRetryAttempts = 30
+    private var discoveryRetry: Task<Void, Never>?
+
+    /// Asks for the wanted discovery again, in the background, until the adapter discovers.
+    func scheduleDiscoveryRetry() {
+        guard discoveryRetry == nil else { return }
+        discoveryRetry = Task {
+            defer { self.discoveryRetryEnded() }
+            for _ in 0..<self.discoveryRetryAttempts {
+                do { try await Task.sleep(for: self.discoveryRetryDelay) } catch { return }
+                guard let wanted = self.discovery, !self.closed else { return }
+                guard let adapter = try? self.adapter(named: wanted.adapterName), adapter.powered else { continue }
+                if await self.isDiscovering(adapter) { return }
+                do {
+                    try await self.setDiscoveryFilter(on: adapter, uuids: wanted.uuids)
+                    _ = try await self.callBlueZ(path: adapter.path, interface: BlueZNames.adapter, member: "StartDiscovery")
+                    self.logger.info("bluez: discovery on \(adapter.name) started")
+                    return
+                } catch {
+                    self.logger.debug("bluez: discovery on \(adapter.name) still refused: \(error)")
+                }
+            }
+            self.logger.warning("bluez: discovery could not be started; meters will not be found until bluetoothd allows it")
+        }
+    }
+
+    private func discoveryRetryEnded() { discoveryRetry = nil }
 
     private func busLost() {
         let pending = barriers

@@ -109,15 +109,32 @@ extension BlueZClient {
     }
 
     func beginDiscovery(on adapter: AdapterInfo, uuids: [GATTUUID]) async throws(BlueZError) {
+        try await setDiscoveryFilter(on: adapter, uuids: uuids)
+        do {
+            _ = try await callBlueZ(path: adapter.path, interface: BlueZNames.adapter, member: "StartDiscovery")
+        } catch where error.name == BlueZErrorNames.inProgress {
+            // Either our session exists already, or bluetoothd's first discovery failed with mgmt Busy and it
+            // dropped our session (src/adapter.c start_discovery_complete): a bluetoothd that died leaves
+            // its discovery running in the kernel for about 10 s. Only a discovering adapter tells them apart.
+            guard await !isDiscovering(adapter) else { return }
+            logger.info("bluez: \(adapter.name) refused discovery (\(error.message)) while not discovering; asking again")
+            scheduleDiscoveryRetry()
+        }
+    }
+
+    /// `Transport=le`, no duplicates, the service UUIDs. bluetoothd forgets it with a failed session.
+    func setDiscoveryFilter(on adapter: AdapterInfo, uuids: [GATTUUID]) async throws(BlueZError) {
         var filter: [String: DBusValue] = ["Transport": .string("le"), "DuplicateData": .bool(false)]
         if !uuids.isEmpty { filter["UUIDs"] = .strings(uuids.map(\.uuidString)) }
         _ = try await callBlueZ(path: adapter.path, interface: BlueZNames.adapter, member: "SetDiscoveryFilter",
                                 arguments: [.vardict(filter)])
-        do {
-            _ = try await callBlueZ(path: adapter.path, interface: BlueZNames.adapter, member: "StartDiscovery")
-        } catch where error.name == BlueZErrorNames.inProgress {
-            // Our session exists already.
-        }
+    }
+
+    /// `Discovering` as bluetoothd says it now (asked, not taken from the mirror).
+    func isDiscovering(_ adapter: AdapterInfo) async -> Bool {
+        let reply = try? await callBlueZ(path: adapter.path, interface: DBusNames.properties, member: "Get",
+                                         arguments: [.string(BlueZNames.adapter), .string("Discovering")], timeout: .seconds(5))
+        return reply?.first?.bool ?? false
     }
 
     /// Stops the discovery this client started.
@@ -160,6 +177,8 @@ extension BlueZClient {
         } catch where error.name == BlueZErrorNames.doesNotExist {
             return false
         }
+        // InterfacesRemoved was sent before the reply: let the mirror apply it before anyone looks again.
+        await caughtUp()
         return true
     }
 

@@ -272,4 +272,24 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         #expect(log.filter { $0.hasPrefix("org.bluez.Device1.Connect ") }.count == 1)
         await rig.close()
     }
+
+    /// Seen on the real stack: a killed bluetoothd leaves its discovery running in the kernel; the new
+    /// one answers StartDiscovery with InProgress and keeps no session. The client asks again until the
+    /// adapter discovers (it used to take InProgress for its own session and never discover again).
+    @Test func discoveryReturnsAfterACrashedBluetoothdLeftItsOwnInTheKernel() async throws {
+        let rig = try await StandInRig()
+        _ = try await rig.discover()
+        let restarts = await rig.client.bluetoothdRestarts()
+        try await rig.standIn.crashBluetoothd()
+        _ = try await withTimeout(10) { () -> String? in
+            for await name in restarts { return name }
+            return nil
+        }
+        _ = try await rig.client.wait(timeout: .seconds(10), for: "discovery after the crash") { objects, _ in
+            BlueZClient.pickAdapter(named: nil, powered: true, in: objects)?.discovering == true ? true : nil
+        }
+        let log = try await rig.callLog()
+        #expect(log.filter { $0.hasPrefix("org.bluez.Adapter1.StartDiscovery") }.count >= 3)
+        await rig.close()
+    }
 }

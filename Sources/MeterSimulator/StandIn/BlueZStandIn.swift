@@ -125,6 +125,9 @@ public actor BlueZStandIn {
     private var connectFailures: [String: [ConnectFailure]] = [:]
     private var rfkillBlocked = false
     private var quirks: [String: Set<Quirk>] = [:]
+    /// A discovery the kernel still runs for a bluetoothd that died (`CrashBluetoothd`): until then every
+    /// StartDiscovery gets mgmt Busy, which bluetoothd 5.66 answers with InProgress, keeping no session.
+    private var kernelDiscoveryUntil: ContinuousClock.Instant?
     /// Notifications held back behind the RACP response (`response-before-records`), per meter.
     private var heldValues: [String: [(GATTUUID, [UInt8])]] = [:]
     /// Bumped by every explicit power change, so a pending hot-plug auto-enable does not override it.
@@ -299,6 +302,20 @@ public actor BlueZStandIn {
         try await bringUp()
     }
 
+    /// bluetoothd killed (SIGKILL, OOM): like a restart, but a discovery it ran stays on in the kernel for
+    /// 10.24 s (simulated), refusing the new bluetoothd's discoveries meanwhile. A SIGTERM'd bluetoothd
+    /// powers the adapter off on exit, which ends it; a killed one cannot.
+    public func crashBluetoothd() async throws {
+        let discovering = !discovery.isEmpty
+        logger.notice("crashing: dropping org.bluez" + (discovering ? "; the kernel's discovery stays on" : ""))
+        await tearDownRun(closeConnection: true)
+        if discovering {
+            kernelDiscoveryUntil = ContinuousClock.now + .milliseconds(Int64(options.clock.realSeconds(10.24) * 1000))
+        }
+        try await options.clock.sleep(seconds: 0.2)
+        try await bringUp()
+    }
+
     // MARK: Adapter objects
 
     private func adapterProperties() -> [String: DBusValue] {
@@ -468,6 +485,13 @@ public actor BlueZStandIn {
         try checkRun(gen)
         guard powered else { throw bluezError("NotReady", "Resource Not Ready") }
         guard discovery[call.sender] == nil else { throw bluezError("InProgress", "Operation already in progress") }
+        if let until = kernelDiscoveryUntil {
+            if ContinuousClock.now < until, discovery.isEmpty {
+                filters.removeValue(forKey: call.sender)
+                throw bluezError("InProgress", "Operation already in progress")
+            }
+            kernelDiscoveryUntil = nil
+        }
         let wasIdle = discovery.isEmpty
         discovery[call.sender] = filters[call.sender] ?? DiscoveryFilter()
         if wasIdle { await setAdapter(["Discovering": .bool(true)]) }

@@ -19,6 +19,9 @@ enum ControlInterface {
       Records(s address) -> aq                            sequence numbers stored
       RestartBluetoothd()                                 drop org.bluez and every registration, then
                                                            take it again under a new unique name
+      CrashBluetoothd()                                   as RestartBluetoothd, but like a killed bluetoothd
+                                                           its discovery stays on in the kernel for 10.24 s
+                                                           and refuses discoveries (InProgress) meanwhile
       RemoveAdapter() / AddAdapter()                      hot-unplug and re-plug hci0
       FailConnect(s address, as outcomes)                 script the next Connect calls: abort-by-local,
                                                            canceled, in-progress, hang, resolved-before-export
@@ -118,6 +121,15 @@ extension BlueZStandIn {
                     try? await Task.sleep(for: .milliseconds(50))
                     do { try await self?.restartBluetoothd() } catch {
                         self?.logger.error("restart failed: \(error)")
+                    }
+                }
+                return []
+            },
+            DBusMethod("CrashBluetoothd") { [weak self] _ in
+                Task { [weak self] in
+                    try? await Task.sleep(for: .milliseconds(50))
+                    do { try await self?.crashBluetoothd() } catch {
+                        self?.logger.error("crash failed: \(error)")
                     }
                 }
                 return []
