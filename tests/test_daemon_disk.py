@@ -163,6 +163,46 @@ def test_in_a_read_only_directory_read_commands_work_and_writers_say_why(private
         unmount(view)
 
 
+def test_a_disk_that_fills_while_the_daemon_runs_loses_nothing(private_bus, standin, meter_file, small_disk, tmp_path):
+    from gg_daemon import NightscoutDouble
+    nightscout = NightscoutDouble(log_path=str(tmp_path / "nightscout.log"))
+    gw = None
+    try:
+        standin("--time-scale", "20", "--meter", meter_file(dict(meter(A, 10), advertising="off")))
+        gw = Gateway(small_disk, private_bus, nightscout_url=nightscout.url, secret=nightscout.secret,
+                     args=("--quiet-after", "0.3", "--time-scale", "20"))
+        control(private_bus, "Advertise", A, 20.0)
+        gw.pair(A, PIN)
+        gw.start()
+        control(private_bus, "Advertise", A, 20.0)
+        wait_until("downloaded and uploaded", lambda: len(nightscout.entries()) == 10, timeout=30)
+        wait_until("acknowledged", lambda: gw.query("SELECT count(*) FROM outbox WHERE state = 'acknowledged'")[0][0] == 10,
+                   timeout=10)
+
+        filler = fill(small_disk)
+        for _ in range(3):
+            control(private_bus, "AddGeneratedRecord", A)
+        control(private_bus, "Advertise", A, 20.0)
+        wait_until("the failed download logged", lambda: "download failed" in gw.log(), timeout=30)
+        line = [l for l in gw.log().splitlines() if "download failed" in l][0]
+        assert "disk full" in line and "the meter keeps its records" in line, line
+        assert gw.sequences(A) == list(range(1, 11))
+        status = gw.command("status", "--json", check=False)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["store"]["readings"] == 10
+        assert gw.process.poll() is None
+
+        os.unlink(filler)
+        control(private_bus, "Advertise", A, 60.0)
+        wait_until("the rest downloaded once there is room", lambda: gw.sequences(A) == list(range(1, 14)), timeout=30)
+        wait_until("and uploaded", lambda: len(nightscout.entries()) == 13, timeout=30)
+        assert gw.stop() == 0
+    finally:
+        if gw is not None:
+            gw.stop()
+        nightscout.stop()
+
+
 def leaf_pages(database, table):
     """The leaf pages of `table`'s b-tree, found by walking it from its root page."""
     db = sqlite3.connect(database)

@@ -655,7 +655,9 @@ public actor GatewayDaemon {
                 let failure: String? = report.outcome.isComplete ? nil : "interrupted"
                 await self?.sessionEnded(address, failure: failure, complete: report.outcome.isComplete, stored: report.stored)
             } catch {
-                logger.warning("\(address): download failed: \(error.message)")
+                // A store failure (a full disk) loses nothing: the meter keeps its records.
+                let kept = error.kind == .store ? "; the meter keeps its records, and they are downloaded at its next connection" : ""
+                logger.warning("\(address): download failed: \(error.message)\(kept)")
                 await self?.sessionEnded(address, failure: error.kind == .store ? "store" : "meter", complete: false, stored: error.stored)
             }
         }
