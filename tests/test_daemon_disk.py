@@ -95,7 +95,9 @@ def test_on_a_full_disk_read_commands_still_show_everything_and_writers_say_disk
     status = gw.command("status", "--json", check=False)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["store"]["readings"] == 40
+    assert json.loads(status.stdout)["store"]["read_only"] == "disk full"
     assert "read-only" in status.stderr and "disk is full" in status.stderr
+    assert "(read-only: disk full), 40 readings" in gw.command("status", check=False).stdout
 
     readings = gw.command("readings", "--json", check=False)
     assert readings.returncode == 0, readings.stderr
@@ -147,6 +149,7 @@ def test_in_a_read_only_directory_read_commands_work_and_writers_say_why(private
         status = command("status", "--json")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["store"]["readings"] == 12
+        assert json.loads(status.stdout)["store"]["read_only"] == "Read-only file system"
         assert "read-only" in status.stderr and "Read-only file system" in status.stderr
         readings = command("readings", "--json")
         assert readings.returncode == 0, readings.stderr

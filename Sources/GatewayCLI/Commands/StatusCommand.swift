@@ -193,6 +193,8 @@ struct StoreStatus {
     var excluded = 0
     var meters: [MeterStatus] = []
     var destinations: [DestinationStatusLine] = []
+    /// Why the database was opened read-only (`disk full`, or why it cannot be written); nil: read-write.
+    var readOnly: String?
     /// Why the database could not be read when it is damaged; the rest of the report is still shown
     /// (the daemon's alert above all).
     var error: String?
@@ -214,6 +216,9 @@ enum StoreStatusReader {
             return status
         }
         let store = try MeterCommandSupport.openStoreForReading(path, command: "status")
+        if case let .readOnly(reason) = store.readAccess {
+            status.readOnly = reason.isFull ? "disk full" : (reason.systemErrorText ?? "cannot be written")
+        }
         do {
             do {
                 let metrics = try await store.metrics()
@@ -320,6 +325,7 @@ struct StatusReport {
         s.add("readings", store.readings)
         s.add("excluded_readings", store.excluded)
         s.add("error", Self.string(store.error))
+        s.add("read_only", Self.string(store.readOnly))
         root.add("store", s.value)
 
         root.add("meters", .array(store.meters.map { m in
@@ -417,7 +423,8 @@ struct StatusReport {
         if let error = store.error {
             out += "database: \(e(store.database)): cannot be read: \(e(error))\n"
         } else {
-            out += "database: \(e(store.database))" + (store.exists ? ", \(store.readings) readings (\(store.excluded) kept out of upload)\n" : " (not created yet)\n")
+            out += "database: \(e(store.database))" + (store.readOnly.map { " (read-only: \(e($0)))" } ?? "")
+                + (store.exists ? ", \(store.readings) readings (\(store.excluded) kept out of upload)\n" : " (not created yet)\n")
         }
         if store.meters.isEmpty {
             out += "meters: none paired (glucose-gateway pair ADDRESS --pin PIN)\n"
