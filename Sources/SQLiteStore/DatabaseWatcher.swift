@@ -23,7 +23,9 @@ public final class DatabaseWatcher: @unchecked Sendable {
     private let source: any DispatchSourceRead
 
     /// Watches the directory of `database`; nil when inotify is unavailable (the caller goes on without).
-    public init?(database: String) {
+    public init?(database given: String) {
+        // SQLite follows a symbolic link to the database and keeps the -wal beside the target.
+        let database = Self.resolved(given)
         let slash = database.lastIndex(of: "/")
         let directory = slash.map { $0 == database.startIndex ? "/" : String(database[..<$0]) } ?? "."
         let name = slash.map { String(database[database.index(after: $0)...]) } ?? database
@@ -50,6 +52,12 @@ public final class DatabaseWatcher: @unchecked Sendable {
     }
 
     deinit { source.cancel() }
+
+    private static func resolved(_ path: String) -> String {
+        guard let real = realpath(path, nil) else { return path }
+        defer { free(real) }
+        return String(cString: real)
+    }
 
     /// Stops watching; `changes` ends.
     public func stop() { source.cancel() }

@@ -1,9 +1,12 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import GatewayCore
 import Testing
 @testable import SQLiteStore
 
 /// A second connection (another process in the product) writing to the daemon's database.
-@Suite struct OtherWriterTests {
+@Suite(.timeLimit(.minutes(1))) struct OtherWriterTests {
     private let builders: [any OutboxBodyBuilder] = [StubBuilder(destination: .nightscout)]
 
     @Test func commitsOfAnotherConnectionCountOwnWritesDoNot() async throws {
@@ -38,6 +41,28 @@ import Testing
         try await other.insert([sampleReading(sequence: 7)])
         #expect(await reported.value)
         #expect(try await daemon.changesByOtherConnections() == true)
+        watcher.stop()
+        await other.close()
+        await daemon.close()
+    }
+
+    @Test func theWatcherFollowsASymbolicLinkToTheDatabase() async throws {
+        let dir = try TemporaryDirectory()
+        let elsewhere = try TemporaryDirectory()
+        defer { dir.remove(); elsewhere.remove() }
+        await (try SQLiteStore(path: elsewhere.database)).close()
+        let link = dir.path + "/link.sqlite3"
+        #expect(symlink(elsewhere.database, link) == 0)
+        defer { unlink(link) }
+        let daemon = try SQLiteStore(path: link, builders: builders)
+        let watcher = try #require(DatabaseWatcher(database: link))
+        let other = try SQLiteStore(path: link, builders: builders)
+        let reported = Task { () -> Bool in
+            for await _ in watcher.changes { return true }
+            return false
+        }
+        try await other.insert([sampleReading(sequence: 1)])
+        #expect(await reported.value)
         watcher.stop()
         await other.close()
         await daemon.close()
