@@ -69,9 +69,10 @@ start_bluetoothd() {
 controllers() { bluetoothctl list 2> /dev/null | grep -c '^Controller'; }
 # Waits up to $2 seconds for $1 controllers under bluetoothd.
 # Gives up early when the kernel reports a timed-out HCI command during the set-up.
+timeouts() { dmesg | grep -a -c 'failed: -110'; }
+fail_base=0
 wait_controllers() {
-    local deadline=$((SECONDS + $2)) failed
-    failed="$(dmesg | grep -a -c 'failed: -110')"
+    local deadline=$((SECONDS + $2)) failed="$fail_base"
     while ((SECONDS < deadline)); do
         (($(controllers) >= $1)) && return 0
         (($(dmesg | grep -a -c 'failed: -110') > failed)) && { sleep 0.5; (($(controllers) >= $1)) && return 0; return 1; }
@@ -80,6 +81,7 @@ wait_controllers() {
     return 1
 }
 start_btvirt() {
+    fail_base="$(timeouts)"
     # shellcheck disable=SC2086
     btvirt "$@" >> "$RB_OUT/btvirt.log" 2>&1 &
     echo $! > /run/rb/btvirt.pid
@@ -129,12 +131,15 @@ case "$RB_AIR" in
         deadline=$((SECONDS + 180))
         while [[ ! -f $RB_JOB/air.up ]] && ((SECONDS < deadline)); do sleep 0.2; done
         [[ -f $RB_JOB/air.up ]] || note "the server VM never brought up the air"
+        fail_base="$(timeouts)"
         /usr/bin/python3 "$RB_LIBDIR/guest/hci_bridge.py" vhci "$(port_of rb.air)" >> "$RB_OUT/bridge.log" 2>&1 &
         echo $! > /run/rb/bridge.pid
         for try in 1 2 3; do
             wait_controllers 1 25 && break
             retry_note "try $try"
-            kill -USR1 "$(cat /run/rb/bridge.pid)"; sleep 1; kill -USR2 "$(cat /run/rb/bridge.pid)"
+            kill -USR1 "$(cat /run/rb/bridge.pid)"; sleep 1
+            fail_base="$(timeouts)"
+            kill -USR2 "$(cat /run/rb/bridge.pid)"
         done ;;
 esac
 n="$(controllers)"
