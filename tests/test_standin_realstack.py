@@ -130,7 +130,8 @@ def test_status_and_daemon_notice_a_bluetoothd_that_stops_answering(private_bus,
         assert statuses[-1].returncode == 0
         wait_until("the alert", lambda: alerts.exists() and "2001 bluetoothd holds org.bluez" in alerts.read_text(), timeout=20)
         assert "did not answer" in daemon.log()
-        assert daemon.state()["radio"]["bluetoothd_answering"] is False
+        # The run-state file follows right after the alert.
+        wait_until("the run-state file", lambda: daemon.state()["radio"].get("bluetoothd_answering") is False, timeout=10)
         assert daemon.process.poll() is None
         # Once it answers again the daemon says so; the alert was raised once.
         wait_until("recovery", lambda: "bluetoothd answers again" in daemon.log(), timeout=20)

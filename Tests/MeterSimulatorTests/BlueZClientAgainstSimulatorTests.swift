@@ -156,6 +156,12 @@ import Glibc
         await client.close()
     }
 
+    static func alias(_ client: BlueZClient, _ adapter: String) async throws -> String? {
+        try await client.connection.call(destination: "org.bluez", path: "/org/bluez/" + adapter, interface: "org.freedesktop.DBus.Properties",
+                                         member: "Get", arguments: [.string("org.bluez.Adapter1"), .string("Alias")],
+                                         timeout: .seconds(5)).first?.string
+    }
+
     /// On real BlueZ the meter's PIN is imposed by a KeyboardOnly agent that answers `RequestPasskey`
     /// with it (bluetoothd calls the meter side's default agent during SMP passkey entry).
     @Test(.timeLimit(.minutes(1))) func realBlueZFrontEndTypesTheMetersPin() async throws {
@@ -190,10 +196,15 @@ import Glibc
                                                          arguments: [.objectPath("/org/bluez/hci1/dev_00_00_00_01_00_00")],
                                                          timeout: .seconds(5))
             #expect(reply.first?.uint32 == 246_813)
+            // The adapter answers to the meter's name (its GAP Device Name) while it plays the meter.
+            #expect(try await Self.alias(client, "hci1") == "meter+010203")
         } catch {
             Issue.record("\(error)")
         }
+        let before = try? await Self.alias(client, "hci0")
         await frontEnd.stop()
+        #expect(try await Self.alias(client, "hci1") != "meter+010203")
+        #expect(try await Self.alias(client, "hci0") == before)
         await client.close()
     }
 }

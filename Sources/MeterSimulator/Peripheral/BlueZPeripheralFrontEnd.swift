@@ -79,6 +79,8 @@ public actor BlueZPeripheralFrontEnd {
     private var watchTask: Task<Void, Never>?
     /// When the last notification of the running procedure went to bluetoothd.
     private var lastNotificationAt: ContinuousClock.Instant?
+    /// The adapter's alias before the meter took it, restored at `stop()`.
+    private var originalAlias: String?
 
     /// How long the RACP response waits after the procedure's last notification. bluetoothd's GATT
     /// server batches notifications for 10 ms into one ATT Multiple Handle Value Notification
@@ -117,6 +119,7 @@ public actor BlueZPeripheralFrontEnd {
         try await exportApplication(c)
         try await c.export(path: advertisementPath, interfaces: [advertisementInterface()])
         if options.registerAgent { await registerAgent(c) }
+        await takeAlias(c)
         _ = try await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.GattManager1",
                              member: "RegisterApplication", arguments: [.objectPath(Self.root), .vardict([:])],
                              timeout: .seconds(30))
@@ -141,6 +144,12 @@ public actor BlueZPeripheralFrontEnd {
             }
             _ = try? await c.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.GattManager1",
                                   member: "UnregisterApplication", arguments: [.objectPath(Self.root)], timeout: .seconds(5))
+            if let originalAlias {
+                _ = try? await c.call(destination: "org.bluez", path: adapterPath, interface: DBusNames.properties, member: "Set",
+                                      arguments: [.string("org.bluez.Adapter1"), .string("Alias"), .variant(.string(originalAlias))],
+                                      timeout: .seconds(5))
+                self.originalAlias = nil
+            }
             await c.close()
         }
         connection = nil
@@ -225,6 +234,24 @@ public actor BlueZPeripheralFrontEnd {
     }
 
     static let agentPath = "/org/glucosegateway/agent"
+
+    /// A meter's GAP Device Name is its advertised name; bluetoothd serves the adapter's alias there, and a
+    /// central's `Device1.Name` follows it once connected (seen on the real stack as "BlueZ 5.66"). So the
+    /// adapter takes the meter's name while it plays the meter.
+    private func takeAlias(_ c: DBusConnection) async {
+        do {
+            let reply = try await c.call(destination: "org.bluez", path: adapterPath, interface: DBusNames.properties, member: "Get",
+                                         arguments: [.string("org.bluez.Adapter1"), .string("Alias")], timeout: .seconds(10))
+            let old = reply.first?.string
+            guard old != meter.name else { return }
+            _ = try await c.call(destination: "org.bluez", path: adapterPath, interface: DBusNames.properties, member: "Set",
+                                 arguments: [.string("org.bluez.Adapter1"), .string("Alias"), .variant(.string(meter.name))],
+                                 timeout: .seconds(10))
+            originalAlias = old
+        } catch {
+            logger.warning("the adapter keeps its own name (setting its alias failed: \(error))")
+        }
+    }
 
     /// The unique bus name of this front end's connection (where its agent lives), once started.
     public var uniqueName: String? { connection?.uniqueName }
