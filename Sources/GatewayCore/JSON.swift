@@ -1,6 +1,7 @@
-/// A JSON value with ordered object members, and a writer with stable output: keys in insertion order,
-/// numbers exactly as given (decimal text is never re-formatted through binary floating point), NaN and
-/// infinities written as `null`, strings escaped per RFC 8259. No Foundation involved.
+/// A JSON value with ordered object members, one strict parser and one writer with stable output: keys in
+/// insertion order, numbers exactly as given (decimal text is never re-formatted through binary floating
+/// point), NaN and infinities written as `null`, strings escaped per RFC 8259. No Foundation involved.
+/// Used for the commands' `--json`, upload bodies, server answers and the simulator's meter files.
 public indirect enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
@@ -21,16 +22,71 @@ public indirect enum JSONValue: Sendable, Equatable {
 
     /// Compact text on one line: `{"a":1,"b":[true,null]}`.
     public var compactText: String {
-        var out = ""
+        var out: [UInt8] = []
         JSONWriter.write(self, into: &out, indent: nil, level: 0)
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Indented text (two spaces), members one per line, no trailing newline.
     public var prettyText: String {
-        var out = ""
+        var out: [UInt8] = []
         JSONWriter.write(self, into: &out, indent: "  ", level: 0)
-        return out
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Parses a complete JSON text (UTF-8) with `JSONParser`.
+    public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
+        try JSONParser.parse(bytes)
+    }
+
+    public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
+        try JSONParser.parse(Array(text.utf8))
+    }
+
+    /// The member named `key` of an object; nil for a missing member or a value that is not an object.
+    public subscript(key: String) -> JSONValue? {
+        if case let .object(members) = self { return members.first { $0.key == key }?.value }
+        return nil
+    }
+
+    public var stringValue: String? {
+        if case let .string(s) = self { return s }
+        return nil
+    }
+
+    public var arrayValue: [JSONValue]? {
+        if case let .array(a) = self { return a }
+        return nil
+    }
+
+    public var boolValue: Bool? {
+        if case let .bool(b) = self { return b }
+        return nil
+    }
+
+    /// An integer written as such, or as a whole decimal below 9e15 in magnitude (`112.0`, `1.12e2`).
+    public var int64Value: Int64? {
+        if case let .number(n) = self {
+            return Int64(n.text) ?? Double(n.text).flatMap { $0.isFinite && $0 == $0.rounded() && abs($0) < 9.0e15 ? Int64($0) : nil }
+        }
+        return nil
+    }
+
+    public var doubleValue: Double? {
+        if case let .number(n) = self { return Double(n.text) }
+        return nil
+    }
+
+    /// A short name of the JSON type, for error messages.
+    public var typeName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .number: "a number"
+        case .string: "a string"
+        case .array: "an array"
+        case .object: "an object"
+        }
     }
 }
 
@@ -63,6 +119,9 @@ public struct JSONNumber: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { text }
+
+    /// The nearest Double (parsed numbers are always within Double's range).
+    public var value: Double { Double(text) ?? .nan }
 
     static func isValid(_ text: String) -> Bool {
         var it = Array(text.utf8)[...]
@@ -109,66 +168,359 @@ public struct JSONObjectBuilder: Sendable {
     public var value: JSONValue { .object(members) }
 }
 
-public enum JSONWriter {
-    public static func write(_ value: JSONValue, into out: inout String, indent: String?, level: Int) {
+/// Writes JSON bytes with members in the order they are added, so the same value always gives the same
+/// bytes: either member by member (`beginObject`, `string`, `integer`, ...) or a whole `JSONValue`.
+public struct JSONWriter {
+    public private(set) var bytes: [UInt8] = []
+    private var needsComma: [Bool] = [false]
+
+    public init() { bytes.reserveCapacity(256) }
+
+    private mutating func separate() {
+        if needsComma[needsComma.count - 1] { bytes.append(UInt8(ascii: ",")) }
+        needsComma[needsComma.count - 1] = true
+    }
+
+    private mutating func key(_ name: String?) {
+        separate()
+        if let name {
+            Self.appendString(name, to: &bytes)
+            bytes.append(UInt8(ascii: ":"))
+        }
+    }
+
+    public mutating func beginObject(_ name: String? = nil) {
+        key(name)
+        bytes.append(UInt8(ascii: "{"))
+        needsComma.append(false)
+    }
+
+    public mutating func endObject() {
+        needsComma.removeLast()
+        bytes.append(UInt8(ascii: "}"))
+    }
+
+    public mutating func beginArray(_ name: String? = nil) {
+        key(name)
+        bytes.append(UInt8(ascii: "["))
+        needsComma.append(false)
+    }
+
+    public mutating func endArray() {
+        needsComma.removeLast()
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    public mutating func string(_ name: String?, _ value: String) {
+        key(name)
+        Self.appendString(value, to: &bytes)
+    }
+
+    public mutating func integer(_ name: String?, _ value: Int64) {
+        key(name)
+        bytes.append(contentsOf: Array(String(value).utf8))
+    }
+
+    /// A decimal written with at most `fractionDigits` digits after the point, trailing zeros removed.
+    public mutating func decimal(_ name: String?, _ value: Double, fractionDigits: Int) {
+        key(name)
+        bytes.append(contentsOf: Array(Self.formatDecimal(value, fractionDigits: fractionDigits).utf8))
+    }
+
+    public mutating func bool(_ name: String?, _ value: Bool) {
+        key(name)
+        bytes.append(contentsOf: Array((value ? "true" : "false").utf8))
+    }
+
+    /// Inserts bytes that are already JSON (a frozen element).
+    public mutating func raw(_ name: String?, _ json: [UInt8]) {
+        key(name)
+        bytes.append(contentsOf: json)
+    }
+
+    public static func formatDecimal(_ value: Double, fractionDigits: Int) -> String {
+        guard value.isFinite else { return "0" }
+        var scale: Int64 = 1
+        for _ in 0..<max(0, min(fractionDigits, 9)) { scale *= 10 }
+        let scaled = (abs(value) * Double(scale)).rounded()
+        guard scaled < 9.0e15 else { return String(Int64(value.rounded())) }
+        let n = Int64(scaled)
+        var whole = String(n / scale)
+        var fraction = String(n % scale)
+        if scale > 1 {
+            fraction = String(repeating: "0", count: String(scale).count - 1 - fraction.count) + fraction
+            while fraction.hasSuffix("0") { fraction.removeLast() }
+        } else {
+            fraction = ""
+        }
+        if value < 0 && n != 0 { whole = "-" + whole }
+        return fraction.isEmpty ? whole : whole + "." + fraction
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    /// A quoted, escaped string: `"`, `\`, newline, return and tab by name, other control characters as
+    /// `\u00XX`; DEL (0x7F) too when `escapingDelete` (the commands' `--json` has always escaped it,
+    /// upload bodies never have, and both keep their bytes).
+    public static func appendString(_ s: String, to out: inout [UInt8], escapingDelete: Bool = false) {
+        out.append(UInt8(ascii: "\""))
+        for b in s.utf8 {
+            switch b {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20, 0x7F where escapingDelete || b != 0x7F:
+                out.append(contentsOf: Array("\\u00".utf8))
+                out.append(hexDigits[Int(b >> 4)])
+                out.append(hexDigits[Int(b & 0x0F)])
+            default: out.append(b)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// A whole value: compact when `indent` is nil, else members and items one per line.
+    static func write(_ value: JSONValue, into out: inout [UInt8], indent: String?, level: Int) {
         switch value {
-        case .null: out += "null"
-        case let .bool(b): out += b ? "true" : "false"
-        case let .number(n): out += n.text
-        case let .string(s): writeString(s, into: &out)
+        case .null: out += Array("null".utf8)
+        case let .bool(b): out += Array((b ? "true" : "false").utf8)
+        case let .number(n): out += Array(n.text.utf8)
+        case let .string(s): appendString(s, to: &out, escapingDelete: true)
         case let .array(items):
-            if items.isEmpty { out += "[]"; return }
-            out += "["
+            if items.isEmpty { out += Array("[]".utf8); return }
+            out.append(UInt8(ascii: "["))
             for (i, item) in items.enumerated() {
-                if i > 0 { out += "," }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
                 newline(&out, indent, level + 1)
                 write(item, into: &out, indent: indent, level: level + 1)
             }
             newline(&out, indent, level)
-            out += "]"
+            out.append(UInt8(ascii: "]"))
         case let .object(members):
-            if members.isEmpty { out += "{}"; return }
-            out += "{"
+            if members.isEmpty { out += Array("{}".utf8); return }
+            out.append(UInt8(ascii: "{"))
             for (i, member) in members.enumerated() {
-                if i > 0 { out += "," }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
                 newline(&out, indent, level + 1)
-                writeString(member.key, into: &out)
-                out += indent == nil ? ":" : ": "
+                appendString(member.key, to: &out, escapingDelete: true)
+                out += Array((indent == nil ? ":" : ": ").utf8)
                 write(member.value, into: &out, indent: indent, level: level + 1)
             }
             newline(&out, indent, level)
-            out += "}"
+            out.append(UInt8(ascii: "}"))
         }
     }
 
-    private static func newline(_ out: inout String, _ indent: String?, _ level: Int) {
+    private static func newline(_ out: inout [UInt8], _ indent: String?, _ level: Int) {
         guard let indent else { return }
-        out += "\n"
-        for _ in 0..<level { out += indent }
+        out.append(0x0A)
+        for _ in 0..<level { out += Array(indent.utf8) }
+    }
+}
+
+/// Where and why a JSON text was refused.
+public struct JSONParseError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// Byte offset of the failure; `line` and `column` (both from 1) locate the same place.
+    public var offset: Int
+    public var line: Int
+    public var column: Int
+    public var message: String
+    public var description: String { "JSON line \(line) column \(column): \(message)" }
+}
+
+/// A strict RFC 8259 parser for server answers, meter files and control calls. It never traps on any
+/// input and refuses: nesting deeper than `maxDepth` (64) levels, duplicate member names, numbers outside
+/// the grammar (`01`, `1.`, `-`) or beyond Double's range, lone or mismatched surrogates in `\u` escapes,
+/// raw control characters in strings, and anything after the document. Numbers keep their text.
+public enum JSONParser {
+    public static let maxDepth = 64
+
+    public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
+        var parser = Parser(bytes: bytes)
+        parser.skipWhitespace()
+        let value = try parser.value(depth: 0)
+        parser.skipWhitespace()
+        guard parser.atEnd else { throw parser.error("unexpected data after the document") }
+        return value
     }
 
-    private static let hex: [Character] = Array("0123456789abcdef")
+    private struct Parser {
+        let bytes: [UInt8]
+        var index = 0
 
-    public static func writeString(_ s: String, into out: inout String) {
-        out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 || scalar.value == 0x7F {
-                    let v = Int(scalar.value)
-                    out += "\\u00"
-                    out.append(hex[v >> 4])
-                    out.append(hex[v & 0xF])
-                } else {
-                    out.unicodeScalars.append(scalar)
+        init(bytes: [UInt8]) { self.bytes = bytes }
+
+        var atEnd: Bool { index >= bytes.count }
+
+        func error(_ message: String) -> JSONParseError {
+            var line = 1
+            var column = 1
+            for b in bytes[0..<min(index, bytes.count)] {
+                if b == 0x0A { line += 1; column = 1 } else { column += 1 }
+            }
+            return JSONParseError(offset: index, line: line, column: column, message: message)
+        }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        }
+
+        func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }
+
+        mutating func expect(_ literal: String) throws(JSONParseError) {
+            let lit = Array(literal.utf8)
+            guard index + lit.count <= bytes.count, Array(bytes[index..<(index + lit.count)]) == lit else {
+                throw error("expected '\(literal)'")
+            }
+            index += lit.count
+        }
+
+        mutating func value(depth: Int) throws(JSONParseError) -> JSONValue {
+            guard depth < JSONParser.maxDepth else { throw error("nesting too deep") }
+            guard let b = peek() else { throw error("unexpected end of input") }
+            switch b {
+            case UInt8(ascii: "{"): return try object(depth: depth)
+            case UInt8(ascii: "["): return try array(depth: depth)
+            case UInt8(ascii: "\""): return .string(try string())
+            case UInt8(ascii: "t"): try expect("true"); return .bool(true)
+            case UInt8(ascii: "f"): try expect("false"); return .bool(false)
+            case UInt8(ascii: "n"): try expect("null"); return .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try number())
+            default: throw error("unexpected character")
+            }
+        }
+
+        mutating func object(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var members: [JSONMember] = []
+            skipWhitespace()
+            if peek() == UInt8(ascii: "}") { index += 1; return .object(members) }
+            while true {
+                skipWhitespace()
+                guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
+                let key = try string()
+                if members.contains(where: { $0.key == key }) { throw error("duplicate key '\(key)'") }
+                skipWhitespace()
+                guard peek() == UInt8(ascii: ":") else { throw error("expected ':'") }
+                index += 1
+                skipWhitespace()
+                members.append(JSONMember(key, try value(depth: depth + 1)))
+                skipWhitespace()
+                guard let c = peek() else { throw error("unexpected end of input in an object") }
+                index += 1
+                if c == UInt8(ascii: "}") { return .object(members) }
+                guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or '}'") }
+            }
+        }
+
+        mutating func array(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var items: [JSONValue] = []
+            skipWhitespace()
+            if peek() == UInt8(ascii: "]") { index += 1; return .array(items) }
+            while true {
+                skipWhitespace()
+                items.append(try value(depth: depth + 1))
+                skipWhitespace()
+                guard let c = peek() else { throw error("unexpected end of input in an array") }
+                index += 1
+                if c == UInt8(ascii: "]") { return .array(items) }
+                guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or ']'") }
+            }
+        }
+
+        mutating func hex4() throws(JSONParseError) -> UInt32 {
+            guard index + 4 <= bytes.count else { throw error("truncated \\u escape") }
+            var v: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[index]
+                let d: UInt32
+                switch c {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+                default: throw error("invalid \\u escape")
+                }
+                v = v << 4 | d
+                index += 1
+            }
+            return v
+        }
+
+        mutating func string() throws(JSONParseError) -> String {
+            index += 1
+            var out: [UInt8] = []
+            while true {
+                guard let c = peek() else { throw error("unterminated string") }
+                index += 1
+                switch c {
+                case UInt8(ascii: "\""):
+                    return String(decoding: out, as: UTF8.self)
+                case UInt8(ascii: "\\"):
+                    guard let e = peek() else { throw error("unterminated escape") }
+                    index += 1
+                    switch e {
+                    case UInt8(ascii: "\""): out.append(0x22)
+                    case UInt8(ascii: "\\"): out.append(0x5C)
+                    case UInt8(ascii: "/"): out.append(0x2F)
+                    case UInt8(ascii: "b"): out.append(0x08)
+                    case UInt8(ascii: "f"): out.append(0x0C)
+                    case UInt8(ascii: "n"): out.append(0x0A)
+                    case UInt8(ascii: "r"): out.append(0x0D)
+                    case UInt8(ascii: "t"): out.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var scalar = try hex4()
+                        if (0xD800...0xDBFF).contains(scalar) {
+                            guard peek() == UInt8(ascii: "\\") else { throw error("lone surrogate in \\u escape") }
+                            index += 1
+                            guard peek() == UInt8(ascii: "u") else { throw error("lone surrogate in \\u escape") }
+                            index += 1
+                            let low = try hex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw error("invalid surrogate pair") }
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        }
+                        guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                        out.append(contentsOf: Array(String(Character(u)).utf8))
+                    default: throw error("invalid escape")
+                    }
+                case 0x00..<0x20:
+                    throw error("control character in string")
+                default:
+                    out.append(c)
                 }
             }
         }
-        out += "\""
+
+        /// RFC 8259 number grammar: `-`? (`0` | [1-9][0-9]*) (`.` [0-9]+)? ([eE] [+-]? [0-9]+)?
+        mutating func number() throws(JSONParseError) -> JSONNumber {
+            let start = index
+            func digits(_ p: inout Parser) -> Int {
+                var n = 0
+                while let c = p.peek(), c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") { p.index += 1; n += 1 }
+                return n
+            }
+            if peek() == UInt8(ascii: "-") { index += 1 }
+            if peek() == UInt8(ascii: "0") {
+                index += 1
+            } else {
+                guard digits(&self) > 0 else { throw error("invalid number") }
+            }
+            if peek() == UInt8(ascii: ".") {
+                index += 1
+                guard digits(&self) > 0 else { throw error("invalid number") }
+            }
+            if let e = peek(), e == UInt8(ascii: "e") || e == UInt8(ascii: "E") {
+                index += 1
+                if let s = peek(), s == UInt8(ascii: "+") || s == UInt8(ascii: "-") { index += 1 }
+                guard digits(&self) > 0 else { throw error("invalid number") }
+            }
+            let text = String(decoding: bytes[start..<index], as: UTF8.self)
+            guard let value = Double(text), value.isFinite, let number = JSONNumber(text: text) else {
+                throw error("invalid number")
+            }
+            return number
+        }
     }
 }

@@ -187,7 +187,8 @@ public enum MeterFile {
 
     static func sensorStatus(_ json: JSONValue, field: String) throws(MeterFileError) -> UInt16 {
         switch json {
-        case .number(let n):
+        case .number(let number):
+            let n = number.value
             guard n >= 0, n <= 65535, n == n.rounded() else { throw MeterFileError(field, "must be 0...65535") }
             return UInt16(n)
         case .array(let names):
@@ -213,7 +214,8 @@ public enum MeterFile {
     static func features(_ o: JSONObject) throws(MeterFileError) -> UInt16 {
         guard let json = o["features"] else { return 0x0020 | 0x0400 }
         switch json {
-        case .number(let n):
+        case .number(let number):
+            let n = number.value
             guard n >= 0, n <= 65535, n == n.rounded() else { throw MeterFileError("features", "must be 0...65535") }
             return UInt16(n)
         case .array(let names):
@@ -403,7 +405,7 @@ public enum MeterSeries {
 
 /// Field access on a JSON object with errors that name the field's path.
 struct JSONObject {
-    let members: [(key: String, value: JSONValue)]
+    let members: [JSONMember]
     let path: String
 
     init(_ json: JSONValue, path: String) throws(MeterFileError) {
@@ -442,7 +444,7 @@ struct JSONObject {
     func optionalNumber(_ key: String) throws(MeterFileError) -> Double? {
         guard let v = self[key] else { return nil }
         guard case .number(let n) = v else { throw MeterFileError(field(key), "must be a number, not \(v.typeName)") }
-        return n
+        return n.value
     }
 
     func optionalInt(_ key: String, in range: ClosedRange<Int>) throws(MeterFileError) -> Int? {

@@ -1,6 +1,7 @@
 import Foundation
 import GatewayCore
 import Testing
+import TestSupport
 
 @Suite("JSON writer")
 struct JSONTests {
@@ -54,5 +55,89 @@ struct JSONTests {
         let a = try JSONSerialization.jsonObject(with: Data(compact.utf8)) as? NSDictionary
         let b = try JSONSerialization.jsonObject(with: Data(pretty.utf8)) as? NSDictionary
         #expect(a != nil && a == b)
+    }
+}
+
+@Suite("JSON parser and streaming writer")
+struct JSONParserTests {
+    @Test func parsesAnswerShapes() throws {
+        let text = #"[{"_id":"abc","mbg":112,"ok":true,"none":null,"x":-1.5e3,"s":"a\"\u00e9\ud83d\ude00"}]"#
+        let value = try JSONParser.parse(Array(text.utf8))
+        let first = value.arrayValue?.first
+        #expect(first?["_id"]?.stringValue == "abc")
+        #expect(first?["mbg"]?.int64Value == 112)
+        #expect(first?["ok"]?.boolValue == true)
+        #expect(first?["none"] == .null)
+        #expect(first?["x"]?.doubleValue == -1500)
+        #expect(first?["s"]?.stringValue == "a\"é😀")
+    }
+
+    @Test(arguments: ["", "[", "{\"a\"}", "[1,]", "01", "\"\\x\"", "[1] x", "{\"a\":tru}", "\"\u{01}\"", "-", "1.", "1e"])
+    func rejectsMalformed(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(Array(text.utf8)) }
+    }
+
+    @Test func neverTrapsOnRandomOrDeepInput() {
+        var rng = SplitMix(seed: 7)
+        let alphabet = Array("[]{}\",:0123456789-+.eEtrufalsn \\u".utf8)
+        for _ in 0..<3000 {
+            let length = Int(rng.next() % 40)
+            let bytes = (0..<length).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }
+            _ = try? JSONParser.parse(bytes)
+        }
+        let deep = Array(repeating: UInt8(ascii: "["), count: 100_000)
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(deep) }
+    }
+
+    @Test func writerEscapesAndRoundTrips() throws {
+        var w = JSONWriter()
+        w.beginObject()
+        w.string("s", "quote\" backslash\\ newline\n tab\t ctl\u{01}")
+        w.integer("n", -42)
+        w.decimal("d", 6.25, fractionDigits: 3)
+        w.decimal("whole", 112.0, fractionDigits: 1)
+        w.bool("b", false)
+        w.endObject()
+        let parsed = try JSONParser.parse(w.bytes)
+        #expect(parsed["s"]?.stringValue == "quote\" backslash\\ newline\n tab\t ctl\u{01}")
+        #expect(parsed["n"]?.int64Value == -42)
+        #expect(parsed["d"] == .decimal("6.25"))
+        #expect(parsed["whole"] == .decimal("112"))
+        #expect(parsed["b"]?.boolValue == false)
+    }
+}
+
+@Suite struct JSONValueParseTests {
+    @Test func parsesValues() throws {
+        let v = try JSONValue.parse(#" {"a": [1, -2.5e1, true, false, null, "x\u00e9\n\ud83d\ude00"]} "#)
+        #expect(v == .object([JSONMember("a", .array([.int(1), .decimal("-2.5e1"), .bool(true), .bool(false), .null, .string("xé\n😀")]))]))
+    }
+
+    @Test(arguments: ["", "{", "[1,]", "{\"a\" 1}", "01x", "\"abc", "{\"a\":1,\"a\":2}", "[1] 2", "\"\\ud800\"", "nul"])
+    func refusesMalformed(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
+    }
+
+    @Test func refusesDeepNesting() {
+        let text = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
+    }
+
+    @Test func nestingLimitIsSixtyFourLevels() throws {
+        let ok = String(repeating: "[", count: 64) + String(repeating: "]", count: 64)
+        #expect(try JSONValue.parse(ok).arrayValue != nil)
+        let deep = String(repeating: "[", count: 65) + String(repeating: "]", count: 65)
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(deep) }
+    }
+
+    @Test(arguments: ["1e400", "-1e400", "[\"\\udc00\"]", "[\"\\ud800\\u0041\"]"])
+    func refusesNumbersBeyondDoubleAndBadSurrogates(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
+    }
+
+    @Test func errorsNameLineAndColumn() {
+        let error = #expect(throws: JSONParseError.self) { try JSONValue.parse("{\n  \"a\" 1}") }
+        #expect(error?.offset == 8)
+        #expect(error?.description == "JSON line 2 column 7: expected ':'")
     }
 }

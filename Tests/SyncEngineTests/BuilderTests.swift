@@ -67,7 +67,7 @@ struct BuilderTests {
         let codes = resource["code"]?["coding"]?.arrayValue?.compactMap { $0["code"]?.stringValue }
         #expect(codes == ["160184", "41653-7"])
         #expect(resource["valueQuantity"]?["code"]?.stringValue == "mg/dL")
-        #expect(resource["valueQuantity"]?["value"] == .number("112"))
+        #expect(resource["valueQuantity"]?["value"] == .decimal("112"))
         #expect(resource["effectiveDateTime"]?.stringValue == "2026-01-01T08:02:15.000+01:00")
         #expect(resource["subject"]?["reference"]?.stringValue == "Patient/p1")
         #expect(resource["contained"]?.arrayValue?.first?["resourceType"]?.stringValue == "Device")
@@ -78,7 +78,7 @@ struct BuilderTests {
         molar.mmoll = 6.2
         let m = try JSONParser.parse(try #require(FHIRBodyBuilder(subject: "Patient/p1").element(for: molar, meter: testMeter)).body)
         #expect(m["resource"]?["code"]?["coding"]?.arrayValue?.last?["code"]?.stringValue == "14743-9")
-        #expect(m["resource"]?["valueQuantity"]?["value"] == .number("6.2"))
+        #expect(m["resource"]?["valueQuantity"]?["value"] == .decimal("6.2"))
         #expect(m["resource"]?["valueQuantity"]?["unit"]?.stringValue == "mmol/L")
     }
 

@@ -1,6 +1,7 @@
 import GatewayCore
 import SyncEngine
 import Testing
+import TestSupport
 
 @Suite("SHA-1 and UUIDv5")
 struct DigestTests {
@@ -63,55 +64,6 @@ struct DigestTests {
     }
 }
 
-@Suite("JSON")
-struct JSONTests {
-    @Test func parsesAnswerShapes() throws {
-        let text = #"[{"_id":"abc","mbg":112,"ok":true,"none":null,"x":-1.5e3,"s":"a\"\u00e9\ud83d\ude00"}]"#
-        let value = try JSONParser.parse(Array(text.utf8))
-        let first = value.arrayValue?.first
-        #expect(first?["_id"]?.stringValue == "abc")
-        #expect(first?["mbg"]?.int64Value == 112)
-        #expect(first?["ok"]?.boolValue == true)
-        #expect(first?["none"] == .null)
-        #expect(first?["x"]?.doubleValue == -1500)
-        #expect(first?["s"]?.stringValue == "a\"é😀")
-    }
-
-    @Test(arguments: ["", "[", "{\"a\"}", "[1,]", "01", "\"\\x\"", "[1] x", "{\"a\":tru}", "\"\u{01}\"", "-", "1.", "1e"])
-    func rejectsMalformed(_ text: String) {
-        #expect(throws: JSONParseError.self) { try JSONParser.parse(Array(text.utf8)) }
-    }
-
-    @Test func neverTrapsOnRandomOrDeepInput() {
-        var rng = SplitMix(seed: 7)
-        let alphabet = Array("[]{}\",:0123456789-+.eEtrufalsn \\u".utf8)
-        for _ in 0..<3000 {
-            let length = Int(rng.next() % 40)
-            let bytes = (0..<length).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }
-            _ = try? JSONParser.parse(bytes)
-        }
-        let deep = Array(repeating: UInt8(ascii: "["), count: 100_000)
-        #expect(throws: JSONParseError.self) { try JSONParser.parse(deep) }
-    }
-
-    @Test func writerEscapesAndRoundTrips() throws {
-        var w = JSONWriter()
-        w.beginObject()
-        w.string("s", "quote\" backslash\\ newline\n tab\t ctl\u{01}")
-        w.integer("n", -42)
-        w.decimal("d", 6.25, fractionDigits: 3)
-        w.decimal("whole", 112.0, fractionDigits: 1)
-        w.bool("b", false)
-        w.endObject()
-        let parsed = try JSONParser.parse(w.bytes)
-        #expect(parsed["s"]?.stringValue == "quote\" backslash\\ newline\n tab\t ctl\u{01}")
-        #expect(parsed["n"]?.int64Value == -42)
-        #expect(parsed["d"] == .number("6.25"))
-        #expect(parsed["whole"] == .number("112"))
-        #expect(parsed["b"]?.boolValue == false)
-    }
-}
-
 @Suite("Timestamps and backoff")
 struct TimeTests {
     @Test func isoWithOffset() {
@@ -147,18 +99,5 @@ struct TimeTests {
             #expect(d >= 30_000 && d <= 900_000)
         }
         #expect(Backoff.longTerm(level: 100, baseMs: 30_000, capMs: 900_000, using: &rng) <= 900_000)
-    }
-}
-
-/// A seeded generator, so jitter tests are reproducible.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -83,12 +83,13 @@ enum DaemonStatusReader {
         status.watching = object["radio"]?["watching"]?.stringValue
         status.activeSessions = object["active_sessions"]?.arrayValue?.compactMap(\.stringValue) ?? []
         if case let .object(members)? = object["counters"] {
-            for (key, value) in members {
+            for member in members {
+                let (key, value) = (member.key, member.value)
                 if let n = value.int64Value.flatMap({ Int(exactly: $0) }) {
                     status.counters[key] = n
                 } else if case let .object(inner) = value {
                     var map: [String: Int] = [:]
-                    for (k, v) in inner { map[k] = v.int64Value.flatMap { Int(exactly: $0) } ?? 0 }
+                    for m in inner { map[m.key] = m.value.int64Value.flatMap { Int(exactly: $0) } ?? 0 }
                     status.countersByReason[key] = map
                 }
             }
@@ -267,17 +268,17 @@ struct StatusReport {
         return features & multipleBond == 0
     }
 
-    static func time(_ ms: UnixMillis?) -> GatewayCore.JSONValue { ms.map { GatewayCore.JSONValue.int($0) } ?? .null }
-    static func int(_ v: Int?) -> GatewayCore.JSONValue { v.map { GatewayCore.JSONValue.int($0) } ?? .null }
-    static func string(_ v: String?) -> GatewayCore.JSONValue { v.map(GatewayCore.JSONValue.string) ?? .null }
+    static func time(_ ms: UnixMillis?) -> JSONValue { ms.map { JSONValue.int($0) } ?? .null }
+    static func int(_ v: Int?) -> JSONValue { v.map { JSONValue.int($0) } ?? .null }
+    static func string(_ v: String?) -> JSONValue { v.map(JSONValue.string) ?? .null }
 
-    var json: GatewayCore.JSONValue {
+    var json: JSONValue {
         var root = JSONObjectBuilder()
         root.add("generated_at", Int(generatedAt))
 
         var d = JSONObjectBuilder()
         d.add("running", daemon.running)
-        d.add("pid", daemon.pid.map { GatewayCore.JSONValue.int($0) } ?? .null)
+        d.add("pid", daemon.pid.map { JSONValue.int($0) } ?? .null)
         d.add("phase", Self.string(daemon.phase))
         d.add("started_at", Self.time(daemon.startedAt))
         d.add("updated_at", Self.time(daemon.updatedAt))
@@ -303,7 +304,7 @@ struct StatusReport {
             a.add("message", alert.message)
             d.add("alert", a.value)
         } else {
-            d.add("alert", GatewayCore.JSONValue.null)
+            d.add("alert", JSONValue.null)
         }
         root.add("daemon", d.value)
 
@@ -358,12 +359,12 @@ struct StatusReport {
                 e.add("at", Self.time(state.lastErrorAt))
                 o.add("last_error", e.value)
             } else {
-                o.add("last_error", GatewayCore.JSONValue.null)
+                o.add("last_error", JSONValue.null)
             }
             o.add("pending", dest.counts.pending + dest.counts.inFlight)
             o.add("quarantined", dest.counts.quarantined)
             o.add("uploaded", dest.counts.acknowledged)
-            o.add("oldest_unsent_age_seconds", dest.oldestUnsentAgeSeconds.map { GatewayCore.JSONValue.int($0) } ?? .null)
+            o.add("oldest_unsent_age_seconds", dest.oldestUnsentAgeSeconds.map { JSONValue.int($0) } ?? .null)
             o.add("last_success_at", Self.time(dest.state?.lastSuccessAt))
             return o.value
         }))
