@@ -54,7 +54,7 @@ public enum ConfigLoader {
 
     /// The configuration at `path` (defaults where the file is silent) and every problem found.
     public static func evaluate(path: String) -> (config: GatewayConfig, problems: [ConfigProblem]) {
-        switch ConfigFiles.read(path, limit: fileLimit) {
+        switch FileContents.contents(of: path, limit: fileLimit) {
         case .failure(let error):
             var config = GatewayConfig()
             config.path = path
@@ -402,7 +402,7 @@ struct ConfigBuilder {
     /// A CA bundle: an existing regular file that holds at least one PEM certificate.
     private mutating func certificateFile(_ section: String, _ key: String) -> String? {
         guard let path = existingFile(section, key), let line = entries[section]?[key]?.line else { return nil }
-        switch ConfigFiles.read(path, limit: ConfigLoader.fileLimit * 8) {
+        switch FileContents.contents(of: path, limit: ConfigLoader.fileLimit * 8) {
         case .failure(let error):
             problem(line, "\(section).\(key): cannot read \(path): \(error.text)")
             return nil
@@ -481,7 +481,7 @@ struct ConfigBuilder {
             problem(v.line, "\(name): \(v.value) is accessible by group or others (mode \(ConfigFiles.octal(info.mode))); run chmod 600 \(v.value)")
             return nil
         }
-        switch ConfigFiles.read(v.value, limit: ConfigLoader.secretLimit) {
+        switch FileContents.contents(of: v.value, limit: ConfigLoader.secretLimit) {
         case .failure(let error):
             problem(v.line, "\(name): cannot read \(v.value): \(error.text)")
             return nil

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import GatewayCore
 import GlucoseProfile
 
 /// The UTC offsets of one IANA time zone, read from the system's compiled tz database (TZif, RFC 8536),
@@ -333,7 +334,7 @@ enum ZoneDatabase {
     }
 
     static func load(_ identifier: String, directory: String) -> ZoneInfo? {
-        guard isPlausibleIdentifier(identifier), let bytes = readFile(directory + "/" + identifier, limit: 1 << 20) else {
+        guard isPlausibleIdentifier(identifier), let bytes = FileContents.read(directory + "/" + identifier, limit: 1 << 20) else {
             return nil
         }
         return ZoneInfo(tzif: bytes)
@@ -346,7 +347,7 @@ enum ZoneDatabase {
             if tz.hasPrefix(":") { tz.removeFirst() }
             if isPlausibleIdentifier(tz) { return tz }
         }
-        if let bytes = readFile("/etc/timezone", limit: 256) {
+        if let bytes = FileContents.read("/etc/timezone", limit: 256) {
             let text = String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }
             if isPlausibleIdentifier(text) { return text }
         }
@@ -361,23 +362,5 @@ enum ZoneDatabase {
             }
         }
         return "UTC"
-    }
-
-    static func readFile(_ path: String, limit: Int) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var result: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while result.count <= limit {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return nil
-            }
-            if n == 0 { break }
-            result.append(contentsOf: chunk[0..<n])
-        }
-        return result.count <= limit ? result : nil
     }
 }

@@ -122,18 +122,7 @@ public enum RouteTable {
     }
 
     static func readFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while out.count < 1 << 20 {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            out.append(contentsOf: buffer[0..<n])
-        }
-        return String(decoding: out, as: UTF8.self)
+        FileContents.read(path, limit: 1 << 20).map { String(decoding: $0, as: UTF8.self) }
     }
 }
 

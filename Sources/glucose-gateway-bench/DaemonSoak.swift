@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import GatewayCore
 
 /// `daemon-soak`: `glucose-gateway run` through one simulated hour against the BlueZ stand-in.
 ///
@@ -166,17 +167,7 @@ enum DaemonSoak {
     }
 
     static func readFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n <= 0 { break }
-            bytes += chunk[0..<n]
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        FileContents.read(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
     static func number(after key: String, in text: String) -> Int? {

@@ -181,7 +181,7 @@ import Testing
         #expect(config.network == NetworkSection())
         #expect(!config.hasDestination)
 
-        guard case .success(let bytes) = ConfigFiles.read(example, limit: 1 << 20) else {
+        guard case .success(let bytes) = FileContents.contents(of: example, limit: 1 << 20) else {
             Issue.record("cannot read \(example)")
             return
         }

@@ -1,3 +1,4 @@
+import GatewayCore
 import Testing
 @testable import Gateway
 
@@ -99,7 +100,7 @@ struct LocalTimeTests {
     }
 
     @Test func truncatedZoneFilesAreRefused() throws {
-        let bytes = try #require(ZoneDatabase.readFile("/usr/share/zoneinfo/Europe/Berlin", limit: 1 << 20))
+        let bytes = try #require(FileContents.read("/usr/share/zoneinfo/Europe/Berlin", limit: 1 << 20))
         #expect(ZoneInfo(tzif: bytes) != nil)
         for length in stride(from: 0, to: bytes.count - 40, by: 37) {
             // A truncated file either fails or, cut inside the footer, still parses: never crashes.

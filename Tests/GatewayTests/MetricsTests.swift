@@ -72,7 +72,7 @@ import Testing
         try dir.write("gateway.prom", "stale\n", mode: 0o600)
 
         try PrometheusTextfile.write(Self.snapshot, to: path)
-        guard case .success(let bytes) = ConfigFiles.read(path, limit: 1 << 20) else {
+        guard case .success(let bytes) = FileContents.contents(of: path, limit: 1 << 20) else {
             Issue.record("cannot read \(path)")
             return
         }

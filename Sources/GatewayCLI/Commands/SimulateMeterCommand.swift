@@ -199,7 +199,7 @@ enum SimulateMeterCommand: GatewayCommand {
     }
 
     static func loadMeter(_ path: String) throws -> MeterDescription {
-        guard let data = SmallFile.read(path) else {
+        guard let data = FileContents.read(path) else {
             throw GatewayFailure(.dataError, "cannot read meter file \(path)")
         }
         do {

@@ -213,7 +213,7 @@ extension BlueZStandIn {
 /// The bonds file of `--state FILE`: `{"bonded": ["AA:BB:...", ...]}`, mode 0600.
 enum StandInState {
     static func load(path: String) -> [String]? {
-        guard let data = SmallFile.read(path),
+        guard let data = FileContents.read(path),
               let json = try? JSONValue.parse(data),
               case .object(let members) = json,
               let bonded = members.first(where: { $0.key == "bonded" })?.value,
