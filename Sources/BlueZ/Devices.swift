@@ -46,13 +46,21 @@ public struct DiscoveredDevice: Sendable, Equatable {
         self.path = path
         self.address = address
         self.name = properties["Name"]?.string ?? properties["Alias"]?.string
-        self.rssi = properties["RSSI"]?.int64.map { Int($0) }
+        self.rssi = Self.dBm(properties["RSSI"]?.int64)
         self.uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
         self.paired = properties["Paired"]?.bool ?? false
         self.trusted = properties["Trusted"]?.bool ?? false
         self.connected = properties["Connected"]?.bool ?? false
         self.servicesResolved = properties["ServicesResolved"]?.bool ?? false
         self.adapter = properties["Adapter"]?.objectPath
+    }
+
+    /// An RSSI as bluetoothd passes it on, in dBm, or nil when the controller could not measure it. HCI
+    /// reports 127 (0x7F) for "not available" in an LE advertising report, and bluetoothd forwards it
+    /// unchanged; measured values lie in -127...20 dBm. A virtual controller always says 127.
+    static func dBm(_ raw: Int64?) -> Int? {
+        guard let raw, (-127...20).contains(raw) else { return nil }
+        return Int(raw)
     }
 
     /// Whether the device lists any of `uuids` (true for an empty filter).
