@@ -347,21 +347,27 @@ public actor GatewayDaemon {
         logger.notice("stopped")
     }
 
-    /// True when `task` finished before `deadline`.
+    /// True when `task` finished before `deadline`. Returns at the deadline even when the task does not end
+    /// (a connect still waiting for bluetoothd): a task group would wait for its child awaiting `task.value`,
+    /// which cancellation cannot end, so the two waits race on a stream and the loser is left behind.
     private static func wait(for task: Task<Void, Never>, until deadline: ContinuousClock.Instant) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                await task.value
-                return true
-            }
-            group.addTask {
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
+        let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(2))
+        Task {
+            await task.value
+            continuation.yield(true)
         }
+        let timer = Task {
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            continuation.yield(false)
+        }
+        var first = false
+        for await value in outcome {
+            first = value
+            break
+        }
+        continuation.finish()
+        timer.cancel()
+        return first
     }
 
     // MARK: - Health

@@ -289,6 +289,25 @@ struct DaemonTests {
         await f.store.base.close()
     }
 
+    @Test("SIGTERM while a connect is still pending: run returns after the stop grace, not when the connect ends")
+    func stopDuringConnect() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
+        let f = try await Fixture(meters: [meter])
+        // bluetoothd takes its time to connect (seen under emulation: 9 s); the unit allows 5 s for a stop.
+        f.radio.set { $0.connectDelay = .seconds(30) }
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
+        let started = ContinuousClock.now
+        await f.daemon.stop()
+        let end = await f.runner.value
+        #expect(end == .stopped)
+        let took = ContinuousClock.now - started
+        // stopGrace is 2 s in the fixture.
+        #expect(took < .seconds(5))
+        #expect(f.radio.calls.last == "close")
+        await f.store.base.close()
+    }
+
     @Test("bluetoothd restart and adapter hot-plug: watching resumes; stale links are closed first")
     func radioLifecycle() async throws {
         let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
