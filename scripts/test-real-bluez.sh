@@ -10,7 +10,8 @@
 # with their exit status; the run ends with "N passed, N failed".
 # Exit status: 0 all passed; 1 a scenario failed; 77 skipped: no VM can boot here (the reason is printed).
 # Environment: RB_WORK (cache and job directories, default /var/tmp/glucose-gateway-vm), RB_KERNEL_PKG,
-# RB_ACCEL (kvm|tcg), RB_GATEWAY_BIN (default .build/debug/glucose-gateway), RB_SCENARIO_TIMEOUT (300 s).
+# RB_ACCEL (kvm|tcg), RB_GATEWAY_BIN (default .build/debug/glucose-gateway), RB_SCENARIO_TIMEOUT (300 s, or
+# the scenario's "# rb-timeout:" line). Scenarios see RB_CI=1 under --ci (a scenario may then run less).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="$here/real-bluez/scenarios"
@@ -72,7 +73,9 @@ for s in "${run[@]}"; do
     echo "=== scenario $s: $(header "$dir/$s.sh" about)"
     echo "    topology: $(header "$dir/$s.sh" topology)"
     t0=$SECONDS
-    RB_SCENARIO="$s" timeout --kill-after=10 "${RB_SCENARIO_TIMEOUT:-300}" bash "$dir/$s.sh" &
+    # A scenario may ask for a longer limit with "# rb-timeout: SECONDS"; RB_SCENARIO_TIMEOUT wins.
+    limit="${RB_SCENARIO_TIMEOUT:-$(header "$dir/$s.sh" timeout)}"
+    RB_SCENARIO="$s" RB_CI="$ci" timeout --kill-after=10 "${limit:-300}" bash "$dir/$s.sh" &
     child=$!
     wait "$child"; rc=$?
     child=""
