@@ -5,52 +5,6 @@ import Darwin
 #endif
 import GatewayCore
 
-/// Writes a whole file or nothing: a temporary file beside it, fsync, rename. Readers (the `status`
-/// command, node_exporter's textfile collector) never see half a file.
-public enum AtomicFile {
-    public struct WriteError: Error, CustomStringConvertible, Sendable {
-        public var path: String
-        public var operation: String
-        public var errno: Int32
-        public var description: String { "cannot \(operation) \(path): \(String(cString: strerror(errno)))" }
-    }
-
-    public static func write(_ text: String, to path: String, mode: mode_t = 0o644) throws(WriteError) {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw WriteError(path: temporary, operation: "create", errno: errno) }
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { buffer in
-                Glibc.write(fd, buffer.baseAddress.map { $0 + offset }, buffer.count - offset)
-            }
-            if n < 0 {
-                if errno == EINTR { continue }
-                let e = errno
-                close(fd)
-                unlink(temporary)
-                throw WriteError(path: temporary, operation: "write", errno: e)
-            }
-            offset += n
-        }
-        bytes.removeAll()
-        _ = fchmod(fd, mode)
-        if fsync(fd) != 0 {
-            let e = errno
-            close(fd)
-            unlink(temporary)
-            throw WriteError(path: temporary, operation: "sync", errno: e)
-        }
-        close(fd)
-        if rename(temporary, path) != 0 {
-            let e = errno
-            unlink(temporary)
-            throw WriteError(path: path, operation: "replace", errno: e)
-        }
-    }
-}
-
 /// The daemon's run-state file (`<database>.daemon.json`): what only the running process knows
 /// (radio, sessions, counters). `status` reads it beside the database. No secrets, no health values.
 public enum DaemonStateFile {

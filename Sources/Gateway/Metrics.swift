@@ -137,44 +137,11 @@ public enum PrometheusTextfile {
     /// Writes the file atomically: a temporary file in the same directory, flushed, given mode 0644 (the
     /// exporter runs as another user; the file holds counts only), then renamed over `path`.
     public static func write(_ snapshot: MetricsSnapshot, to path: String) throws(GatewayFailure) {
-        let bytes = Array(render(snapshot).utf8)
-        let temporary = path + ".tmp.\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw failure("cannot create \(temporary)") }
-        var ok = fchmod(fd, 0o644) == 0
-        var offset = 0
-        while ok && offset < bytes.count {
-            let n = bytes.withUnsafeBytes { buffer -> Int in
-                guard let base = buffer.baseAddress else { return 0 }
-                #if canImport(Glibc)
-                return Glibc.write(fd, base + offset, buffer.count - offset)
-                #else
-                return Darwin.write(fd, base + offset, buffer.count - offset)
-                #endif
-            }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { ok = false; break }
-            offset += n
+        do {
+            try AtomicFile.write(render(snapshot), to: path, mode: 0o644)
+        } catch {
+            throw GatewayFailure(.failure, "metrics file: \(error.description)")
         }
-        let saved = errno
-        if ok && fsync(fd) != 0 { ok = false }
-        close(fd)
-        guard ok else {
-            unlink(temporary)
-            errno = saved
-            throw failure("cannot write \(temporary)")
-        }
-        guard rename(temporary, path) == 0 else {
-            let error = failure("cannot rename \(temporary) to \(path)")
-            unlink(temporary)
-            throw error
-        }
-    }
-
-    private static func failure(_ message: String) -> GatewayFailure {
-        let code = errno
-        let reason = strerror(code).map { String(cString: $0) } ?? "error \(code)"
-        return GatewayFailure(.failure, "metrics file: \(message): \(reason)")
     }
 
     static func escapeLabel(_ text: String) -> String {

@@ -223,7 +223,7 @@ enum StandInState {
 
     static func save(bonded: [String], path: String) throws {
         let text = "{\"bonded\": [" + bonded.map { "\"\($0)\"" }.joined(separator: ", ") + "]}\n"
-        guard SmallFile.writeAtomically(path, Array(text.utf8), mode: 0o600) else {
+        guard (try? AtomicFile.write(text, to: path, mode: 0o600)) != nil else {
             throw GatewayFailure(.failure, "cannot write \(path)")
         }
     }
