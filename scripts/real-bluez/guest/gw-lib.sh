@@ -68,6 +68,16 @@ gw_daemon_start() {
     rb_note "daemon started (pid $GW_DAEMON)"
 }
 gw_log_mark() { wc -l < "$GW_DIR/run.log"; }
+# gw_log_after MARK PATTERN [S]: the daemon logs a line matching PATTERN (grep -E) after line MARK, within
+# S seconds (default 20: a session's summary line follows its last commit).
+gw_log_after() {
+    local deadline=$((SECONDS + ${3:-20}))
+    while ((SECONDS < deadline)); do
+        tail -n +"$(($1 + 1))" "$GW_DIR/run.log" | grep -a -q -E "$2" && return 0
+        sleep 1
+    done
+    return 1
+}
 # gw_wait_session_after MARK S: waits up to S seconds for a complete download session logged after line
 # MARK of the daemon's log ("ADDRESS: completed; ..." or "ADDRESS: no new records; ...").
 gw_wait_session_after() {
