@@ -257,8 +257,6 @@ public struct JSONWriter {
         return fraction.isEmpty ? whole : whole + "." + fraction
     }
 
-    private static let hexDigits = Array("0123456789abcdef".utf8)
-
     /// A quoted, escaped string: `"`, `\`, newline, return and tab by name, other control characters as
     /// `\u00XX`; DEL (0x7F) too when `escapingDelete` (the commands' `--json` has always escaped it,
     /// upload bodies never have, and both keep their bytes).
@@ -272,9 +270,7 @@ public struct JSONWriter {
             case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
             case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
             case 0..<0x20, 0x7F where escapingDelete || b != 0x7F:
-                out.append(contentsOf: Array("\\u00".utf8))
-                out.append(hexDigits[Int(b >> 4)])
-                out.append(hexDigits[Int(b & 0x0F)])
+                out.append(contentsOf: Array(("\\u00" + hexString([b])).utf8))
             default: out.append(b)
             }
         }
@@ -435,15 +431,8 @@ public enum JSONParser {
             guard index + 4 <= bytes.count else { throw error("truncated \\u escape") }
             var v: UInt32 = 0
             for _ in 0..<4 {
-                let c = bytes[index]
-                let d: UInt32
-                switch c {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
-                default: throw error("invalid \\u escape")
-                }
-                v = v << 4 | d
+                guard let d = hexDigitValue(UInt32(bytes[index])) else { throw error("invalid \\u escape") }
+                v = v << 4 | UInt32(d)
                 index += 1
             }
             return v

@@ -22,8 +22,7 @@ public enum TerminalText {
             case 0x0D: out += "\\r"
             case 0x1B: out += "\\e"
             default:
-                let hex = String(v, radix: 16, uppercase: true)
-                out += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+                out += "\\x" + hexString([UInt8(v)], uppercase: true)
             }
         }
         return out

@@ -168,7 +168,7 @@ public enum MeterFile {
         }
         var raw: [UInt8]?
         if let hex = try o.optionalString("hex") {
-            guard let bytes = parseHexBytes(hex) else { throw MeterFileError(o.field("hex"), "must be hex bytes") }
+            guard let bytes = hexBytes(hex) else { throw MeterFileError(o.field("hex"), "must be hex bytes") }
             raw = bytes
         }
         var recordContext: GlucoseMeasurementContext?
@@ -361,20 +361,6 @@ public enum MeterFile {
         return UInt16(t, radix: 16)
     }
 
-    /// Hex bytes, with optional spaces: `"1b 04 00 e8 07"`.
-    public static func parseHexBytes(_ text: String) -> [UInt8]? {
-        let digits = text.filter { $0 != " " && $0 != ":" }
-        guard digits.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        var i = digits.startIndex
-        while i < digits.endIndex {
-            let j = digits.index(i, offsetBy: 2)
-            guard let b = UInt8(digits[i..<j], radix: 16) else { return nil }
-            out.append(b)
-            i = j
-        }
-        return out
-    }
 }
 
 /// Generates ordinary readings: values cycle through a plausible day, times advance by a fixed step.

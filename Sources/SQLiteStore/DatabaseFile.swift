@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import GatewayCore
 
 /// The database holds health data: the file, its `-wal` and `-shm` companions are mode 0600.
 ///
@@ -102,8 +103,7 @@ enum DatabaseFile {
         for byte in path.utf8 {
             switch byte {
             case UInt8(ascii: "%"), UInt8(ascii: "?"), UInt8(ascii: "#"), 0..<0x21, 0x7f...:
-                let hex = Array("0123456789ABCDEF".utf8)
-                out += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xf)]], as: UTF8.self)
+                out += "%" + hexString([byte], uppercase: true)
             default:
                 out += String(decoding: [byte], as: UTF8.self)
             }

@@ -1,3 +1,5 @@
+import GatewayCore
+
 /// SHA-1 (FIPS 180-4). Used for the Nightscout `api-secret` header and for name-based UUIDs
 /// (RFC 9562 version 5); never for anything that needs collision resistance.
 /// FoundationEssentials has no digest API and CryptoKit does not exist on Linux, hence this one.
@@ -86,15 +88,4 @@ public struct SHA1: Sendable {
     }
 
     @inline(__always) private func rotl(_ x: UInt32, _ n: UInt32) -> UInt32 { (x << n) | (x >> (32 - n)) }
-}
-
-/// Lower-case hexadecimal of bytes.
-public func hexString<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
-    let digits = Array("0123456789abcdef".utf8)
-    var out: [UInt8] = []
-    for byte in bytes {
-        out.append(digits[Int(byte >> 4)])
-        out.append(digits[Int(byte & 0x0F)])
-    }
-    return String(decoding: out, as: UTF8.self)
 }

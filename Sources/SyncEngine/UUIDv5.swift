@@ -1,3 +1,5 @@
+import GatewayCore
+
 /// A UUID as 16 bytes, formatted lower-case with dashes (RFC 9562 section 4).
 public struct NameBasedUUID: Sendable, Equatable, CustomStringConvertible {
     public let bytes: [UInt8]

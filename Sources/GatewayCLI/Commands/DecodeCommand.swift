@@ -93,7 +93,7 @@ enum DecodeCommand: GatewayCommand {
             default:
                 break
             }
-            guard let nibble = hexValue(c) else {
+            guard let nibble = hexDigitValue(c.value) else {
                 throw GatewayFailure(
                     .dataError,
                     "HEX has an invalid character \(describe(c)) at position \(i + 1) (expected hex digits, spaces or colons)"
@@ -214,7 +214,7 @@ enum DecodeCommand: GatewayCommand {
             o.add("operand_max", max?.isoString)
         case let .other(filterType, operandBytes):
             o.add("filter_type", filterType.rawValue)
-            o.add("operand_bytes", operandBytes.map(hexByte).joined(separator: " "))
+            o.add("operand_bytes", operandBytes.map { hexString([$0]) }.joined(separator: " "))
         }
         return o.value
     }
@@ -236,20 +236,6 @@ enum DecodeCommand: GatewayCommand {
         guard let value else { return }
         o.add(key, number(value))
         o.add(key + "_special", value.specialName)
-    }
-
-    private static func hexValue(_ c: Unicode.Scalar) -> UInt8? {
-        switch c.value {
-        case 0x30...0x39: return UInt8(c.value - 0x30)
-        case 0x41...0x46: return UInt8(c.value - 0x41 + 10)
-        case 0x61...0x66: return UInt8(c.value - 0x61 + 10)
-        default: return nil
-        }
-    }
-
-    private static let hexDigits: [Character] = Array("0123456789abcdef")
-    private static func hexByte(_ b: UInt8) -> String {
-        String([hexDigits[Int(b >> 4)], hexDigits[Int(b & 0x0F)]])
     }
 
     /// A character for an error line: printable ASCII quoted, anything else as U+XXXX.
