@@ -27,10 +27,7 @@ public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
 
     /// `2024-03-05T14:30:00`.
     public var description: String {
-        func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
-        var y = String(year)
-        while y.count < 4 { y = "0" + y }
-        return "\(y)-\(two(month))-\(two(day))T\(two(hour)):\(two(minute)):\(two(second))"
+        CivilCalendar.isoDateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
     }
 
     /// The wall time `seconds` after the epoch read as UTC.

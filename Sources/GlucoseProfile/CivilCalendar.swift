@@ -28,3 +28,91 @@ public enum CivilCalendar {
         return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
     }
 }
+
+/// ISO 8601 text of wall times and instants: the one formatter and parser behind `decode`, the commands'
+/// times, the upload bodies' `dateString` and `effectiveDateTime`, and the stored user-facing time.
+extension CivilCalendar {
+    /// `YYYY-MM-DDTHH:MM:SS` (the year at least four digits, `-` before a negative one).
+    public static func isoDateTime(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> String {
+        var s = ""
+        s.reserveCapacity(19)
+        if year < 0 { s += "-" }
+        pad(&s, abs(year), 4)
+        s += "-"
+        pad(&s, month, 2)
+        s += "-"
+        pad(&s, day, 2)
+        s += "T"
+        pad(&s, hour, 2)
+        s += ":"
+        pad(&s, minute, 2)
+        s += ":"
+        pad(&s, second, 2)
+        return s
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS` of the wall time `seconds` after 1970-01-01T00:00:00 (before it when negative).
+    public static func isoDateTime(naiveSeconds seconds: Int64) -> String {
+        let (days, rest) = floorDivide(seconds, 86_400)
+        let (y, m, d) = date(days: Int(days))
+        let r = Int(rest)
+        return isoDateTime(year: y, month: m, day: d, hour: r / 3600, minute: r / 60 % 60, second: r % 60)
+    }
+
+    /// `2024-05-01T08:00:00Z` for an instant in Unix milliseconds (the milliseconds dropped).
+    public static func isoUTC(millis: Int64) -> String {
+        isoDateTime(naiveSeconds: floorDivide(millis, 1000).quotient) + "Z"
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.mmm+HH:MM` for an instant shown at a UTC offset in minutes (`Z` never used,
+    /// so followers see the meter's local time).
+    public static func iso8601(millis: Int64, offsetMinutes: Int) -> String {
+        let (seconds, ms) = floorDivide(millis + Int64(offsetMinutes) * 60_000, 1000)
+        var s = isoDateTime(naiveSeconds: seconds) + "."
+        pad(&s, Int(ms), 3)
+        s += offsetMinutes < 0 ? "-" : "+"
+        pad(&s, abs(offsetMinutes) / 60, 2)
+        s += ":"
+        pad(&s, abs(offsetMinutes) % 60, 2)
+        return s
+    }
+
+    /// Reads exactly `YYYY-MM-DDTHH:MM:SS` (no zone) as seconds after 1970-01-01T00:00:00 of the same wall
+    /// time. Nil for any other shape or a field out of range (month 13, February 30, hour 24, second 60).
+    public static func naiveSeconds(isoDateTime text: String) -> Int64? {
+        let b = Array(text.utf8)
+        guard b.count == 19, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T"),
+              b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":") else { return nil }
+        func field(_ range: Range<Int>) -> Int? {
+            var v = 0
+            for k in range {
+                let c = b[k]
+                guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+                v = v * 10 + Int(c - UInt8(ascii: "0"))
+            }
+            return v
+        }
+        guard let year = field(0..<4), let month = field(5..<7), let day = field(8..<10),
+              let hour = field(11..<13), let minute = field(14..<16), let second = field(17..<19),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60 else { return nil }
+        let d = days(year: year, month: month, day: day)
+        guard date(days: d) == (year, month, day) else { return nil }
+        return Int64(d) * 86_400 + Int64(hour * 3600 + minute * 60 + second)
+    }
+
+    private static func floorDivide(_ a: Int64, _ b: Int64) -> (quotient: Int64, remainder: Int64) {
+        var q = a / b
+        var r = a % b
+        if r < 0 {
+            q -= 1
+            r += b
+        }
+        return (q, r)
+    }
+
+    private static func pad(_ s: inout String, _ value: Int, _ width: Int) {
+        let digits = String(value)
+        if digits.count < width { s += String(repeating: "0", count: width - digits.count) }
+        s += digits
+    }
+}

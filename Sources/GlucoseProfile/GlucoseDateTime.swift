@@ -59,30 +59,10 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
 
     /// ISO 8601 local date-time without zone: `2024-03-05T14:30:00`.
     public var isoString: String {
-        var s = ""
-        s.reserveCapacity(19)
-        if year < 0 { s += "-" }
-        GlucoseDateTime.pad(&s, abs(year), 4)
-        s += "-"
-        GlucoseDateTime.pad(&s, month, 2)
-        s += "-"
-        GlucoseDateTime.pad(&s, day, 2)
-        s += "T"
-        GlucoseDateTime.pad(&s, hour, 2)
-        s += ":"
-        GlucoseDateTime.pad(&s, minute, 2)
-        s += ":"
-        GlucoseDateTime.pad(&s, second, 2)
-        return s
+        CivilCalendar.isoDateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
     }
 
     public var description: String { isoString }
-
-    private static func pad(_ s: inout String, _ value: Int, _ width: Int) {
-        let digits = String(value)
-        if digits.count < width { s += String(repeating: "0", count: width - digits.count) }
-        s += digits
-    }
 
     /// This wall-clock time moved by `minutes` (negative moves back), with day, month and year roll-over
     /// and leap days of the proleptic Gregorian calendar. Seconds are kept. User-facing time is

@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 
 /// What both builders agree on: which readings are uploaded, their instant and their local offset.
 enum UploadableReading {
@@ -9,7 +10,7 @@ enum UploadableReading {
               let instant = reading.instant, let meterInstant = reading.meterInstant else { return nil }
         // The meter's zone offset is what separates its user-facing local time from the same moment in UTC.
         var offset = 0
-        if let local = Timestamp.localMillis(reading.userFacingTime) {
+        if let local = CivilCalendar.naiveSeconds(isoDateTime: reading.userFacingTime).map({ $0 * 1000 }) {
             let minutes = (local - meterInstant) / 60_000
             if abs(minutes) <= 18 * 60 { offset = Int(minutes) }
         }
@@ -70,7 +71,7 @@ public struct NightscoutBodyBuilder: OutboxBodyBuilder {
         w.string("type", "mbg")
         w.integer("mbg", Int64(mgdl.rounded()))
         w.integer("date", instant)
-        w.string("dateString", Timestamp.iso8601(millis: instant, offsetMinutes: offset))
+        w.string("dateString", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
         w.string("device", "glucose-gateway://\(UploadableReading.meterModel(meter))-\(UploadableReading.meterSerial(meter))")
         w.string("identifier", key)
         w.endObject()
@@ -195,7 +196,7 @@ public struct FHIRBodyBuilder: OutboxBodyBuilder {
         w.beginObject("subject")
         w.string("reference", subject)
         w.endObject()
-        w.string("effectiveDateTime", Timestamp.iso8601(millis: instant, offsetMinutes: offset))
+        w.string("effectiveDateTime", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
         w.beginObject("valueQuantity")
         w.decimal("value", value, fractionDigits: molar ? 3 : 1)
         w.string("unit", molar ? "mmol/L" : "mg/dL")

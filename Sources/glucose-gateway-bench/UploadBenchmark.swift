@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import GatewayCore
+import GlucoseProfile
 import SQLiteStore
 import SyncEngine
 
@@ -48,7 +49,7 @@ enum UploadBenchmark {
 
     static func reading(_ n: Int) -> NewReading {
         let instant: Int64 = 1_735_714_800_000 + Int64(n) * 60_000  // 2025-01-01T07:00Z, one a minute
-        let local = String(Timestamp.iso8601(millis: instant, offsetMinutes: 60).prefix(19))
+        let local = String(CivilCalendar.iso8601(millis: instant, offsetMinutes: 60).prefix(19))
         return NewReading(
             meterAddress: meter.address, sequence: n, baseTime: local, timeOffsetMinutes: 0, userFacingTime: local,
             meterInstant: instant, instant: instant, mgdl: Double(80 + n % 120), mmoll: nil, special: nil, unit: "kg/L",

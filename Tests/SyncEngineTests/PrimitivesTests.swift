@@ -64,24 +64,8 @@ struct DigestTests {
     }
 }
 
-@Suite("Timestamps and backoff")
+@Suite("Backoff")
 struct TimeTests {
-    @Test func isoWithOffset() {
-        #expect(Timestamp.iso8601(millis: 1_767_250_930_000, offsetMinutes: 60) == "2026-01-01T08:02:10.000+01:00")
-        #expect(Timestamp.iso8601(millis: 1_767_250_930_123, offsetMinutes: -330) == "2026-01-01T01:32:10.123-05:30")
-        #expect(Timestamp.iso8601(millis: 0, offsetMinutes: 0) == "1970-01-01T00:00:00.000+00:00")
-        #expect(Timestamp.iso8601(millis: 951_782_400_000, offsetMinutes: 0) == "2000-02-29T00:00:00.000+00:00")
-    }
-
-    @Test func localTimes() {
-        #expect(Timestamp.localMillis("2026-01-01T08:02:10") == 1_767_254_530_000)
-        #expect(Timestamp.localMillis("2024-02-29T00:00:00") != nil)
-        #expect(Timestamp.localMillis("2023-02-29T00:00:00") == nil)
-        #expect(Timestamp.localMillis("2026-13-01T00:00:00") == nil)
-        #expect(Timestamp.localMillis("2026-01-01 08:02:10") == nil)
-        #expect(Timestamp.localMillis("2026-01-01T08:02") == nil)
-    }
-
     @Test func fullJitterStaysInBounds() {
         var rng = SplitMix(seed: 1)
         for attempt in 0..<20 {

@@ -1,5 +1,6 @@
 import Foundation
 import GatewayCore
+import GlucoseProfile
 import SyncEngine
 import Synchronization
 import TestSupport
@@ -143,7 +144,7 @@ let testMeter: MeterInfo = {
 func syntheticReading(_ n: Int, mgdl: Double = 100) -> NewReading {
     let base: Int64 = 1_767_250_800_000  // 2026-01-01T07:00:00Z
     let instant = base + Int64(n) * 300_000
-    let local = Timestamp.iso8601(millis: instant, offsetMinutes: 60)
+    let local = CivilCalendar.iso8601(millis: instant, offsetMinutes: 60)
     let localNoZone = String(local.prefix(19))
     return NewReading(
         meterAddress: testMeter.address, sequence: n, baseTime: localNoZone, timeOffsetMinutes: 0, userFacingTime: localNoZone,

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Gateway
 import GatewayCore
+import GlucoseProfile
 import SQLiteStore
 
 /// What the meter commands (`pair`, `unpair`, `meters`, `sync`, `readings`) share: opening the store with
@@ -133,10 +134,7 @@ enum MeterCommandSupport {
     static var stdoutIsTerminal: Bool { isatty(1) == 1 }
 
     /// `2024-05-01T08:00:00Z` for an instant.
-    static func isoUTC(_ millis: UnixMillis) -> String {
-        let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
-        return LocalDateTime(naiveSeconds: seconds).description + "Z"
-    }
+    static func isoUTC(_ millis: UnixMillis) -> String { CivilCalendar.isoUTC(millis: millis) }
 
     /// Left-aligned columns separated by two spaces. Cells are escaped (a meter's name or serial comes
     /// from the meter): a control character can neither break the table nor reach the terminal.

@@ -373,7 +373,7 @@ struct StatusReport {
 
     static func iso(_ ms: UnixMillis?) -> String {
         guard let ms else { return "never" }
-        return MeterCommandSupportTime.isoUTC(ms)
+        return CivilCalendar.isoUTC(millis: ms)
     }
 
     static func age(_ seconds: Int64) -> String {
@@ -457,17 +457,5 @@ struct StatusReport {
             }
         }
         return out
-    }
-}
-
-/// `2024-05-01T08:00:00Z` for an instant, without Foundation's formatters.
-enum MeterCommandSupportTime {
-    static func isoUTC(_ millis: UnixMillis) -> String {
-        let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
-        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let rest = Int(seconds - days * 86_400)
-        let (year, month, day) = CivilCalendar.date(days: Int(days))
-        func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(year)-\(two(month))-\(two(day))T\(two(rest / 3600)):\(two(rest / 60 % 60)):\(two(rest % 60))Z"
     }
 }
