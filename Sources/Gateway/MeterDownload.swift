@@ -495,6 +495,9 @@ private final class DownloadSession {
             }
             throw failure
         }
+        // A record the meter made after it counted none (caught by the last-record check) is new:
+        // the download completed, it did not find nothing.
+        if report.outcome == .noRecords, report.stored > 0 { report.outcome = .completed }
         await saveBookkeeping()
         await log(.downloadFinished, code: nil,
                   "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored")

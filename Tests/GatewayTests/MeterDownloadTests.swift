@@ -353,6 +353,21 @@ struct MeterDownloadTests {
         #expect(Self.sequences(store) == Array(0...14))
     }
 
+    /// The count from highest + 1 says 0, then the meter makes a record before the last-record check:
+    /// that record is new, so the download completed with one new reading, not "no new records".
+    @Test func aRecordMadeBetweenTheCountAndTheLastRecordCheckIsANewReading() async throws {
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...4)))
+        let store = Self.makeStore(meter)
+        _ = try await Self.download(meter, store)
+        meter.update { $0.recordsArrivingAfterCount = MeterDownloadTests.records(5...5) }
+        let report = try await Self.download(meter, store)
+        #expect(Array(Self.writes(meter).suffix(2)) == ["write 04 03 01 05 00", "write 01 06"])
+        #expect(report.stored == 1)
+        #expect(report.outcome == .completed)
+        #expect(!report.counterReset)
+        #expect(Self.sequences(store) == Array(0...5))
+    }
+
     @Test func duplicateNotificationsAreOneReading() async throws {
         var script = FakeMeterScript(records: Self.records(0...4))
         script.duplicateNotifications = true
