@@ -51,6 +51,9 @@
 #                             Sourcing installs an EXIT trap that calls rb_stop_all.
 #   rb_console_tail VMNAME [N]   prints the last N lines of a VM's console.
 #   rb_follow VMNAME [PREFIX]    prints the VM's step lines while it runs (ends with the VM).
+#   Scenario helpers (documented where they are defined, below): rb_two_vms METER_SCRIPT GATEWAY_SCRIPT
+#   (meter VM + gateway VM sharing one btvirt air), rb_one_vm SCRIPT (one VM, two controllers, one
+#   bluetoothd), rb_gateway_bin.
 #
 # Inside an rb-mode VM, SCRIPT runs with $RB_OUT, $RB_JOB (= /run/rbjob), $RB_NAME, $RB_REPO (the tree
 # under test, same path as on the host), DBUS_SYSTEM_BUS_ADDRESS, and can source
