@@ -9,7 +9,6 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts -o gid=5,mode=620,ptmxmode=666
-mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mkdir -p /run/lock /run/rb /var/lib/bluetooth
 
@@ -18,6 +17,9 @@ export RB_JOB=/run/rbjob RB_OUT="/run/rbjob/$name"
 # shellcheck disable=SC1090
 source "$RB_JOB/$name.env"
 export RB_NAME RB_REPO RB_LIBDIR RB_KVER
+# shellcheck source=scripts/real-bluez/guest-tmp.sh
+source "$RB_LIBDIR/guest-tmp.sh"
+rb_private_tmp "$RB_REPO" "$RB_LIBDIR" "${RB_GATEWAY_BIN:-}" "${RB_SCRIPT:-}"
 mkdir -p "$RB_OUT"
 note() { echo "rb-guest [$(cut -d' ' -f1 /proc/uptime)s]: $*"; }
 finish() {

@@ -65,7 +65,9 @@ finish() {
 # --- The machine.
 if [[ $$ == 1 ]]; then
     mount -t sysfs sys /sys
-    mount -t tmpfs tmp /tmp
+    # shellcheck source=scripts/real-bluez/guest-tmp.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/guest-tmp.sh"
+    rb_private_tmp "$GG_REPO" "$GG_BIN" "$(dirname "${BASH_SOURCE[0]}")"
     ip link set lo up
 fi
 modprobe -a virtio_blk ext4 virtio_console >/dev/null 2>&1

@@ -1,0 +1,20 @@
+# Sourced by a VM's PID 1. The guest gets its own /tmp (a tmpfs), which hides the host's /tmp on the
+# shared root; a tree under test or a gateway binary that lives under the host's /tmp (a clone in /tmp,
+# as CI may make) stays reachable at its own path by a bind mount of the host's copy.
+#
+#   rb_private_tmp PATH...   mounts the tmpfs; every PATH under /tmp stays the host's
+rb_private_tmp() {
+    mkdir -p /run/host-tmp
+    mount --bind /tmp /run/host-tmp
+    mount -t tmpfs -o mode=1777 tmpfs /tmp
+    local keep
+    for keep in "$@"; do
+        case "$keep" in
+            /tmp/?*)
+                [[ -e "/run/host-tmp/${keep#/tmp/}" ]] || continue
+                if [[ -d "/run/host-tmp/${keep#/tmp/}" ]]; then mkdir -p "$keep"; else mkdir -p "$(dirname "$keep")"; : > "$keep"; fi
+                mount --bind "/run/host-tmp/${keep#/tmp/}" "$keep"
+                ;;
+        esac
+    done
+}
