@@ -30,6 +30,9 @@ public struct DiscoveredDevice: Sendable, Equatable {
     public var address: String
     public var name: String?
     public var rssi: Int?
+    /// bluetoothd sets RSSI only while it hears the device advertise, also when the value is "not
+    /// available" (127, which `rssi` leaves out): whether the device is heard now.
+    public var heard: Bool
     /// Advertised or resolved service UUIDs, lower-case 128-bit strings.
     public var uuids: [String]
     public var paired: Bool
@@ -47,6 +50,7 @@ public struct DiscoveredDevice: Sendable, Equatable {
         self.address = address
         self.name = properties["Name"]?.string ?? properties["Alias"]?.string
         self.rssi = Self.dBm(properties["RSSI"]?.int64)
+        self.heard = properties["RSSI"] != nil
         self.uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
         self.paired = properties["Paired"]?.bool ?? false
         self.trusted = properties["Trusted"]?.bool ?? false

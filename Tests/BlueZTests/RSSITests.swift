@@ -21,4 +21,18 @@ struct RSSITests {
     func notAvailableIsNoReading(_ c: Case) {
         #expect(DiscoveredDevice.dBm(c.raw) == c.shown)
     }
+
+    /// A device is heard while bluetoothd shows an RSSI, whatever its value: the daemon downloads a paired
+    /// meter it hears, and a controller that cannot measure RSSI (127) must not hide the meter.
+    @Test(arguments: [Int16(-60), Int16(127)])
+    func anRSSIMeansHeard(_ raw: Int16) throws {
+        let device = try #require(DiscoveredDevice(path: "/org/bluez/hci0/dev_C0_26_DA_01_02_03", interfaces: [
+            BlueZNames.device: ["Address": .string("C0:26:DA:01:02:03"), "RSSI": .int16(raw)],
+        ]))
+        #expect(device.heard)
+        let stored = try #require(DiscoveredDevice(path: "/org/bluez/hci0/dev_C0_26_DA_01_02_03", interfaces: [
+            BlueZNames.device: ["Address": .string("C0:26:DA:01:02:03")],
+        ]))
+        #expect(!stored.heard)
+    }
 }

@@ -68,7 +68,7 @@ final class BlueZRadio: MeterRadio {
         _ = try? await client.stopDiscovery(adapterName: adapterName)
         return await client.devices()
             // Seen during this scan (BlueZ keeps an RSSI only for advertising devices) or connected now.
-            .filter { $0.advertises(any: [.glucoseService]) && ($0.rssi != nil || $0.connected) }
+            .filter { $0.advertises(any: [.glucoseService]) && ($0.heard || $0.connected) }
             .sorted { ($0.rssi ?? -200) > ($1.rssi ?? -200) }
             .map { NearbyMeter(address: $0.address.uppercased(), name: $0.name, rssi: $0.rssi, paired: $0.paired) }
     }

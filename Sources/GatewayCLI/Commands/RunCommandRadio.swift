@@ -59,7 +59,7 @@ final class DaemonBlueZRadio: DaemonRadio {
         tasks.append(Task {
             for await device in devices {
                 // A device known from storage but not heard now has no RSSI; only live ones count.
-                guard device.rssi != nil || device.connected else { continue }
+                guard device.heard || device.connected else { continue }
                 continuation.yield(.meterSeen(address: device.address, connected: device.connected))
             }
         })
