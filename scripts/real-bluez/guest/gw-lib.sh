@@ -3,6 +3,8 @@
 # runs the gateway under test (as root, or as $RB_GW_USER), METER is the meter VM's address.
 source "$RB_LIBDIR/guest-lib.sh"
 GW_DIR=/tmp/gw
+# The daemon's log goes straight to the job directory, so it survives a VM ended by its time limit.
+GW_LOG="$RB_OUT/daemon.log"
 mkdir -p "$GW_DIR"
 cat > "$GW_DIR/gateway.toml" <<TOML
 [gateway]
@@ -56,24 +58,24 @@ gw_wait_count() {
     echo "${c:-0}"
 }
 
-# The daemon (`run`), its log in $GW_DIR/run.log.
+# The daemon (`run`), its log in $GW_LOG.
 gw_daemon_start() {
     if [[ -n ${RB_GW_USER:-} ]]; then
         runuser -u "$RB_GW_USER" -- "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" run --quiet-after 2 \
-            > "$GW_DIR/run.log" 2>&1 &
+            > "$GW_LOG" 2>&1 &
     else
-        "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" run --quiet-after 2 > "$GW_DIR/run.log" 2>&1 &
+        "$RB_GATEWAY_BIN" --config "$GW_DIR/gateway.toml" run --quiet-after 2 > "$GW_LOG" 2>&1 &
     fi
     GW_DAEMON=$!
     rb_note "daemon started (pid $GW_DAEMON)"
 }
-gw_log_mark() { wc -l < "$GW_DIR/run.log"; }
+gw_log_mark() { wc -l < "$GW_LOG"; }
 # gw_log_after MARK PATTERN [S]: the daemon logs a line matching PATTERN (grep -E) after line MARK, within
 # S seconds (default 20: a session's summary line follows its last commit).
 gw_log_after() {
     local deadline=$((SECONDS + ${3:-20}))
     while ((SECONDS < deadline)); do
-        tail -n +"$(($1 + 1))" "$GW_DIR/run.log" | grep -a -q -E "$2" && return 0
+        tail -n +"$(($1 + 1))" "$GW_LOG" | grep -a -q -E "$2" && return 0
         sleep 1
     done
     return 1
@@ -83,7 +85,7 @@ gw_log_after() {
 gw_wait_session_after() {
     local mark="$1" deadline=$((SECONDS + $2))
     while ((SECONDS < deadline)); do
-        tail -n +"$((mark + 1))" "$GW_DIR/run.log" | grep -a -q -E "$METER: (completed|no new records); " && return 0
+        tail -n +"$((mark + 1))" "$GW_LOG" | grep -a -q -E "$METER: (completed|no new records); " && return 0
         kill -0 "$GW_DAEMON" 2> /dev/null || return 1
         sleep 1
     done
@@ -100,5 +102,5 @@ gw_daemon_stop() {
     fi
     wait "$GW_DAEMON"
     rb_expect_eq "the daemon's exit status after SIGTERM" 0 "$?"
-    echo "--- daemon log"; cat "$GW_DIR/run.log"
+    echo "--- daemon log"; cat "$GW_LOG"
 }
