@@ -11,8 +11,10 @@ rb_private_tmp() {
     for keep in "$@"; do
         case "$keep" in
             /tmp/?*)
+                # Already reachable through an earlier PATH (the binary inside the tree), or nothing to keep.
+                [[ -e $keep ]] && continue
                 [[ -e "/run/host-tmp/${keep#/tmp/}" ]] || continue
-                if [[ -d "/run/host-tmp/${keep#/tmp/}" ]]; then mkdir -p "$keep"; else mkdir -p "$(dirname "$keep")"; : > "$keep"; fi
+                if [[ -d "/run/host-tmp/${keep#/tmp/}" ]]; then mkdir -p "$keep"; else mkdir -p "$(dirname "$keep")"; touch "$keep"; fi
                 mount --bind "/run/host-tmp/${keep#/tmp/}" "$keep"
                 ;;
         esac
