@@ -149,3 +149,14 @@ async def register_agent(client, agent, path="/test/agent", capability="Keyboard
     await client.bluez("/org/bluez", "org.bluez.AgentManager1", "RegisterAgent", "os", [path, capability])
     if default:
         await client.bluez("/org/bluez", "org.bluez.AgentManager1", "RequestDefaultAgent", "o", [path])
+
+
+def standin_control(bus, member, signature="", body=()):
+    """One call of the stand-in's control interface from synchronous test code."""
+    async def call():
+        client = await Client.connect(bus)
+        try:
+            return await client.control(member, signature, body)
+        finally:
+            client.bus.disconnect()
+    return asyncio.run(call())

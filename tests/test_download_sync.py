@@ -1,21 +1,10 @@
 """Downloads through the BlueZ stand-in: first and incremental sync, resumption, counter reset, context
 pairing, records arriving meanwhile, and the clinical rules end to end."""
-import asyncio
 
-from gg_dbus import Client
+from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
 
 ADDRESS = "C0:26:DA:01:02:03"
-
-
-def control(bus, member, signature="", body=()):
-    async def call():
-        client = await Client.connect(bus)
-        try:
-            return await client.control(member, signature, body)
-        finally:
-            client.bus.disconnect()
-    return asyncio.run(call())
 
 
 def test_first_and_incremental_sync(private_bus, standin, meter_file, tmp_path):

@@ -1,21 +1,10 @@
 """What the first runs on the real Linux Bluetooth stack (kernel, bluetoothd 5.66) showed, played by the
 stand-in so that the fast suite keeps the gateway honest about it."""
-import asyncio
 
-from gg_dbus import Client
+from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
 
 ADDRESS = "C0:26:DA:01:02:03"
-
-
-def control(bus, member, signature="", body=()):
-    async def call():
-        client = await Client.connect(bus)
-        try:
-            return await client.control(member, signature, body)
-        finally:
-            client.bus.disconnect()
-    return asyncio.run(call())
 
 
 def test_sync_when_bluetoothd_never_signals_connected(private_bus, standin, meter_file, tmp_path):
