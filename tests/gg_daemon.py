@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gg_bus import gateway_binary, stop_process
 
 HERE = Path(__file__).resolve().parent
@@ -172,3 +174,20 @@ class Gateway:
 
     def sequences(self, address):
         return [r[0] for r in self.query("SELECT sequence FROM reading WHERE meter = ? ORDER BY sequence", (address,))]
+
+
+@pytest.fixture
+def nightscout(tmp_path):
+    """A Nightscout double on loopback for one test, stopped after it."""
+    ns = NightscoutDouble(log_path=str(tmp_path / "nightscout.log"))
+    yield ns
+    ns.stop()
+
+
+@pytest.fixture
+def gateways():
+    """The daemons a test starts (append them); each is stopped after the test."""
+    started = []
+    yield started
+    for gw in started:
+        gw.stop()

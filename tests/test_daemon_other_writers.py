@@ -8,9 +8,8 @@ import os
 import subprocess
 import time
 
-import pytest
 
-from gg_daemon import Gateway, NightscoutDouble, control, wait_until
+from gg_daemon import Gateway, control, gateways, nightscout, wait_until  # noqa: F401 (fixtures)
 
 A = "C0:26:DA:01:02:03"
 PIN = "123456"
@@ -20,21 +19,6 @@ def meter(address, count):
     records = [{"sequence": 1 + i, "time": "2024-03-05T06:%02d:00" % i, "timeOffset": 0, "mgdl": 90 + i} for i in range(count)]
     return {"address": address, "name": "meter+" + address[-5:].replace(":", ""), "pin": PIN, "bonding": True,
             "records": records, "advertising": "off"}
-
-
-@pytest.fixture
-def nightscout(tmp_path):
-    ns = NightscoutDouble(log_path=str(tmp_path / "nightscout.log"))
-    yield ns
-    ns.stop()
-
-
-@pytest.fixture
-def gateways():
-    started = []
-    yield started
-    for gw in started:
-        gw.stop()
 
 
 def test_readings_a_manual_sync_stores_are_uploaded_by_the_running_daemon(private_bus, standin, meter_file, tmp_path,

@@ -11,9 +11,8 @@ import random
 import signal
 import time
 
-import pytest
 
-from gg_daemon import Gateway, NightscoutDouble, control, wait_until
+from gg_daemon import Gateway, control, gateways, nightscout, wait_until  # noqa: F401 (fixtures)
 
 A = "C0:26:DA:01:02:03"
 B = "C0:26:DA:0A:0B:0C"
@@ -33,21 +32,6 @@ def meter(address, count=5, first=1, day=5, **extra):
 def meter_records(bus, address):
     out = control(bus, "Records", address)
     return [int(line.split()[-1]) for line in out.splitlines() if line.strip().startswith("uint16")]
-
-
-@pytest.fixture
-def nightscout(tmp_path):
-    ns = NightscoutDouble(log_path=str(tmp_path / "nightscout.log"))
-    yield ns
-    ns.stop()
-
-
-@pytest.fixture
-def gateways():
-    started = []
-    yield started
-    for gw in started:
-        gw.stop()
 
 
 def paired_gateway(gateways, tmp_path, bus, addresses, nightscout=None, args=("--quiet-after", "0.3", "--time-scale", "20")):
