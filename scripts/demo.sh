@@ -112,8 +112,8 @@ control() { # method, then dbus-send typed arguments
         /org/glucosegateway/simulator "org.glucosegateway.Simulator1.$method" "$@" >/dev/null
 }
 
-step "3/7 A loopback Nightscout (tests/fake_nightscout.py, standard library only)"
-python3 "$here/tests/fake_nightscout.py" --secret "$secret" >"$work/ns.out" 2>"$work/ns.log" &
+step "3/7 A loopback Nightscout (SystemTests/fake_nightscout.py, standard library only)"
+python3 "$here/SystemTests/fake_nightscout.py" --secret "$secret" >"$work/ns.out" 2>"$work/ns.log" &
 pids+=($!)
 wait_for 10 'grep -q port "$work/ns.out"' || die "the Nightscout double did not start"
 read -r ns_port ns_control < <(python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); print(d["port"], d["control_port"])' "$work/ns.out")

@@ -36,6 +36,6 @@ if [[ $want_test == 1 ]]; then
         python3 -m venv "$venv"
     fi
     if ! "$venv/bin/python" -c 'import bleak, bluezoo, fhir.resources, pytest' 2>/dev/null; then
-        "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/tests/requirements.txt"
+        "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/SystemTests/requirements.txt"
     fi
 fi

@@ -23,7 +23,7 @@ set -e
 echo "== system tests"
 export GLUCOSE_GATEWAY_BIN="$here/.build/debug/glucose-gateway"
 set +e
-"$here/.venv/bin/python" -m pytest -q -p no:cacheprovider tests
+"$here/.venv/bin/python" -m pytest -q -p no:cacheprovider SystemTests
 py_status=$?
 set -e
 [[ $py_status == 5 ]] && py_status=0   # no system test collected yet is not a failure of the build

@@ -5,7 +5,7 @@ import GlucoseProfile
 import SQLiteStore
 import SyncEngine
 
-/// Upload benchmarks against the loopback Nightscout double (`tests/fake_nightscout.py`, started here;
+/// Upload benchmarks against the loopback Nightscout double (`SystemTests/fake_nightscout.py`, started here;
 /// run from the repository root or pass `--server PATH`).
 ///
 ///   upload-replay [--count 10000]            backlog replay: seconds, requests, readings per second
@@ -85,7 +85,7 @@ enum UploadBenchmark {
 
     static func replay(_ o: [String: String]) async throws {
         let count = Int(o["count"] ?? "10000") ?? 10_000
-        let server = try Server(script: o["server"] ?? "tests/fake_nightscout.py")
+        let server = try Server(script: o["server"] ?? "SystemTests/fake_nightscout.py")
         defer { server.stop() }
         let path = try temporaryDatabase()
         let store = try SQLiteStore(path: path, builders: [NightscoutBodyBuilder()])
@@ -110,7 +110,7 @@ enum UploadBenchmark {
         let runs = Int(o["runs"] ?? "5") ?? 5
         var results: [Double] = []
         for _ in 0..<runs {
-            let server = try Server(script: o["server"] ?? "tests/fake_nightscout.py")
+            let server = try Server(script: o["server"] ?? "SystemTests/fake_nightscout.py")
             defer { server.stop() }
             let path = try temporaryDatabase()
             let store = try SQLiteStore(path: path, builders: [NightscoutBodyBuilder()])

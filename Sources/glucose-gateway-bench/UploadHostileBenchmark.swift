@@ -18,7 +18,7 @@ enum UploadHostileBenchmark {
         var size = 100_000_000
         var answers = 5
         var gateway = DownloadBenchmark.siblingExecutable("glucose-gateway")
-        var script = "tests/fake_nightscout.py"
+        var script = "SystemTests/fake_nightscout.py"
         var i = 0
         while i < args.count {
             let value = i + 1 < args.count ? args[i + 1] : nil

@@ -4,7 +4,7 @@ import Testing
 @testable import GatewayCLI
 
 /// The `decode` command's parsing and JSON, in process. End-to-end runs of the binary (exit statuses,
-/// one-line stderr) are in tests/test_decode.py.
+/// one-line stderr) are in SystemTests/test_decode.py.
 @Suite("decode command")
 struct DecodeCommandTests {
     func json(_ characteristic: String, _ hex: String) throws -> String {

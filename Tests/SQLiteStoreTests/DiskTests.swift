@@ -7,7 +7,7 @@ import Testing
 @testable import SQLiteStore
 
 /// A full disk, a file that cannot be written, and a damaged file, at the store's level. The system tests
-/// (tests/test_daemon_disk.py) do the same with a real full file system and a read-only mount.
+/// (SystemTests/test_daemon_disk.py) do the same with a real full file system and a read-only mount.
 @Suite struct DiskTests {
     private let builders: [any OutboxBodyBuilder] = [StubBuilder(destination: .nightscout)]
 

@@ -4,7 +4,7 @@ import SyncEngine
 import Testing
 import TestSupport
 
-/// `tests/fake_fhir.py`, run with the test virtual environment's Python: it validates every Bundle and
+/// `SystemTests/fake_fhir.py`, run with the test virtual environment's Python: it validates every Bundle and
 /// Observation with `fhir.resources` and does conditional creates.
 final class FakeFHIR: Sendable {
     let child: ChildServer

@@ -3,7 +3,7 @@ import SyncEngine
 import Testing
 import TestSupport
 
-/// Uploads to the loopback Nightscout double (`tests/fake_nightscout.py`).
+/// Uploads to the loopback Nightscout double (`SystemTests/fake_nightscout.py`).
 @Suite("Nightscout upload", .serialized, .timeLimit(.minutes(2)))
 struct NightscoutUploadTests {
     @Test func thousandReadingsExactlyOnceInBatchesOfHundred() async throws {

@@ -22,7 +22,7 @@ final class ChildServer: @unchecked Sendable {
     init(python: String = "/usr/bin/python3", script: String, arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = ["\(repositoryRoot)/tests/\(script)"] + arguments
+        process.arguments = ["\(repositoryRoot)/SystemTests/\(script)"] + arguments
         let out = Pipe()
         process.standardOutput = out
         try process.run()
@@ -54,7 +54,7 @@ final class ChildServer: @unchecked Sendable {
     func port(_ key: String) -> Int { info[key] as? Int ?? 0 }
 }
 
-/// `tests/fake_nightscout.py`.
+/// `SystemTests/fake_nightscout.py`.
 final class FakeNightscout: Sendable {
     let child: ChildServer
     let port: Int

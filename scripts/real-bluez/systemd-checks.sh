@@ -149,7 +149,7 @@ python3 "$repo/scripts/real-bluez/guest/meter_aid.py" --pin "$pin" --rotate --ad
 pids+=($!)
 wait_for 20 grep -q '^ready' "$out/meter-aid.log"
 ok=$?; check "meter-side keypad agent (default agent) and rotation advertisement registered" "$ok"
-python3 "$repo/tests/fake_nightscout.py" --port 0 --control-port 0 --secret "$secret" > "$out/nightscout.log" 2>&1 &
+python3 "$repo/SystemTests/fake_nightscout.py" --port 0 --control-port 0 --secret "$secret" > "$out/nightscout.log" 2>&1 &
 pids+=($!)
 wait_for 20 grep -q '"port"' "$out/nightscout.log"
 ns_port="$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$out/nightscout.log")"

@@ -25,7 +25,7 @@ trap cleanup EXIT
 
 # The Nightscout double on the host (its state survives every cut, as a server's would) and the relay
 # the VMs' virtio-serial port connects to.
-python3 "$RB_REPO/tests/fake_nightscout.py" --port 0 --control-port 0 --secret correct-horse-battery \
+python3 "$RB_REPO/SystemTests/fake_nightscout.py" --port 0 --control-port 0 --secret correct-horse-battery \
     > "$job/nightscout.json" 2> "$job/nightscout.log" &
 pids+=($!)
 for _ in $(seq 100); do grep -q '"port"' "$job/nightscout.json" 2>/dev/null && break; sleep 0.1; done

@@ -29,7 +29,7 @@ def bench():
 
 
 class Nightscout:
-    """tests/fake_nightscout.py as a child process, stopped by pid."""
+    """SystemTests/fake_nightscout.py as a child process, stopped by pid."""
 
     def __init__(self, delay_401=0.05):
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_nightscout.py"), "--secret", SECRET,

@@ -101,7 +101,7 @@ def test_unprivileged_gateway_reaches_bluez_only_through_the_policy(policy_bus, 
     bus, user = policy_bus["address"], policy_bus["user"]
     if os.geteuid() != 0:
         # Two users are needed (bluetoothd's and the gateway's); without root only the file itself is checked
-        # here, and tests/test_packaging.py checks it on a bus with one user.
+        # here, and SystemTests/test_packaging.py checks it on a bus with one user.
         assert 'send_destination="org.bluez"' in POLICY.read_text()
         return
     meter = {"address": ADDRESS, "name": "meter+policy", "pin": PIN, "bonding": True, "advertising": "always",

@@ -56,12 +56,12 @@ def test_symlink_leaving_the_tree_fails(tmp_path):
 
 def test_build_output_and_databases_fail(tmp_path):
     repo = make_repo(tmp_path)
-    for rel in [".build/debug/glucose-gateway", "gw.sqlite3", "tests/__pycache__/x.pyc"]:
+    for rel in [".build/debug/glucose-gateway", "gw.sqlite3", "SystemTests/__pycache__/x.pyc"]:
         p = repo / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("x")
         track(repo, rel)
     result = run_check(repo)
     assert result.returncode == 1
-    for rel in [".build/debug/glucose-gateway", "gw.sqlite3", "tests/__pycache__/x.pyc"]:
+    for rel in [".build/debug/glucose-gateway", "gw.sqlite3", "SystemTests/__pycache__/x.pyc"]:
         assert rel in result.stderr

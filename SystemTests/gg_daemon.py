@@ -52,7 +52,7 @@ def control(bus, method, *args):
 
 
 class NightscoutDouble:
-    """tests/fake_nightscout.py as a child process, with its control channel."""
+    """SystemTests/fake_nightscout.py as a child process, with its control channel."""
 
     def __init__(self, secret="demo-secret-123456", log_path=None):
         self.secret = secret
