@@ -3,52 +3,12 @@ import Glibc
 #endif
 import GatewayCore
 import Testing
+import TestSupport
 
 @testable import Gateway
 
 /// Files on disk: the config file itself, secret files and their modes, the shipped example.
 @Suite struct ConfigLoaderTests {
-    /// A fresh directory under /tmp, removed by `remove()`.
-    final class TempDirectory {
-        let path: String
-        init() throws {
-            var template = Array("/tmp/gw-config-test-XXXXXX".utf8CString)
-            let made = template.withUnsafeMutableBufferPointer { buffer -> Bool in
-                guard let base = buffer.baseAddress else { return false }
-                return mkdtemp(base) != nil
-            }
-            guard made else { throw Failure(message: "mkdtemp failed") }
-            path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        }
-
-        @discardableResult
-        func write(_ name: String, _ text: String, mode: mode_t = 0o600) throws -> String {
-            let full = path + "/" + name
-            let fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-            guard fd >= 0 else { throw Failure(message: "open \(full) failed") }
-            defer { close(fd) }
-            let bytes = Array(text.utf8)
-            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            guard written == bytes.count else { throw Failure(message: "short write") }
-            guard chmod(full, mode) == 0 else { throw Failure(message: "chmod failed") }
-            return full
-        }
-
-        func remove() {
-            guard let dir = opendir(path) else { return }
-            while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                if name != "." && name != ".." { unlink(path + "/" + name) }
-            }
-            closedir(dir)
-            rmdir(path)
-        }
-    }
-
-    struct Failure: Error { var message: String }
-
     @Test func secretFileIsReadAndTrimmed() throws {
         let dir = try TempDirectory()
         defer { dir.remove() }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import GatewayCore
 import Testing
+import TestSupport
 
 @testable import Gateway
 
@@ -66,7 +67,7 @@ import Testing
     }
 
     @Test func writeIsAtomicAndReadableByTheExporter() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         let path = dir.path + "/gateway.prom"
         try dir.write("gateway.prom", "stale\n", mode: 0o600)
@@ -92,7 +93,7 @@ import Testing
     }
 
     @Test func renameOntoADirectoryFailsAndRemovesTheTemporaryFile() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         let target = dir.path + "/taken"
         #expect(mkdir(target, 0o755) == 0)

@@ -3,11 +3,12 @@ import Glibc
 #endif
 import GatewayCore
 import Testing
+import TestSupport
 
 /// The one atomic writer: the daemon's state file, the metrics file, the stand-in's bonds file.
 @Suite struct AtomicFileTests {
     @Test func replacesTheFileWithTheGivenModeWhateverTheUmask() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         let path = try dir.write("bonds.json", "old contents", mode: 0o644)
         let old = umask(0)
@@ -21,7 +22,7 @@ import Testing
     }
 
     @Test func aFailedRenameLeavesTheOldFileAndNoTemporary() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         // A directory in place of the file: the rename over it fails after the temporary is written.
         let path = dir.path + "/state"

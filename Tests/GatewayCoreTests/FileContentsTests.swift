@@ -3,12 +3,13 @@ import Glibc
 #endif
 import GatewayCore
 import Testing
+import TestSupport
 
 /// The one file reader every layer uses: config and secret files, the daemon's state file, meter files,
 /// zone files and /proc.
 @Suite struct FileContentsTests {
     @Test func readsAWholeFileUpToTheLimit() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         let path = try dir.write("state.json", String(repeating: "x", count: 40_000))
         #expect(FileContents.read(path, limit: 40_000)?.count == 40_000)
@@ -18,7 +19,7 @@ import Testing
     }
 
     @Test func aMissingFileAndADirectoryAreNamed() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         #expect(FileContents.contents(of: dir.path + "/none", limit: 10) == .failure(.missing))
         #expect(FileContents.contents(of: dir.path, limit: 10) == .failure(.notRegular))
@@ -27,7 +28,7 @@ import Testing
 
     /// A FIFO in place of a meter or state file used to block the reader until some writer came.
     @Test func aFIFOIsRefusedWithoutWaitingForAWriter() throws {
-        let dir = try ConfigLoaderTests.TempDirectory()
+        let dir = try TempDirectory()
         defer { dir.remove() }
         let fifo = dir.path + "/meter.json"
         #expect(mkfifo(fifo, 0o600) == 0)
