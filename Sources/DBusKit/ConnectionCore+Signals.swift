@@ -1,0 +1,93 @@
+internal import CDBus
+
+extension ConnectionCore {
+    /// A subscriber: `deliver` and `finish` run on the queue, in arrival order, and must not block.
+    struct Subscription {
+        let rules: [MatchRule]
+        let deliver: @Sendable (DBusMessage) -> Void
+        let finish: @Sendable () -> Void
+    }
+
+    /// Hands a signal to every subscription with a rule that matches it.
+    func routeSignal(_ message: OpaquePointer) {
+        guard !subscriptions.isEmpty else { return }
+        // Headers first; the body is decoded only when some rule wants the message.
+        var decoded = Marshalling.decodeHeader(message)
+        var bodyDecoded = false
+        for subscription in subscriptions.values {
+            var wanted = false
+            for rule in subscription.rules where rule.matchesHeader(decoded) {
+                if rule.arguments.isEmpty {
+                    wanted = true
+                    break
+                }
+                if !bodyDecoded {
+                    decoded.body = Marshalling.decodeBody(message)
+                    bodyDecoded = true
+                }
+                if rule.matches(decoded) {
+                    wanted = true
+                    break
+                }
+            }
+            guard wanted else { continue }
+            if !bodyDecoded {
+                decoded.body = Marshalling.decodeBody(message)
+                bodyDecoded = true
+            }
+            subscription.deliver(decoded)
+        }
+    }
+
+    func addSubscription(_ key: Int, _ subscription: Subscription) -> Bool {
+        guard isConnected else {
+            subscription.finish()
+            return false
+        }
+        subscriptions[key] = subscription
+        return true
+    }
+
+    func removeSubscription(_ key: Int, removeMatch: Bool) {
+        guard let subscription = subscriptions.removeValue(forKey: key) else { return }
+        subscription.finish()
+        if removeMatch && isConnected {
+            // With no error argument this sends RemoveMatch without waiting for the reply.
+            for rule in subscription.rules { dbus_bus_remove_match(raw, rule.description, nil) }
+        }
+    }
+
+    func addDisconnectWatcher(_ key: Int, _ continuation: AsyncStream<Void>.Continuation) {
+        guard isConnected else {
+            continuation.yield(())
+            continuation.finish()
+            return
+        }
+        disconnectWatchers[key] = continuation
+    }
+
+    func removeDisconnectWatcher(_ key: Int) {
+        disconnectWatchers.removeValue(forKey: key)
+    }
+
+    func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue],
+                    destination: String?) -> Result<Void, DBusError> {
+        guard isConnected else { return .failure(DBusError(.disconnected, "not connected to the bus")) }
+        guard Marshalling.isValidObjectPath(path) else { return .failure(DBusError(.invalidArgs, "invalid object path \"\(path)\"")) }
+        guard Marshalling.isValidInterface(interface) else { return .failure(DBusError(.invalidArgs, "invalid interface name \"\(interface)\"")) }
+        guard Marshalling.isValidMember(member) else { return .failure(DBusError(.invalidArgs, "invalid member name \"\(member)\"")) }
+        if let destination, !Marshalling.isValidBusName(destination) {
+            return .failure(DBusError(.invalidArgs, "invalid bus name \"\(destination)\""))
+        }
+        do { try Marshalling.validate(arguments) } catch { return .failure(error) }
+        guard let message = dbus_message_new_signal(path, interface, member) else {
+            return .failure(DBusError(.noMemory, "out of memory"))
+        }
+        defer { dbus_message_unref(message) }
+        if let destination { _ = dbus_message_set_destination(message, destination) }
+        guard Marshalling.append(arguments, to: message), dbus_connection_send(raw, message, nil) != 0 else {
+            return .failure(DBusError(.noMemory, "out of memory"))
+        }
+        return .success(())
+    }
+}
