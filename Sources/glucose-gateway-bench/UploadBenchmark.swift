@@ -206,6 +206,11 @@ final class Server: Sendable {
                                                         body: Array(json.utf8), connectTimeoutMs: 2000, timeoutMs: 10_000))
     }
 
+    func reset() async throws {
+        _ = try await CurlHTTPClient().send(HTTPRequest(method: "POST", url: "http://127.0.0.1:\(controlPort)/__reset",
+                                                        body: [], connectTimeoutMs: 2000, timeoutMs: 10_000))
+    }
+
     func count() async throws -> Int {
         let r = try await CurlHTTPClient().send(HTTPRequest(method: "GET", url: "http://127.0.0.1:\(controlPort)/__stats", connectTimeoutMs: 2000, timeoutMs: 10_000))
         return ((try? JSONSerialization.jsonObject(with: Data(r.body))) as? [String: Any])?["count"] as? Int ?? -1

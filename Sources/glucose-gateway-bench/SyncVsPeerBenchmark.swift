@@ -1,0 +1,186 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `sync-vs-peer`: one meter download with upload, done by the gateway and by a bleak-based Python
+/// gateway (`scripts/bench/bleak_peer.py`), measured side by side in one run.
+///
+/// A private dbus-daemon, `glucose-gateway simulate-meter --standin` with N records and the loopback
+/// Nightscout double (`tests/fake_nightscout.py`). Each run, in alternating order: pair, then
+/// `glucose-gateway sync` on a fresh database with `[nightscout]` set (CPU user+sys from `wait4`, peak RSS
+/// as `VmHWM`); the same sync under `/usr/bin/time -f "%U %S %M"`; and the peer doing the same job on a
+/// fresh database. Every one must leave all N readings on the server. `--strace PATH` adds one sync
+/// under `strace -f -c -o PATH`. Run from the repository root (or pass `--server`, `--peer`, `--python`).
+/// Only processes it started are stopped, by pid.
+enum SyncVsPeerBenchmark {
+    static let address = "C0:26:DA:0B:E4:02"
+    static let usage = "sync-vs-peer [--records N] [--runs K] [--gateway PATH] [--python PATH] [--peer PATH] [--server PATH] [--strace PATH]"
+
+    struct Figures {
+        var cpu: [Double] = []
+        var rss: [Int] = []
+        var wall: [Double] = []
+    }
+
+    static func run(_ args: [String]) async -> Int32 {
+        guard let o = BenchArguments(args, names: ["records", "runs", "gateway", "python", "peer", "server", "strace"], usage: usage) else { return 64 }
+        let records = o.int("records", 1000)
+        let runs = o.int("runs", 5)
+        let gateway = o.string("gateway", DownloadBenchmark.siblingExecutable("glucose-gateway"))
+        let python = o.string("python", ".venv/bin/python")
+        let peer = o.string("peer", "scripts/bench/bleak_peer.py")
+        let script = o.string("server", "tests/fake_nightscout.py")
+        guard (1...65_000).contains(records), (1...100).contains(runs), access(gateway, X_OK) == 0,
+              access(python, X_OK) == 0, access(peer, R_OK) == 0 else {
+            print("sync-vs-peer: need 1...65000 records, 1...100 runs, an executable gateway (\(gateway)), "
+                  + "python with bleak (\(python): `source scripts/install-deps.sh --test`) and the peer (\(peer))")
+            return 64
+        }
+        func fail(_ message: String) -> Int32 {
+            print("sync-vs-peer: " + message)
+            return 1
+        }
+
+        var template = Array("/tmp/gg-peer-XXXXXX".utf8CString)
+        guard let dirPointer = template.withUnsafeMutableBufferPointer({ buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }) else {
+            return fail("cannot create a temporary directory")
+        }
+        let dir = String(cString: dirPointer)
+        var started: [pid_t] = []
+        let server: Server
+        do {
+            server = try Server(script: script)
+        } catch {
+            return fail("\(error)")
+        }
+        defer {
+            for pid in started.reversed() { DownloadBenchmark.stop(pid) }
+            server.stop()
+            _ = DownloadBenchmark.spawn(["/bin/rm", "-rf", dir], environment: [:]).map(DownloadBenchmark.waitStatus)
+        }
+
+        let socket = dir + "/bus.sock"
+        guard DownloadBenchmark.write(file: dir + "/bus.conf", DownloadBenchmark.busConfig(socket: socket)),
+              let bus = DownloadBenchmark.spawn(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + dir + "/bus.conf"], environment: [:])
+        else { return fail("cannot start dbus-daemon") }
+        started.append(bus.pid)
+        guard DownloadBenchmark.waitForFile(socket, seconds: 10) else { return fail("dbus-daemon did not start") }
+        let env = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=" + socket, "TZ": "UTC"]
+        guard let sim = DownloadBenchmark.spawn([gateway, "simulate-meter", "--standin", "--address", address, "--name", "meter+peer",
+                                                 "--pin", "123456", "--records", String(records)],
+                                                environment: env, captureOutput: true)
+        else { return fail("cannot start the simulator") }
+        started.append(sim.pid)
+        guard let out = sim.output, DownloadBenchmark.readLine(fd: out, prefix: "ready", seconds: 20) else {
+            return fail("the simulator did not become ready")
+        }
+
+        var gatewayFigures = Figures()
+        var timedFigures = Figures()
+        var peerFigures = Figures()
+        var setup = 0
+        /// A paired gateway config on a fresh database, and an empty server.
+        func prepareGateway() async -> String? {
+            setup += 1
+            let config = dir + "/gw\(setup).toml"
+            let secretFile = dir + "/secret"
+            guard DownloadBenchmark.write(file: secretFile, Server.secret),
+                  DownloadBenchmark.write(file: config, """
+                  [gateway]
+                  database = "\(dir)/gw\(setup).sqlite3"
+                  [nightscout]
+                  url = "\(server.url)"
+                  api_secret_file = "\(secretFile)"
+
+                  """),
+                  let pair = DownloadBenchmark.spawn([gateway, "--config", config, "pair", address, "--pin", "123456"], environment: env),
+                  DownloadBenchmark.waitStatus(pair).status == 0 else { return nil }
+            guard (try? await server.control(#"{"mode": "ok"}"#)) != nil, (try? await server.reset()) != nil else { return nil }
+            return config
+        }
+        func serverHoldsAll() async -> Bool { (try? await server.count()) == records }
+
+        for run in 0..<runs {
+            for part in (run % 2 == 0 ? [0, 1, 2] : [2, 1, 0]) {
+                switch part {
+                case 0:
+                    guard let config = await prepareGateway() else { return fail("pairing or server reset failed") }
+                    let t0 = DownloadBenchmark.monotonicSeconds()
+                    guard let sync = DownloadBenchmark.spawn([gateway, "--config", config, "sync"], environment: env) else { return fail("cannot start sync") }
+                    let result = DownloadBenchmark.waitStatusSampling(sync)
+                    gatewayFigures.wall.append(DownloadBenchmark.monotonicSeconds() - t0)
+                    guard result.status == 0 else { return fail("sync exited \(result.status)") }
+                    guard await serverHoldsAll() else { return fail("the gateway's sync left the server without all \(records) readings") }
+                    gatewayFigures.cpu.append(result.cpuSeconds)
+                    gatewayFigures.rss.append(result.highWaterKilobytes)
+                case 1:
+                    guard let config = await prepareGateway() else { return fail("pairing or server reset failed") }
+                    let report = dir + "/time\(setup).txt"
+                    guard let sync = DownloadBenchmark.spawn(["/usr/bin/time", "-f", "%U %S %M", "-o", report, gateway, "--config", config, "sync"],
+                                                             environment: env),
+                          DownloadBenchmark.waitStatus(sync).status == 0 else { return fail("sync under /usr/bin/time failed") }
+                    guard await serverHoldsAll() else { return fail("the gateway's sync left the server without all \(records) readings") }
+                    let fields = (read(file: report) ?? "").split(whereSeparator: { $0 == " " || $0 == "\n" })
+                    guard fields.count >= 3, let user = Double(fields[fields.count - 3]), let system = Double(fields[fields.count - 2]),
+                          let rss = Int(fields[fields.count - 1]) else { return fail("cannot read /usr/bin/time's report") }
+                    timedFigures.cpu.append(user + system)
+                    timedFigures.rss.append(rss)
+                default:
+                    guard (try? await server.control(#"{"mode": "ok"}"#)) != nil, (try? await server.reset()) != nil else { return fail("server reset failed") }
+                    setup += 1
+                    let t0 = DownloadBenchmark.monotonicSeconds()
+                    guard let process = DownloadBenchmark.spawn([python, peer, "--address", address, "--database", dir + "/peer\(setup).sqlite3",
+                                                                 "--url", server.url, "--secret", Server.secret], environment: env)
+                    else { return fail("cannot start the peer") }
+                    let result = DownloadBenchmark.waitStatusSampling(process)
+                    peerFigures.wall.append(DownloadBenchmark.monotonicSeconds() - t0)
+                    guard result.status == 0 else { return fail("the peer exited \(result.status) (run it by hand to see why)") }
+                    guard await serverHoldsAll() else { return fail("the peer left the server without all \(records) readings") }
+                    peerFigures.cpu.append(result.cpuSeconds)
+                    peerFigures.rss.append(result.highWaterKilobytes)
+                }
+            }
+        }
+
+        if o.has("strace") {
+            let path = o.string("strace", "")
+            guard let config = await prepareGateway(),
+                  let traced = DownloadBenchmark.spawn(["strace", "-f", "-c", "-o", path, gateway, "--config", config, "sync"], environment: env),
+                  DownloadBenchmark.waitStatus(traced).status == 0 else { return fail("the sync under strace failed") }
+        }
+
+        func median<T: Comparable>(_ v: [T]) -> T { v.sorted()[v.count / 2] }
+        func mb(_ kb: Int) -> String { DownloadBenchmark.fmt(Double(kb) / 1024) }
+        let gatewayCPU = median(gatewayFigures.cpu)
+        let peerCPU = median(peerFigures.cpu)
+        print("sync-vs-peer: \(records) records downloaded, stored and uploaded to the loopback Nightscout, median of \(runs) runs")
+        print("  gateway (wait4):          CPU \(DownloadBenchmark.fmt(gatewayCPU)) s (min \(DownloadBenchmark.fmt(gatewayFigures.cpu.min() ?? 0)), "
+              + "max \(DownloadBenchmark.fmt(gatewayFigures.cpu.max() ?? 0))), peak RSS \(mb(median(gatewayFigures.rss))) MB (max \(mb(gatewayFigures.rss.max() ?? 0))), "
+              + "wall \(DownloadBenchmark.fmt(median(gatewayFigures.wall))) s")
+        print("  gateway (/usr/bin/time):  CPU \(DownloadBenchmark.fmt(median(timedFigures.cpu))) s, peak RSS \(mb(median(timedFigures.rss))) MB")
+        print("  bleak peer (wait4):       CPU \(DownloadBenchmark.fmt(peerCPU)) s (min \(DownloadBenchmark.fmt(peerFigures.cpu.min() ?? 0)), "
+              + "max \(DownloadBenchmark.fmt(peerFigures.cpu.max() ?? 0))), peak RSS \(mb(median(peerFigures.rss))) MB (max \(mb(peerFigures.rss.max() ?? 0))), "
+              + "wall \(DownloadBenchmark.fmt(median(peerFigures.wall))) s")
+        let ratio = peerCPU > 0 ? gatewayCPU / peerCPU : 0
+        print("  gateway/peer CPU: \(DownloadBenchmark.fmt(ratio)) (goal <= 0.200); gateway peak RSS goal <= 16.000 MB")
+        if o.has("strace") {
+            print("  strace -f -c of one gateway sync:")
+            print(read(file: o.string("strace", "")) ?? "(no report)")
+        }
+        return 0
+    }
+
+    static func read(file path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            bytes += chunk[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
