@@ -6,7 +6,7 @@ import Glibc
 /// gateway (`scripts/bench/bleak_peer.py`), measured side by side in one run.
 ///
 /// A private dbus-daemon, `glucose-gateway simulate-meter --standin` with N records and the loopback
-/// Nightscout double (`tests/fake_nightscout.py`). Each run, in alternating order: pair, then
+/// Nightscout double (`SystemTests/fake_nightscout.py`). Each run, in alternating order: pair, then
 /// `glucose-gateway sync` on a fresh database with `[nightscout]` set (CPU user+sys from `wait4`, peak RSS
 /// as `VmHWM`); the same sync under `/usr/bin/time -f "%U %S %M"`; and the peer doing the same job on a
 /// fresh database. Every one must leave all N readings on the server. `--strace PATH` adds one sync
@@ -29,7 +29,7 @@ enum SyncVsPeerBenchmark {
         let gateway = o.string("gateway", DownloadBenchmark.siblingExecutable("glucose-gateway"))
         let python = o.string("python", ".venv/bin/python")
         let peer = o.string("peer", "scripts/bench/bleak_peer.py")
-        let script = o.string("server", "tests/fake_nightscout.py")
+        let script = o.string("server", "SystemTests/fake_nightscout.py")
         guard (1...65_000).contains(records), (1...100).contains(runs), access(gateway, X_OK) == 0,
               access(python, X_OK) == 0, access(peer, R_OK) == 0 else {
             print("sync-vs-peer: need 1...65000 records, 1...100 runs, an executable gateway (\(gateway)), "
