@@ -7,6 +7,8 @@ public enum BlueZNames {
     public static let gattService = "org.bluez.GattService1"
     public static let gattCharacteristic = "org.bluez.GattCharacteristic1"
     public static let gattDescriptor = "org.bluez.GattDescriptor1"
+    public static let gattManager = "org.bluez.GattManager1"
+    public static let gattProfile = "org.bluez.GattProfile1"
     public static let agentManager = "org.bluez.AgentManager1"
     public static let agent = "org.bluez.Agent1"
 }

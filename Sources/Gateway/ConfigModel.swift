@@ -20,13 +20,6 @@ public struct ConfigSecret: Sendable, Equatable, CustomStringConvertible, Custom
     public var summary: String { file.map { "(set, from \($0))" } ?? "(set)" }
 }
 
-/// How the gateway finds meters: BlueZ discovery with a Glucose Service filter, or only meters already
-/// known to BlueZ (paired), connected by profile when they advertise.
-public enum ScanMode: String, Sendable, CaseIterable {
-    case discovery
-    case profile
-}
-
 /// `[gateway]`: the local side.
 public struct GatewaySection: Sendable, Equatable {
     public static let defaultDatabase = "/var/lib/glucose-gateway/gateway.sqlite3"

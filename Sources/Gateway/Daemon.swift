@@ -197,7 +197,7 @@ public struct DaemonSnapshot: Sendable, Equatable {
 /// as it shows up (one session per meter at a time), uploads continuously, and follows bluetoothd and the
 /// adapter through restarts and hot-plugs. Event-driven: between events it sleeps.
 public actor GatewayDaemon {
-    private let radio: any DaemonRadio
+    private let radio: any MeterRadio
     private let store: any DaemonStore
     private var uploads: any DaemonUploads
     private var settings: DaemonSettings
@@ -237,7 +237,7 @@ public actor GatewayDaemon {
     /// When the daemon's own loop last ran its health check: the watchdog is fed only while it does.
     private nonisolated let lastBeat: Mutex<ContinuousClock.Instant>
 
-    public init(radio: any DaemonRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
+    public init(radio: any MeterRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
                 logger: Logger, hooks: DaemonHooks = DaemonHooks(), pid: Int32 = 0,
                 now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = SystemSessionClock()) {
         self.healthClock = clock

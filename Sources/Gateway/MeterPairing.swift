@@ -67,7 +67,7 @@ public struct MeterPairing: Sendable {
         do {
             link = try await radio.connect(address: address, timeout: connectTimeout)
         } catch {
-            throw Self.failure(error, address: address, step: "connecting after pairing")
+            throw Self.failure(MeterAccessError(connecting: error), address: address, step: "connecting after pairing")
         }
         let isMeter = await link.hasCharacteristic(.glucoseMeasurement)
         let hasRACP = await link.hasCharacteristic(.recordAccessControlPoint)

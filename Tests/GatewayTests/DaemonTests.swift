@@ -10,74 +10,6 @@ import TestSupport
 @testable import Gateway
 @testable import GatewayCLI
 
-/// A radio whose meters are `FakeMeter`s and whose events the test sends.
-final class FakeRadio: DaemonRadio {
-    struct State {
-        var radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true, discovering: true)
-        var meters: [String: FakeMeter] = [:]
-        var calls: [String] = []
-        var connected: Set<String> = []
-        var connectDelay: Duration = .zero
-        var answering = true
-    }
-    let state = Mutex(State())
-    let stream: AsyncStream<RadioEvent>
-    let continuation: AsyncStream<RadioEvent>.Continuation
-
-    init(meters: [FakeMeter]) {
-        (stream, continuation) = AsyncStream.makeStream(of: RadioEvent.self)
-        state.withLock { s in for m in meters { s.meters[m.address] = m } }
-    }
-
-    var calls: [String] { state.withLock { $0.calls } }
-    func send(_ event: RadioEvent) { continuation.yield(event) }
-    func set(_ body: (inout State) -> Void) { state.withLock { body(&$0) } }
-
-    func events() async -> AsyncStream<RadioEvent> { stream }
-    func state(adapter: String?) async -> RadioState { state.withLock { $0.radio } }
-    func powerOn(adapter: String?) async {
-        state.withLock { $0.calls.append("powerOn") }
-    }
-    func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode {
-        let up = state.withLock { s in
-            s.calls.append("watch \(s.radio.adapter ?? "-")")
-            return s.radio.bluetoothdRunning
-        }
-        guard up else { throw MeterLinkError(.disconnected, "bluetoothd is not running") }
-        return .discovery
-    }
-    func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink {
-        let (meter, delay) = state.withLock { s in
-            s.calls.append("connect \(address)")
-            return (s.meters[address], s.connectDelay)
-        }
-        if delay > .zero { try? await Task.sleep(for: delay) }
-        guard let meter else { throw MeterLinkError(.timeout, "not advertising") }
-        return meter.connect()
-    }
-    func bluetoothdAnswers(timeout: Duration) async -> Bool {
-        state.withLock { s in
-            s.calls.append("probe")
-            return s.answering
-        }
-    }
-    func isConnected(address: String) async -> Bool {
-        state.withLock { $0.connected.contains(address) }
-    }
-    func closeStale(addresses: [String]) async -> [String] {
-        state.withLock { s in
-            let stale = addresses.filter { s.connected.contains($0) }
-            s.calls.append("closeStale \(stale.joined(separator: ","))")
-            s.connected.subtract(stale)
-            return stale
-        }
-    }
-    func close() async {
-        state.withLock { $0.calls.append("close") }
-        continuation.finish()
-    }
-}
-
 final class StatusLog: Sendable {
     private let lines = Mutex<[String]>([])
     func append(_ line: String) { lines.withLock { $0.append(line) } }
@@ -104,7 +36,7 @@ struct DaemonTests {
     struct Fixture {
         let directory: String
         let store: SQLiteDaemonStore
-        let radio: FakeRadio
+        let radio: FakeMeterRadio
         let uploads = CountingUploads()
         let daemon: GatewayDaemon
         let statuses = StatusLog()
@@ -123,7 +55,7 @@ struct DaemonTests {
                 info.pairedAt = 1
                 try await sqlite.saveMeter(info)
             }
-            radio = FakeRadio(meters: meters)
+            radio = FakeMeterRadio(meters: meters)
             let statuses = self.statuses
             let alerts = self.alerts
             daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads, settings: settings, logger: .silent,

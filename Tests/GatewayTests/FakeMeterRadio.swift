@@ -3,7 +3,8 @@ import Synchronization
 import TestSupport
 @testable import Gateway
 
-/// A radio with scripted meters: which are in range, their PINs, and how pairing goes.
+/// A radio with scripted meters (which are in range, their PINs, how pairing goes) whose events the test
+/// sends. Every call is logged in `calls`.
 final class FakeMeterRadio: MeterRadio {
     struct Entry {
         var meter: FakeMeter
@@ -13,64 +14,129 @@ final class FakeMeterRadio: MeterRadio {
         var inRange = true
         var paired = false
     }
-    private let state = Mutex<[String: Entry]>([:])
-    private let log = Mutex<[String]>([])
+    struct State {
+        var radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true, discovering: true)
+        var meters: [String: Entry] = [:]
+        var calls: [String] = []
+        var connected: Set<String> = []
+        var connectDelay: Duration = .zero
+        var answering = true
+    }
+    let state = Mutex(State())
     /// When set, pairing never completes.
     let pairingHangs = Mutex(false)
+    let stream: AsyncStream<RadioEvent>
+    let continuation: AsyncStream<RadioEvent>.Continuation
+
+    init(meters: [FakeMeter] = []) {
+        (stream, continuation) = AsyncStream.makeStream(of: RadioEvent.self)
+        for m in meters { add(m) }
+    }
 
     func add(_ meter: FakeMeter, name: String? = "meter", rssi: Int = -60, pin: UInt32 = 123_456, inRange: Bool = true, paired: Bool = false) {
-        state.withLock { $0[meter.address] = Entry(meter: meter, name: name, rssi: rssi, pin: pin, inRange: inRange, paired: paired) }
+        state.withLock { $0.meters[meter.address] = Entry(meter: meter, name: name, rssi: rssi, pin: pin, inRange: inRange, paired: paired) }
     }
 
     func setInRange(_ address: String, _ inRange: Bool) {
-        state.withLock { $0[address]?.inRange = inRange }
+        state.withLock { $0.meters[address]?.inRange = inRange }
     }
 
-    func isPaired(_ address: String) -> Bool { state.withLock { $0[address]?.paired ?? false } }
-    var calls: [String] { log.withLock { $0 } }
+    func isPaired(_ address: String) -> Bool { state.withLock { $0.meters[address]?.paired ?? false } }
+    var calls: [String] { state.withLock { $0.calls } }
+    func send(_ event: RadioEvent) { continuation.yield(event) }
+    func set(_ body: (inout State) -> Void) { state.withLock { body(&$0) } }
+    private func log(_ call: String) { state.withLock { $0.calls.append(call) } }
+
+    // MARK: The daemon
+
+    func events() async -> AsyncStream<RadioEvent> { stream }
+    func state(adapter: String?) async -> RadioState { state.withLock { $0.radio } }
+    func powerOn(adapter: String?) async { log("powerOn") }
+
+    func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode {
+        let up = state.withLock { s in
+            s.calls.append("watch \(s.radio.adapter ?? "-")")
+            return s.radio.bluetoothdRunning
+        }
+        guard up else { throw MeterLinkError(.disconnected, "bluetoothd is not running") }
+        return .discovery
+    }
+
+    func bluetoothdAnswers(timeout: Duration) async -> Bool {
+        state.withLock { s in
+            s.calls.append("probe")
+            return s.answering
+        }
+    }
+
+    func isConnected(address: String) async -> Bool {
+        state.withLock { $0.connected.contains(address) }
+    }
+
+    func closeStale(addresses: [String]) async -> [String] {
+        state.withLock { s in
+            let stale = addresses.filter { s.connected.contains($0) }
+            s.calls.append("closeStale \(stale.joined(separator: ","))")
+            s.connected.subtract(stale)
+            return stale
+        }
+    }
+
+    // MARK: Both
+
+    /// A meter the radio does not know times out; one out of range fails as an aborted connection.
+    func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink {
+        let (entry, delay) = state.withLock { s in
+            s.calls.append("connect \(address)")
+            return (s.meters[address], s.connectDelay)
+        }
+        if delay > .zero { try? await Task.sleep(for: delay) }
+        guard let entry else { throw MeterLinkError(.timeout, "not advertising") }
+        guard entry.inRange else { throw MeterLinkError(.disconnected, "le-connection-abort-by-local") }
+        return entry.meter.connect()
+    }
+
+    func close() async {
+        log("close")
+        continuation.finish()
+    }
+
+    // MARK: The commands
 
     func scan(timeout: Duration) async throws(MeterAccessError) -> [NearbyMeter] {
-        log.withLock { $0.append("scan") }
+        log("scan")
         return state.withLock { s in
-            s.values.filter(\.inRange).sorted { $0.rssi > $1.rssi }
+            s.meters.values.filter(\.inRange).sorted { $0.rssi > $1.rssi }
                 .map { NearbyMeter(address: $0.meter.address, name: $0.name, rssi: $0.rssi, paired: $0.paired) }
         }
     }
 
     func waitForMeter(address: String, timeout: Duration) async throws(MeterAccessError) -> NearbyMeter {
-        log.withLock { $0.append("wait \(address)") }
-        guard let e = state.withLock({ $0[address] }), e.inRange else {
+        log("wait \(address)")
+        guard let e = state.withLock({ $0.meters[address] }), e.inRange else {
             throw MeterAccessError(.notFound, "\(address) not seen within \(timeout)")
         }
         return NearbyMeter(address: address, name: e.name, rssi: e.rssi, paired: e.paired)
     }
 
-    func connect(address: String, timeout: Duration) async throws(MeterAccessError) -> any MeterLink {
-        log.withLock { $0.append("connect \(address)") }
-        guard let e = state.withLock({ $0[address] }), e.inRange else {
-            throw MeterAccessError(.notFound, "le-connection-abort-by-local")
-        }
-        return e.meter.connect()
-    }
-
     func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
-        log.withLock { $0.append("pair \(address)") }
+        log("pair \(address)")
         if pairingHangs.withLock({ $0 }) {
             try? await Task.sleep(for: timeout)
             throw MeterAccessError(.timeout, "AuthenticationTimeout")
         }
         try state.withLock { s throws(MeterAccessError) in
-            guard let e = s[address], e.inRange else { throw MeterAccessError(.notFound, "not found") }
+            guard let e = s.meters[address], e.inRange else { throw MeterAccessError(.notFound, "not found") }
             guard e.pin == passkey else { throw MeterAccessError(.authenticationFailed, "AuthenticationFailed") }
-            s[address]?.paired = true
+            s.meters[address]?.paired = true
         }
     }
 
     func forget(address: String) async throws(MeterAccessError) -> Bool {
-        log.withLock { $0.append("forget \(address)") }
+        log("forget \(address)")
         return state.withLock { s in
-            defer { s[address]?.paired = false }
-            return s[address]?.paired ?? false
+            defer { s.meters[address]?.paired = false }
+            return s.meters[address]?.paired ?? false
         }
     }
 }

@@ -1,3 +1,4 @@
+import BlueZ
 import Gateway
 import GatewayCore
 
@@ -43,9 +44,9 @@ enum PairCommand: GatewayCommand {
         }
         // Open the database first: a pairing that cannot be stored is not worth doing.
         let store = try MeterCommandSupport.openStore(config)
-        let radio: BlueZRadio
+        let radio: BlueZMeterRadio
         do {
-            radio = try await BlueZRadio.open(adapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
+            radio = try await BlueZMeterRadio.open(waitingForAdapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
         } catch {
             await store.close()
             throw error

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import BlueZ
 import Dispatch
 import Gateway
 import GatewayCore
@@ -135,9 +136,9 @@ enum RunCommand: GatewayCommand {
             return .ok
         }
 
-        let radio: DaemonBlueZRadio
+        let radio: BlueZMeterRadio
         do {
-            radio = try await DaemonBlueZRadio.open(logger: logger)
+            radio = try await BlueZMeterRadio.open(logger: logger)
         } catch {
             await sqlite.close()
             throw error

@@ -1,3 +1,4 @@
+import BlueZ
 import Gateway
 import GatewayCore
 
@@ -23,7 +24,7 @@ enum ScanCommand: GatewayCommand {
         let json = arguments.flag("--json")
         try arguments.finish()
         let config = try context.loadConfig(forMeterCommand: name)
-        let radio = try await BlueZRadio.open(adapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
+        let radio = try await BlueZMeterRadio.open(waitingForAdapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
         let found: [NearbyMeter]
         do {
             found = try await radio.scan(timeout: .milliseconds(Int(timeout * 1000)))

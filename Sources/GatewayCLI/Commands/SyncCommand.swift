@@ -1,3 +1,4 @@
+import BlueZ
 import Gateway
 import GatewayCore
 import SQLiteStore
@@ -63,9 +64,9 @@ enum SyncCommand: GatewayCommand {
         _ meters: [MeterInfo], store: SQLiteStore, config: GatewayConfig, adapter: String?, wait: Double, single: Bool,
         logger: Logger
     ) async throws -> ExitStatus {
-        let radio: BlueZRadio
+        let radio: BlueZMeterRadio
         do {
-            radio = try await BlueZRadio.open(adapter: adapter ?? config.gateway.adapter, logger: logger)
+            radio = try await BlueZMeterRadio.open(waitingForAdapter: adapter ?? config.gateway.adapter, logger: logger)
         } catch {
             StandardStream.writeError("glucose-gateway sync: \(TerminalText.escaped(error.message))\n")
             return .unavailable

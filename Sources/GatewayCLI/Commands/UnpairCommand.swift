@@ -1,3 +1,4 @@
+import BlueZ
 import Gateway
 import GatewayCore
 
@@ -30,7 +31,7 @@ enum UnpairCommand: GatewayCommand {
         // The bond lives in bluetoothd; without it the meter is forgotten here all the same.
         var bondRemoved = false
         do {
-            let radio = try await BlueZRadio.open(adapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
+            let radio = try await BlueZMeterRadio.open(waitingForAdapter: adapterOption ?? config.gateway.adapter, logger: context.logger)
             do {
                 bondRemoved = try await radio.forget(address: address)
             } catch {

@@ -1,5 +1,3 @@
-import GatewayCore
-
 /// A meter seen advertising the Glucose Service.
 public struct NearbyMeter: Sendable, Equatable {
     public var address: String
@@ -41,15 +39,56 @@ public struct MeterAccessError: Error, Sendable, Equatable, CustomStringConverti
     public var description: String { message }
 }
 
-/// The Bluetooth side as meter sessions and commands need it. BlueZ implements it for the gateway;
+extension MeterAccessError {
+    /// A failed `connect` in the terms of a command: no answer in time, not a meter, or not reachable.
+    public init(connecting error: MeterLinkError) {
+        switch error.kind {
+        case .timeout: self.init(.timeout, error.message)
+        case .notSupported: self.init(.notAMeter, error.message)
+        case .transient, .permanent, .disconnected: self.init(.notFound, error.message)
+        }
+    }
+}
+
+/// The Bluetooth side of the gateway: what the daemon follows (events, state, watching for meters,
+/// connections) and what the commands do (scan, pair, forget). BlueZ implements it (`BlueZMeterRadio`);
 /// tests use a fake.
 public protocol MeterRadio: Sendable {
+    // MARK: The daemon
+
+    /// Every event from now on, in order. The stream ends only when the radio is closed or the bus is lost.
+    func events() async -> AsyncStream<RadioEvent>
+    /// The state now, for the adapter named (or the first powered one).
+    func state(adapter: String?) async -> RadioState
+    /// Powers the adapter on when it is off (best effort; rfkill cannot be lifted from here).
+    func powerOn(adapter: String?) async
+    /// Makes the adapter look for meters: LE discovery filtered to the Glucose Service, or a GATT
+    /// profile for 0x1808 so bluetoothd connects bonded meters itself. Returns the mode in effect
+    /// (profile falls back to discovery where bluetoothd refuses it). Idempotent.
+    func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode
+    /// Whether BlueZ shows the device connected now.
+    func isConnected(address: String) async -> Bool
+    /// Disconnects those of `addresses` that BlueZ shows connected (links left by an earlier process).
+    /// Returns the addresses it disconnected.
+    func closeStale(addresses: [String]) async -> [String]
+    /// Whether bluetoothd answers a harmless call within `timeout`. bluetoothd can hold `org.bluez` and
+    /// answer nothing (seen after a kernel BUG in its socket release); returns within `timeout` then.
+    func bluetoothdAnswers(timeout: Duration) async -> Bool
+
+    // MARK: Both
+
+    /// Connects and waits for resolved services. The error keeps the link's kind (the daemon counts
+    /// failures by it); commands put it in their terms with `MeterAccessError(connecting:)`.
+    func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink
+    /// Releases registrations, discovery and the bus.
+    func close() async
+
+    // MARK: The commands
+
     /// Meters advertising the Glucose Service during `timeout`, strongest first.
     func scan(timeout: Duration) async throws(MeterAccessError) -> [NearbyMeter]
     /// Waits until the meter is seen (advertising, or already connected), up to `timeout`.
     func waitForMeter(address: String, timeout: Duration) async throws(MeterAccessError) -> NearbyMeter
-    /// Connects and waits for resolved services.
-    func connect(address: String, timeout: Duration) async throws(MeterAccessError) -> any MeterLink
     /// Pairs with the meter's passkey through the gateway's own agent, then trusts it.
     func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError)
     /// Removes the bond; false when the adapter did not know the meter.

@@ -1,42 +1,52 @@
-import BlueZ
 import DBusKit
-import Gateway
 import GatewayCore
 import Synchronization
 
-/// The daemon's radio over bluetoothd: events from the BlueZ client's mirror (advertisements of the
-/// Glucose Service, devices connecting, adapters coming and going, bluetoothd restarting), discovery or a
-/// GATT profile to find meters, and meter links.
-final class DaemonBlueZRadio: DaemonRadio {
-    let client: BlueZClient
+/// The gateway's radio over bluetoothd (the system bus, or `DBUS_SYSTEM_BUS_ADDRESS` when set). For the
+/// daemon: events from the BlueZ client's mirror (advertisements of the Glucose Service, devices
+/// connecting, adapters coming and going, bluetoothd restarting), discovery or a GATT profile to find
+/// meters, and meter links. For the commands (`BlueZMeterRadio+Pairing.swift`): scan, pair, forget.
+public final class BlueZMeterRadio: MeterRadio {
+    public let client: BlueZClient
     let logger: Logger
+    /// The adapter the commands use (scan, wait, pair, forget); nil: the first powered one.
+    let adapterName: String?
     static let appRoot = "/org/glucosegateway/app"
     static let profilePath = appRoot + "/glucose"
 
-    private struct State {
+    /// Whose discovery `close` stops.
+    enum DiscoveryToStop {
+        case none
+        case adapter(String?)
+    }
+
+    struct State {
         var profileAdapter: String?
-        var discoveryAdapter: String?
+        var discovery: DiscoveryToStop
         var exported = false
         var tasks: [Task<Void, Never>] = []
     }
-    private let state = Mutex(State())
+    let state: Mutex<State>
 
-    private init(client: BlueZClient, logger: Logger) {
+    init(client: BlueZClient, logger: Logger, adapterName: String?, discovery: DiscoveryToStop) {
         self.client = client
         self.logger = logger
+        self.adapterName = adapterName
+        self.state = Mutex(State(discovery: discovery))
     }
 
-    /// Connects to the system bus. bluetoothd need not be running: the client notices when it starts.
-    static func open(logger: Logger) async throws(GatewayFailure) -> DaemonBlueZRadio {
+    /// Connects to the system bus for the daemon. bluetoothd need not be running: the client notices
+    /// when it starts.
+    public static func open(logger: Logger) async throws(GatewayFailure) -> BlueZMeterRadio {
         do {
             let client = try await BlueZClient.connect(logger: logger.with(label: "bluez"))
-            return DaemonBlueZRadio(client: client, logger: logger)
+            return BlueZMeterRadio(client: client, logger: logger, adapterName: nil, discovery: .none)
         } catch {
             throw GatewayFailure(.unavailable, "cannot reach the system bus: \(error)")
         }
     }
 
-    func events() async -> AsyncStream<RadioEvent> {
+    public func events() async -> AsyncStream<RadioEvent> {
         let (stream, continuation) = AsyncStream.makeStream(of: RadioEvent.self, bufferingPolicy: .unbounded)
         let lifecycle = await client.bluetoothdEvents()
         let devices = await client.discoveredDevices(matching: [.glucoseService])
@@ -128,7 +138,7 @@ final class DaemonBlueZRadio: DaemonRadio {
         return parts.map { $0.uppercased() }.joined(separator: ":")
     }
 
-    func state(adapter: String?) async -> RadioState {
+    public func state(adapter: String?) async -> RadioState {
         guard await client.owner != nil else { return .absent }
         let adapters = await client.adapters()
         let candidates = adapter.map { name in adapters.filter { $0.name == name || $0.address == name || $0.path == name } } ?? adapters
@@ -139,7 +149,7 @@ final class DaemonBlueZRadio: DaemonRadio {
                           powerState: chosen.powerState, discovering: chosen.discovering)
     }
 
-    func powerOn(adapter: String?) async {
+    public func powerOn(adapter: String?) async {
         guard let info = try? await client.adapter(named: adapter) else { return }
         do {
             try await client.setPowered(true, adapter: info)
@@ -148,7 +158,7 @@ final class DaemonBlueZRadio: DaemonRadio {
         }
     }
 
-    func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode {
+    public func startWatching(adapter: String?, mode: ScanMode) async throws(MeterLinkError) -> ScanMode {
         guard let info = try? await client.adapter(named: adapter) else {
             throw MeterLinkError(.disconnected, "no adapter")
         }
@@ -166,7 +176,7 @@ final class DaemonBlueZRadio: DaemonRadio {
         } catch {
             throw error.meterLinkError
         }
-        state.withLock { $0.discoveryAdapter = info.name }
+        state.withLock { $0.discovery = .adapter(info.name) }
         return .discovery
     }
 
@@ -182,31 +192,31 @@ final class DaemonBlueZRadio: DaemonRadio {
             if needsExport {
                 try await connection.exportObjectManager(at: Self.appRoot)
                 try await connection.export(path: Self.profilePath, interfaces: [
-                    DBusInterface("org.bluez.GattProfile1", methods: [
+                    DBusInterface(BlueZNames.gattProfile, methods: [
                         DBusMethod("Release") { _ in [] },
                     ], properties: ["UUIDs": .strings([GATTUUID.glucoseService.uuidString])]),
                 ])
             }
-            _ = try await connection.call(destination: BlueZNames.service, path: adapterPath, interface: "org.bluez.GattManager1",
+            _ = try await connection.call(destination: BlueZNames.service, path: adapterPath, interface: BlueZNames.gattManager,
                                           member: "RegisterApplication", arguments: [.objectPath(Self.appRoot), .vardict([:])],
                                           timeout: .seconds(10))
-        } catch where error.name.rawValue == "org.bluez.Error.AlreadyExists" {
+        } catch where error.name.rawValue == BlueZErrorNames.alreadyExists {
             return
         } catch {
             throw BlueZError(error)
         }
     }
 
-    func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink {
+    public func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink {
         try await client.connectMeter(address: address, timeout: timeout)
     }
 
-    func isConnected(address: String) async -> Bool {
+    public func isConnected(address: String) async -> Bool {
         guard let device = await client.device(address: address) else { return false }
         return device.connected || device.servicesResolved
     }
 
-    func closeStale(addresses: [String]) async -> [String] {
+    public func closeStale(addresses: [String]) async -> [String] {
         var closed: [String] = []
         for address in addresses {
             guard let device = await client.device(address: address), device.connected else { continue }
@@ -221,21 +231,21 @@ final class DaemonBlueZRadio: DaemonRadio {
         return closed
     }
 
-    func bluetoothdAnswers(timeout: Duration) async -> Bool {
+    public func bluetoothdAnswers(timeout: Duration) async -> Bool {
         await client.bluetoothdAnswers(timeout: timeout)
     }
 
-    func close() async {
-        let (tasks, profileAdapter, discoveryAdapter) = state.withLock { s in
+    public func close() async {
+        let (tasks, profileAdapter, discovery) = state.withLock { s in
             defer { s.tasks.removeAll() }
-            return (s.tasks, s.profileAdapter, s.discoveryAdapter)
+            return (s.tasks, s.profileAdapter, s.discovery)
         }
         for t in tasks { t.cancel() }
         if let profileAdapter {
-            _ = try? await client.connection.call(destination: BlueZNames.service, path: profileAdapter, interface: "org.bluez.GattManager1",
+            _ = try? await client.connection.call(destination: BlueZNames.service, path: profileAdapter, interface: BlueZNames.gattManager,
                                                   member: "UnregisterApplication", arguments: [.objectPath(Self.appRoot)], timeout: .seconds(2))
         }
-        if let discoveryAdapter { _ = try? await client.stopDiscovery(adapterName: discoveryAdapter) }
+        if case let .adapter(name) = discovery { _ = try? await client.stopDiscovery(adapterName: name) }
         await client.close()
     }
 }

@@ -1,19 +1,10 @@
-import BlueZ
-import Gateway
 import GatewayCore
 
-/// The gateway's radio: BlueZ over the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set).
-final class BlueZRadio: MeterRadio {
-    let client: BlueZClient
-    let adapterName: String?
-
-    private init(client: BlueZClient, adapterName: String?) {
-        self.client = client
-        self.adapterName = adapterName
-    }
-
-    /// Connects to bluetoothd and waits (briefly) for a powered adapter.
-    static func open(adapter: String?, logger: Logger) async throws(GatewayFailure) -> BlueZRadio {
+/// What the commands do with the radio: scan, wait for a meter, pair, forget.
+extension BlueZMeterRadio {
+    /// Connects to bluetoothd for a command and waits (briefly) for a powered adapter, `adapter` or the
+    /// first one. Closing the radio stops discovery on that adapter.
+    public static func open(waitingForAdapter adapter: String?, logger: Logger) async throws(GatewayFailure) -> BlueZMeterRadio {
         let client: BlueZClient
         do {
             client = try await BlueZClient.connect(logger: logger.with(label: "bluez"))
@@ -27,12 +18,7 @@ final class BlueZRadio: MeterRadio {
             let which = adapter.map { "adapter \($0)" } ?? "a powered Bluetooth adapter"
             throw GatewayFailure(.unavailable, "no \(which): \(error.message)")
         }
-        return BlueZRadio(client: client, adapterName: adapter)
-    }
-
-    func close() async {
-        _ = try? await client.stopDiscovery(adapterName: adapterName)
-        await client.close()
+        return BlueZMeterRadio(client: client, logger: logger, adapterName: adapter, discovery: .adapter(adapter))
     }
 
     static func accessError(_ error: BlueZError) -> MeterAccessError {
@@ -58,7 +44,7 @@ final class BlueZRadio: MeterRadio {
         }
     }
 
-    func scan(timeout: Duration) async throws(MeterAccessError) -> [NearbyMeter] {
+    public func scan(timeout: Duration) async throws(MeterAccessError) -> [NearbyMeter] {
         do {
             try await client.startDiscovery(adapterName: adapterName, uuids: [.glucoseService])
         } catch {
@@ -73,7 +59,7 @@ final class BlueZRadio: MeterRadio {
             .map { NearbyMeter(address: $0.address.uppercased(), name: $0.name, rssi: $0.rssi, paired: $0.paired) }
     }
 
-    func waitForMeter(address: String, timeout: Duration) async throws(MeterAccessError) -> NearbyMeter {
+    public func waitForMeter(address: String, timeout: Duration) async throws(MeterAccessError) -> NearbyMeter {
         if let known = await client.device(address: address), known.connected {
             return NearbyMeter(address: address, name: known.name, rssi: known.rssi, paired: known.paired)
         }
@@ -97,19 +83,7 @@ final class BlueZRadio: MeterRadio {
         return NearbyMeter(address: address, name: device.name, rssi: device.rssi, paired: device.paired)
     }
 
-    func connect(address: String, timeout: Duration) async throws(MeterAccessError) -> any MeterLink {
-        do {
-            return try await client.connectMeter(address: address, timeout: timeout)
-        } catch {
-            switch error.kind {
-            case .timeout: throw MeterAccessError(.timeout, error.message)
-            case .notSupported: throw MeterAccessError(.notAMeter, error.message)
-            default: throw MeterAccessError(.notFound, error.message)
-            }
-        }
-    }
-
-    func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
+    public func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
         do {
             try await client.pair(address: address, pin: passkey, timeout: timeout)
         } catch {
@@ -117,7 +91,7 @@ final class BlueZRadio: MeterRadio {
         }
     }
 
-    func forget(address: String) async throws(MeterAccessError) -> Bool {
+    public func forget(address: String) async throws(MeterAccessError) -> Bool {
         do {
             return try await client.removeDevice(address: address)
         } catch {
