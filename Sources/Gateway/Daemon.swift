@@ -239,7 +239,7 @@ public actor GatewayDaemon {
 
     public init(radio: any MeterRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
                 logger: Logger, hooks: DaemonHooks = DaemonHooks(), pid: Int32 = 0,
-                now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = SystemSessionClock()) {
+                now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = ContinuousClock()) {
         self.healthClock = clock
         self.lastBeat = Mutex(clock.now)
         self.radio = radio

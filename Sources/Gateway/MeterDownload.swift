@@ -188,7 +188,7 @@ public struct MeterDownload: Sendable {
     public var clock: any SessionClock
 
     public init(store: any ReadingStore, options: DownloadOptions = DownloadOptions(), logger: Logger,
-                now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = SystemSessionClock()) {
+                now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = ContinuousClock()) {
         self.store = store
         self.options = options
         self.logger = logger

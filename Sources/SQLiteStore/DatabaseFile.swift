@@ -138,11 +138,3 @@ enum DatabaseFile {
         }
     }
 }
-
-/// Wall-clock time in milliseconds since the Unix epoch.
-@Sendable
-public func systemMillis() -> Int64 {
-    var now = timespec()
-    clock_gettime(CLOCK_REALTIME, &now)
-    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
-}

@@ -33,7 +33,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         path: String,
         builders: [any OutboxBodyBuilder] = [],
         busyTimeoutMilliseconds: Int = 5000,
-        now: @escaping @Sendable () -> UnixMillis = systemMillis
+        now: @escaping @Sendable () -> UnixMillis = SystemClock.now
     ) throws {
         try self.init(path: path, builders: builders, busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now, faults: [])
     }
@@ -43,7 +43,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         path: String,
         builders: [any OutboxBodyBuilder] = [],
         busyTimeoutMilliseconds: Int = 5000,
-        now: @escaping @Sendable () -> UnixMillis = systemMillis,
+        now: @escaping @Sendable () -> UnixMillis = SystemClock.now,
         faults: [SQLiteFault]
     ) throws {
         let inMemory = path == ":memory:" || path.isEmpty
@@ -155,7 +155,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         self.db = db
         self.path = path
         self.builders = []
-        self.now = systemMillis
+        self.now = SystemClock.now
         self.readAccess = .readOnly(reason: reason)
         self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
     }

@@ -232,7 +232,7 @@ public actor Dispatcher {
                 case let .perElement(stored, duplicates, rejected, retry, retryReason):
                     if !stored.isEmpty {
                         do {
-                            try await store.acknowledge(stored, at: Self.nowMillis())
+                            try await store.acknowledge(stored, at: SystemClock.now())
                         } catch {
                             await releaseAll(batch)
                             throw Stop.end(.deferred(code: NetworkErrorCode.timeout, message: "cannot record acknowledgements"))
@@ -413,16 +413,10 @@ public actor Dispatcher {
         return [Array(items[..<mid]), Array(items[mid...])].filter { !$0.isEmpty }
     }
 
-    static func nowMillis() -> UnixMillis {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return UnixMillis(ts.tv_sec) * 1000 + UnixMillis(ts.tv_nsec / 1_000_000)
-    }
-
     // MARK: - State and alerts
 
     private func reportSuccess() async {
-        let now = Self.nowMillis()
+        let now = SystemClock.now()
         let changed = persisted.state != "ok" || persisted.lastErrorCode != nil
         persisted.state = "ok"
         persisted.lastErrorCode = nil
@@ -441,7 +435,7 @@ public actor Dispatcher {
         persisted.state = state
         persisted.lastErrorCode = code
         persisted.lastErrorMessage = message
-        persisted.lastErrorAt = Self.nowMillis()
+        persisted.lastErrorAt = SystemClock.now()
         try? await store.saveDestinationState(persisted)
         if let last = lastReported, last.state == state, last.code == code { return }
         lastReported = (state, code)
@@ -459,6 +453,3 @@ public actor Dispatcher {
     }
 }
 
-#if canImport(Glibc)
-import Glibc
-#endif

@@ -44,7 +44,7 @@ struct DaemonTests {
         let runner: Task<GatewayDaemon.End, Never>
 
         init(meters: [FakeMeter], paired: [FakeMeter]? = nil, settings: DaemonSettings = Fixture.settings,
-             clock: any SessionClock = SystemSessionClock()) async throws {
+             clock: any SessionClock = ContinuousClock()) async throws {
             var template = Array("/tmp/gg-daemon-XXXXXX".utf8CString)
             let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
             directory = try #require(made)

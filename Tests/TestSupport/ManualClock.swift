@@ -1,8 +1,9 @@
 import GatewayCore
 import Synchronization
 
-/// A clock that moves only when a test calls `advance(by:)`. Sleepers whose deadline has been reached are
-/// woken by the advance; a cancelled sleeper throws `CancellationError` at once.
+/// A `Clock` that moves only when a test calls `advance(by:)`. Sleepers whose deadline has been reached are
+/// woken by the advance; a cancelled sleeper throws `CancellationError` at once. Its instants are offsets
+/// from the real clock's `now` when it was made (see `SessionClock` for why the instant type is shared).
 public final class ManualClock: SessionClock {
     private struct Sleeper {
         var deadline: ContinuousClock.Instant
@@ -19,6 +20,7 @@ public final class ManualClock: SessionClock {
     public init() {}
 
     public var now: ContinuousClock.Instant { base + state.withLock { $0.offset } }
+    public var minimumResolution: Duration { .nanoseconds(1) }
 
     /// Sleepers waiting now.
     public var sleeping: Int { state.withLock { $0.sleepers.count } }
@@ -34,7 +36,8 @@ public final class ManualClock: SessionClock {
         for continuation in woken { continuation.resume() }
     }
 
-    public func sleep(until deadline: ContinuousClock.Instant) async throws {
+    /// `tolerance` is ignored: a manual clock wakes its sleepers exactly at the advance that reaches them.
+    public func sleep(until deadline: ContinuousClock.Instant, tolerance: Duration?) async throws {
         let key = state.withLock { s -> Int in
             s.nextKey += 1
             return s.nextKey
