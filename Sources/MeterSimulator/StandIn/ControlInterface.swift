@@ -41,7 +41,7 @@ enum ControlInterface {
 }
 
 extension BlueZStandIn {
-    func controlInterface(_ gen: Int) -> DBusInterface {
+    func controlInterface() -> DBusInterface {
         @Sendable func address(_ call: DBusMethodCall) throws -> String {
             guard let text = call.arguments.first?.string, let a = MeterDescription.normalizedAddress(text) else {
                 throw DBusError(.invalidArgs, "first argument must be a meter address")
