@@ -22,11 +22,11 @@ public struct ClinicalSettings: Sendable, Equatable {
 /// A meter clock reading taken at connection, compared with the gateway's clock.
 public struct ClockSkew: Sendable, Equatable {
     /// What the meter's clock showed.
-    public var meterClock: LocalDateTime
+    public var meterClock: GlucoseDateTime
     /// Meter minus gateway, in seconds.
     public var seconds: Int
 
-    public init(meterClock: LocalDateTime, seconds: Int) {
+    public init(meterClock: GlucoseDateTime, seconds: Int) {
         self.meterClock = meterClock
         self.seconds = seconds
     }
@@ -34,63 +34,31 @@ public struct ClockSkew: Sendable, Equatable {
     /// Reads a Current Time (0x2A2B, 10 bytes) or Date Time (0x2A08, 7 bytes) value and compares it with
     /// `gatewayNow`; nil when the value is too short, not a valid date, or the zone cannot place it.
     public static func measure(clockValue: [UInt8], zone: MeterTimeZone, gatewayNow: UnixMillis) -> ClockSkew? {
-        guard let local = localDateTime(clockValue) else { return nil }
+        // Current Time begins with a Date Time; the day of week and fractions after it are not needed.
+        guard let local = try? GlucoseDateTime(bytes: clockValue) else { return nil }
         guard let resolved = zone.resolve(local) else { return nil }
         let delta = resolved.instant - gatewayNow
         let seconds = delta >= 0 ? (delta + 500) / 1000 : -((-delta + 500) / 1000)
         return ClockSkew(meterClock: local, seconds: Int(seconds))
     }
-
-    /// The first seven bytes as a Date Time; nil when absent or invalid (0 = "unknown" fields included).
-    static func localDateTime(_ value: [UInt8]) -> LocalDateTime? {
-        guard value.count >= 7 else { return nil }
-        let year = Int(value[0]) | Int(value[1]) << 8
-        guard let date = GlucoseDateTime(
-            year: year, month: Int(value[2]), day: Int(value[3]),
-            hour: Int(value[4]), minute: Int(value[5]), second: Int(value[6])
-        ) else { return nil }
-        return LocalDateTime(date)
-    }
-}
-
-extension LocalDateTime {
-    init(_ date: GlucoseDateTime) {
-        self.init(year: date.year, month: date.month, day: date.day, hour: date.hour, minute: date.minute, second: date.second)
-    }
 }
 
 /// A 0x2A18 value decoded for storage. When the base time is not a usable date (the meter's clock was
-/// never set, or a firmware bug such as month 13), the record is still decoded with the time left out,
-/// so the reading is kept with `time-unresolved` instead of being dropped or guessed.
+/// never set, or a firmware bug such as month 13), the record is still decoded with the base time kept as
+/// sent, so the reading is kept with `time-unresolved` instead of being dropped or guessed.
 public struct DecodedMeasurement: Sendable, Equatable {
     public var measurement: GlucoseMeasurement
     public var raw: [UInt8]
-    /// False when the base time bytes were not a valid date.
-    public var timeUsable: Bool
-    /// The seven base-time bytes as the meter sent them, ISO-8601-shaped even when invalid.
-    public var rawBaseTime: String
 
     /// Nil when the value cannot be decoded even without its time (truncated, inconsistent flags).
     public init?(_ bytes: [UInt8]) {
+        guard let m = try? GlucoseMeasurement(bytes: bytes, options: .keepingInvalidBaseTime) else { return nil }
         raw = bytes
-        if let m = try? GlucoseMeasurement(bytes: bytes) {
-            measurement = m
-            timeUsable = true
-            rawBaseTime = m.baseTime.isoString
-            return
-        }
-        guard bytes.count >= 10 else { return nil }
-        var patched = bytes
-        // 2000-01-01T00:00:00 in place of the base time, only to decode the other fields.
-        patched.replaceSubrange(3..<10, with: [0xD0, 0x07, 1, 1, 0, 0, 0])
-        guard let m = try? GlucoseMeasurement(bytes: patched) else { return nil }
         measurement = m
-        timeUsable = false
-        let year = Int(bytes[3]) | Int(bytes[4]) << 8
-        rawBaseTime = LocalDateTime(
-            year: year, month: Int(bytes[5]), day: Int(bytes[6]), hour: Int(bytes[7]), minute: Int(bytes[8]), second: Int(bytes[9])
-        ).description
     }
+
+    /// False when the base time bytes were not a valid date.
+    public var timeUsable: Bool { measurement.baseTime.isValid }
 }
 
 /// The clinical rules: turns one decoded record (and its context, when one arrived) into the reading the
@@ -136,16 +104,14 @@ public struct ReadingInterpreter: Sendable {
         let m = decoded.measurement
         let offset = Int(m.timeOffset ?? 0)
 
-        var userFacing = decoded.rawBaseTime
+        let userFacing = decoded.timeUsable ? m.userFacingTime : m.baseTime
         var meterInstant: UnixMillis?
         var instant: UnixMillis?
-        if decoded.timeUsable {
-            let local = LocalDateTime(m.userFacingTime)
-            userFacing = local.description
-            if let zone, let resolved = zone.resolve(local) {
-                meterInstant = resolved.instant
-                instant = resolved.instant - Int64(correctionSeconds) * 1000
-            }
+        var utcOffset: Int?
+        if decoded.timeUsable, let zone, let resolved = zone.resolve(userFacing) {
+            meterInstant = resolved.instant
+            instant = resolved.instant - Int64(correctionSeconds) * 1000
+            utcOffset = NewReading.utcOffsetMinutes(userFacingTime: userFacing, meterInstant: resolved.instant)
         }
 
         let isKetone = context?.meal == Self.ketoneMeal
@@ -188,15 +154,16 @@ public struct ReadingInterpreter: Sendable {
         return NewReading(
             meterAddress: meterAddress,
             sequence: Int(m.sequenceNumber),
-            baseTime: decoded.rawBaseTime,
+            baseTime: m.baseTime,
             timeOffsetMinutes: offset,
             userFacingTime: userFacing,
+            utcOffsetMinutes: utcOffset,
             meterInstant: meterInstant,
             instant: instant,
             mgdl: mgdl,
             mmoll: mmoll,
-            special: m.concentration?.specialName,
-            unit: m.unit.rawValue,
+            special: m.concentration?.special,
+            unit: m.unit,
             type: m.type.map(Int.init),
             sampleLocation: m.sampleLocation.map(Int.init),
             sensorStatus: status.map { Int($0.rawValue) },

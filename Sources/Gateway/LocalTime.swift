@@ -1,48 +1,6 @@
 import GatewayCore
 import GlucoseProfile
 
-/// A wall-clock date and time without a zone, as a meter shows it.
-public struct LocalDateTime: Hashable, Sendable, CustomStringConvertible {
-    public var year: Int
-    public var month: Int
-    public var day: Int
-    public var hour: Int
-    public var minute: Int
-    public var second: Int
-
-    public init(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
-        self.year = year
-        self.month = month
-        self.day = day
-        self.hour = hour
-        self.minute = minute
-        self.second = second
-    }
-
-    /// Seconds since 1970-01-01T00:00:00 as if this wall time were UTC (proleptic Gregorian).
-    public var naiveSeconds: Int64 {
-        Int64(CivilCalendar.days(year: year, month: month, day: day)) * 86_400
-            + Int64(hour * 3600 + minute * 60 + second)
-    }
-
-    /// `2024-03-05T14:30:00`.
-    public var description: String {
-        CivilCalendar.isoDateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
-    }
-
-    /// The wall time `seconds` after the epoch read as UTC.
-    public init(naiveSeconds seconds: Int64) {
-        var days = seconds / 86_400
-        var rest = seconds % 86_400
-        if rest < 0 {
-            rest += 86_400
-            days -= 1
-        }
-        let (y, m, d) = CivilCalendar.date(days: Int(days))
-        self.init(year: y, month: m, day: d, hour: Int(rest / 3600), minute: Int(rest % 3600 / 60), second: Int(rest % 60))
-    }
-}
-
 /// How a wall time was turned into an instant.
 public enum LocalTimeResolution: Sendable, Equatable {
     /// The wall time occurs exactly once in the zone.
@@ -95,14 +53,16 @@ public struct MeterTimeZone: Sendable, Equatable {
     }
 
     /// The wall time shown in this zone at an instant.
-    public func localTime(at millis: UnixMillis) -> LocalDateTime {
+    public func localTime(at millis: UnixMillis) -> GlucoseDateTime {
         let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
-        return LocalDateTime(naiveSeconds: seconds + Int64(offsetSeconds(at: seconds)))
+        return GlucoseDateTime(naiveSeconds: seconds + Int64(offsetSeconds(at: seconds)))
     }
 
     /// Resolves a wall time to an instant under the documented rule; nil when no rule applies (a zone
-    /// whose offsets are inconsistent around that time).
-    public func resolve(_ local: LocalDateTime) -> LocalTimeResolution? {
+    /// whose offsets are inconsistent around that time) and for fields that are not a valid date (a month
+    /// 13 or a day 0 from a meter's broken clock is not guessed at).
+    public func resolve(_ local: GlucoseDateTime) -> LocalTimeResolution? {
+        guard local.isValid else { return nil }
         let naive = local.naiveSeconds
         // Offsets in force well before and well after: transitions are never closer than 2 days apart.
         let before = offsetSeconds(at: naive - 172_800)

@@ -507,8 +507,8 @@ private final class DownloadSession {
     // MARK: - Steps
 
     func readMeterInformation() async throws(Stop) {
-        if let bytes = try await optionalRead(.glucoseFeature), bytes.count >= 2 {
-            report.features = UInt16(bytes[0]) | UInt16(bytes[1]) << 8
+        if let bytes = try await optionalRead(.glucoseFeature), let features = try? GlucoseFeatures(bytes: bytes) {
+            report.features = features.rawValue
         }
         report.identity.manufacturer = try await optionalString(.manufacturerName)
         report.identity.model = try await optionalString(.modelNumber)

@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 
 /// What pairing learned about a meter.
 public struct PairingResult: Sendable, Equatable {
@@ -83,8 +84,8 @@ public struct MeterPairing: Sendable {
         info.serial = await Self.readString(link, .serialNumber)
         info.firmware = await Self.readString(link, .firmwareRevision)
         let feature = try? await link.read(.glucoseFeature)
-        if let bytes = feature, bytes.count >= 2 {
-            info.features = Int(bytes[0]) | Int(bytes[1]) << 8
+        if let bytes = feature, let features = try? GlucoseFeatures(bytes: bytes) {
+            info.features = Int(features.rawValue)
         }
         await link.disconnect()
         if keptBond, feature == nil {

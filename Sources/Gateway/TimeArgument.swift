@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 
 /// Times typed on the command line (`readings --since`).
 public enum TimeArgument {
@@ -26,7 +27,7 @@ public enum TimeArgument {
             return true
         }
         guard let year = number(4), take("-"), let month = number(2), take("-"), let day = number(2),
-              (1...12).contains(month), day >= 1, day <= LocalDateTime.daysInMonth(year: year, month: month) else { return nil }
+              (1...12).contains(month), day >= 1, day <= GlucoseDateTime.daysInMonth(year: year, month: month) else { return nil }
         var hour = 0, minute = 0, second = 0
         if take("T") || take(" ") {
             guard let h = number(2), take(":"), let m = number(2), h < 24, m < 60 else { return nil }
@@ -37,7 +38,7 @@ public enum TimeArgument {
                 second = sec
             }
         }
-        let local = LocalDateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
+        guard let local = GlucoseDateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second) else { return nil }
         if s.isEmpty {
             guard let zone, let resolved = zone.resolve(local) else { return nil }
             return resolved.instant

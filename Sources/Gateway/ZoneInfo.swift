@@ -198,7 +198,7 @@ struct PosixTZRule: Sendable, Equatable {
 
     func offset(at t: Int64) -> Int {
         guard let dst = daylightOffset, let start, let end else { return standardOffset }
-        let year = LocalDateTime(naiveSeconds: t + Int64(standardOffset)).year
+        let year = GlucoseDateTime(naiveSeconds: t + Int64(standardOffset)).year
         let startUTC = PosixTZRule.localSeconds(start, year: year) - Int64(standardOffset)
         let endUTC = PosixTZRule.localSeconds(end, year: year) - Int64(dst)
         if startUTC < endUTC {
@@ -223,21 +223,11 @@ struct PosixTZRule: Sendable, Equatable {
             // 1970-01-01 was a Thursday (4).
             let firstWeekday = Int(((first % 7) + 11) % 7)
             var dayOfMonth = 1 + (weekday - firstWeekday + 7) % 7 + (week - 1) * 7
-            let length = LocalDateTime.daysInMonth(year: year, month: month)
+            let length = GlucoseDateTime.daysInMonth(year: year, month: month)
             while dayOfMonth > length { dayOfMonth -= 7 }
             day = first + Int64(dayOfMonth - 1)
         }
         return day * 86_400 + Int64(transition.time)
-    }
-}
-
-extension LocalDateTime {
-    static func daysInMonth(year: Int, month: Int) -> Int {
-        switch month {
-        case 2: (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
-        case 4, 6, 9, 11: 30
-        default: 31
-        }
     }
 }
 

@@ -1,3 +1,5 @@
+import GlucoseProfile
+
 /// Milliseconds since the Unix epoch, UTC. The store and the uploaders use this one time type so that
 /// no layer needs Foundation's `Date` to agree on an instant.
 public typealias UnixMillis = Int64
@@ -42,16 +44,22 @@ public struct ReadingContext: Sendable, Equatable, Codable {
 }
 
 /// A reading as the download procedure hands it to the store: the meter's bytes and times exactly as
-/// sent, and what the clinical rules concluded from them.
+/// sent, and what the clinical rules concluded from them. Times, unit and special value are typed; the
+/// store turns them into text only in its rows.
 public struct NewReading: Sendable, Equatable {
     /// Meter Bluetooth address.
     public var meterAddress: String
     public var sequence: Int
-    /// Base time exactly as sent, ISO 8601 local without zone, e.g. `2024-03-05T14:30:00`.
-    public var baseTime: String
+    /// Base time exactly as sent. Not a valid date (`isValid` false) when the meter's clock gave none
+    /// (never set, or a firmware bug such as month 13): the reading is then `time-unresolved`.
+    public var baseTime: GlucoseDateTime
     public var timeOffsetMinutes: Int
-    /// Base time + offset, the time the meter shows the user, ISO 8601 local without zone.
-    public var userFacingTime: String
+    /// Base time + offset, the time the meter shows the user; the base time as sent when that is not a
+    /// valid date (no offset is applied to a time that cannot be placed).
+    public var userFacingTime: GlucoseDateTime
+    /// The meter's offset from UTC in minutes at `meterInstant`, as its time zone gave it (user-facing time
+    /// minus meter instant). Set exactly when `meterInstant` is.
+    public var utcOffsetMinutes: Int?
     /// The user-facing time read in the meter's time zone, as UTC, before clock-skew correction.
     /// Nil when it cannot be resolved (then the reading is excluded with `timeUnresolved`).
     public var meterInstant: UnixMillis?
@@ -60,10 +68,10 @@ public struct NewReading: Sendable, Equatable {
     /// Concentration in mg/dL and mmol/L; nil when the value is special.
     public var mgdl: Double?
     public var mmoll: Double?
-    /// `nan`, `nres`, `+inf`, `-inf` or `reserved` when the SFLOAT is not a number.
-    public var special: String?
-    /// `kg/L` or `mol/L`, as the meter sent it.
-    public var unit: String
+    /// Set when the SFLOAT is not a number (HI and LO are the infinities).
+    public var special: SFloat.Special?
+    /// The unit as the meter sent it.
+    public var unit: ConcentrationUnit
     public var type: Int?
     public var sampleLocation: Int?
     public var sensorStatus: Int?
@@ -75,9 +83,10 @@ public struct NewReading: Sendable, Equatable {
     public var exclusion: ExclusionReason?
 
     public init(
-        meterAddress: String, sequence: Int, baseTime: String, timeOffsetMinutes: Int, userFacingTime: String,
-        meterInstant: UnixMillis?, instant: UnixMillis?, mgdl: Double?, mmoll: Double?, special: String?,
-        unit: String, type: Int?, sampleLocation: Int?, sensorStatus: Int?, analyte: Analyte,
+        meterAddress: String, sequence: Int, baseTime: GlucoseDateTime, timeOffsetMinutes: Int,
+        userFacingTime: GlucoseDateTime, utcOffsetMinutes: Int?,
+        meterInstant: UnixMillis?, instant: UnixMillis?, mgdl: Double?, mmoll: Double?, special: SFloat.Special?,
+        unit: ConcentrationUnit, type: Int?, sampleLocation: Int?, sensorStatus: Int?, analyte: Analyte,
         context: ReadingContext?, rawMeasurement: [UInt8], rawContext: [UInt8]?, receivedAt: UnixMillis,
         exclusion: ExclusionReason?
     ) {
@@ -86,6 +95,7 @@ public struct NewReading: Sendable, Equatable {
         self.baseTime = baseTime
         self.timeOffsetMinutes = timeOffsetMinutes
         self.userFacingTime = userFacingTime
+        self.utcOffsetMinutes = utcOffsetMinutes
         self.meterInstant = meterInstant
         self.instant = instant
         self.mgdl = mgdl
@@ -101,6 +111,12 @@ public struct NewReading: Sendable, Equatable {
         self.rawContext = rawContext
         self.receivedAt = receivedAt
         self.exclusion = exclusion
+    }
+
+    /// The offset of a user-facing time from the instant it was resolved to, in whole minutes (towards
+    /// zero, as zones with second offsets such as local mean time have them).
+    public static func utcOffsetMinutes(userFacingTime: GlucoseDateTime, meterInstant: UnixMillis) -> Int {
+        Int((userFacingTime.naiveSeconds * 1000 - meterInstant) / 60_000)
     }
 }
 

@@ -94,8 +94,9 @@ struct ByteReader {
     }
 
     /// A 7-byte Date Time, validated; `field` names the whole date ("Base Time"). On failure the
-    /// returned date is a placeholder and `error` is set.
-    mutating func dateTime(_ field: StaticString) -> GlucoseDateTime {
+    /// returned date is a placeholder and `error` is set. With `keepingInvalid`, a date that is not valid
+    /// is returned with its fields as sent (`isValid` false) and only a short value fails.
+    mutating func dateTime(_ field: StaticString, keepingInvalid: Bool = false) -> GlucoseDateTime {
         guard need(7, field) else { return .placeholder }
         let start = offset
         let year = Int(bytes[start]) | Int(bytes[start + 1]) << 8
@@ -104,7 +105,7 @@ struct ByteReader {
         let hour = Int(bytes[start + 4])
         let minute = Int(bytes[start + 5])
         let second = Int(bytes[start + 6])
-        if let invalid = GlucoseDateTime.firstInvalidPart(year: year, month: month, day: day, hour: hour, minute: minute, second: second) {
+        if !keepingInvalid, let invalid = GlucoseDateTime.firstInvalidPart(year: year, month: month, day: day, hour: hour, minute: minute, second: second) {
             fail(Failure(kind: .invalidValue, field: field, part: invalid.name, offset: start + invalid.offset,
                          detail: .outside(invalid.value, invalid.allowed)))
             return .placeholder

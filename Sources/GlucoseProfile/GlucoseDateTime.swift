@@ -6,6 +6,12 @@
 /// (proleptic Gregorian leap years), hours < 24, minutes < 60, seconds < 60. The Date Time characteristic
 /// lets year, month or day be 0 for "not known"; a glucose record cannot be placed in time with such a
 /// value, so the decoders report it as an invalid value naming the part.
+///
+/// It is also the gateway's one civil date-time type (a wall time without a zone), used for time-zone
+/// arithmetic and command-line times. Two ways give a value that is not a valid date, and `isValid`
+/// tells: `GlucoseMeasurement` decoded with `keepingInvalidBaseTime` keeps a broken Base Time as sent, and
+/// `init(naiveSeconds:)` far outside the year range. Such a value is never placed in time
+/// (`MeterTimeZone.resolve` refuses it): a month 13 is not read as January of the next year.
 public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConvertible {
     public var year: Int
     public var month: Int
@@ -43,6 +49,53 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
         }
     }
 
+    /// The wall time `seconds` after 1970-01-01T00:00:00 (before it when negative), no zone applied; the
+    /// inverse of `naiveSeconds`. Valid for every instant in the years 1582...9999.
+    public init(naiveSeconds seconds: Int64) {
+        var days = seconds / 86_400
+        var rest = seconds % 86_400
+        if rest < 0 {
+            rest += 86_400
+            days -= 1
+        }
+        let (y, m, d) = CivilCalendar.date(days: Int(days))
+        let r = Int(rest)
+        self.init(unchecked: y, m, d, r / 3600, r % 3600 / 60, r % 60)
+    }
+
+    /// Reads `YYYY-MM-DDTHH:MM:SS` as `isoString` writes it. With `requiringValidDate` (the default) nil
+    /// unless the fields make a valid date; without it, the fields are kept as written, as long as each is
+    /// a number in the range of its byte (the text of a base time decoded with `keepingInvalidBaseTime`).
+    public init?(isoString text: String, requiringValidDate: Bool = true) {
+        var fields: [Int] = []
+        var current: Int?
+        let separators: [UInt8] = [UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"), UInt8(ascii: ":"), UInt8(ascii: ":")]
+        for c in text.utf8 {
+            if c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") {
+                let v = (current ?? 0) * 10 + Int(c - UInt8(ascii: "0"))
+                guard v <= 65_535 else { return nil }
+                current = v
+                continue
+            }
+            guard let value = current, fields.count < separators.count, c == separators[fields.count] else { return nil }
+            fields.append(value)
+            current = nil
+        }
+        guard let last = current, fields.count == 5 else { return nil }
+        fields.append(last)
+        guard fields[1...].allSatisfy({ $0 <= 255 }) else { return nil }
+        if requiringValidDate {
+            self.init(year: fields[0], month: fields[1], day: fields[2], hour: fields[3], minute: fields[4], second: fields[5])
+        } else {
+            self.init(unchecked: fields[0], fields[1], fields[2], fields[3], fields[4], fields[5])
+        }
+    }
+
+    /// Whether the fields make a date of the years 1582...9999 (always, except as the type's comment says).
+    public var isValid: Bool {
+        GlucoseDateTime.firstInvalidPart(year: year, month: month, day: day, hour: hour, minute: minute, second: second) == nil
+    }
+
     /// Returned by a failed read; never escapes a decoder.
     static let placeholder = GlucoseDateTime(unchecked: 2000, 1, 1, 0, 0, 0)
 
@@ -77,9 +130,9 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
         return GlucoseDateTime(unchecked: y, m, d, minuteOfDay / 60, minuteOfDay % 60, second)
     }
 
-    /// Seconds since 1970-01-01T00:00:00 of the same wall clock (no zone applied).
-    public var secondsSinceEpochAsUTC: Int {
-        CivilCalendar.days(year: year, month: month, day: day) * 86_400 + hour * 3600 + minute * 60 + second
+    /// Seconds since 1970-01-01T00:00:00 of the same wall clock read as if it were UTC (no zone applied).
+    public var naiveSeconds: Int64 {
+        Int64(CivilCalendar.days(year: year, month: month, day: day)) * 86_400 + Int64(hour * 3600 + minute * 60 + second)
     }
 
     public static func < (lhs: GlucoseDateTime, rhs: GlucoseDateTime) -> Bool {
@@ -91,6 +144,8 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
         year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
     }
 
+    /// Days in a month of the proleptic Gregorian calendar; 0 for a month outside 1...12, so that no day
+    /// of a month 13 is ever valid.
     public static func daysInMonth(year: Int, month: Int) -> Int {
         switch month {
         case 1, 3, 5, 7, 8, 10, 12: return 31

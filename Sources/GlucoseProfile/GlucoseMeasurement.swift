@@ -54,23 +54,35 @@ public struct GlucoseMeasurement: Hashable, Sendable {
         self.contextFollows = contextFollows
     }
 
+    /// How strictly `decode(_:options:)` reads a value.
+    public struct DecodingOptions: OptionSet, Hashable, Sendable {
+        public var rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+        /// A Base Time that is not a valid date (a meter whose clock was never set sends year 0; firmware
+        /// bugs send month 13) does not fail the value: `baseTime` holds the seven fields as sent, with
+        /// `isValid` false, so the rest of the record can be kept while its time stays unplaced. The Base
+        /// Time must still be present (seven bytes).
+        public static let keepingInvalidBaseTime = DecodingOptions(rawValue: 1 << 0)
+    }
+
     @inlinable
-    public init(bytes: some Collection<UInt8>) throws(GlucoseDecodingError) {
-        self = try GlucoseMeasurement.decode(bytes).get()
+    public init(bytes: some Collection<UInt8>, options: DecodingOptions = []) throws(GlucoseDecodingError) {
+        self = try GlucoseMeasurement.decode(bytes, options: options).get()
     }
 
     /// Decodes without throwing: the value or the typed error.
     @inlinable
-    public static func decode(_ bytes: some Collection<UInt8>) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
-        withContiguousBytes(bytes, decode(raw:))
+    public static func decode(_ bytes: some Collection<UInt8>, options: DecodingOptions = []) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
+        withContiguousBytes(bytes) { decode(raw: $0, options: options) }
     }
 
     @usableFromInline
-    static func decode(raw: UnsafeRawBufferPointer) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
+    static func decode(raw: UnsafeRawBufferPointer, options: DecodingOptions) -> Result<GlucoseMeasurement, GlucoseDecodingError> {
         var r = ByteReader(raw)
         let flags = r.uint8("Flags")
         let sequence = r.uint16("Sequence Number")
-        let base = r.dateTime("Base Time")
+        let base = r.dateTime("Base Time", keepingInvalid: options.contains(.keepingInvalidBaseTime))
         var value = GlucoseMeasurement(sequenceNumber: sequence, baseTime: base)
         if flags & 0x01 != 0 {
             value.timeOffset = r.int16("Time Offset")
@@ -117,7 +129,8 @@ public struct GlucoseMeasurement: Hashable, Sendable {
         return w.bytes
     }
 
-    /// The time the meter showed the user: base time + time offset.
+    /// The time the meter showed the user: base time + time offset. Meaningless when `baseTime.isValid`
+    /// is false (a value decoded with `keepingInvalidBaseTime`).
     public var userFacingTime: GlucoseDateTime {
         guard let timeOffset else { return baseTime }
         return baseTime.adding(minutes: Int(timeOffset))

@@ -65,17 +65,29 @@ public enum SFloat: Hashable, Sendable {
         return e >= 0 ? m * SFloat.powerOfTen(e) : m / SFloat.powerOfTen(-e)
     }
 
-    /// `nan`, `nres`, `+inf`, `-inf` or `reserved`; nil for numbers.
-    public var specialName: String? {
+    /// The five reserved patterns, named apart from numbers; the raw value is the name used in text.
+    public enum Special: String, Hashable, Sendable, CaseIterable {
+        case nan
+        case nres
+        case positiveInfinity = "+inf"
+        case negativeInfinity = "-inf"
+        case reserved
+    }
+
+    /// The special value; nil for numbers.
+    public var special: Special? {
         switch self {
         case .value: return nil
-        case .nan: return "nan"
-        case .nres: return "nres"
-        case .positiveInfinity: return "+inf"
-        case .negativeInfinity: return "-inf"
-        case .reserved: return "reserved"
+        case .nan: return .nan
+        case .nres: return .nres
+        case .positiveInfinity: return .positiveInfinity
+        case .negativeInfinity: return .negativeInfinity
+        case .reserved: return .reserved
         }
     }
+
+    /// `nan`, `nres`, `+inf`, `-inf` or `reserved`; nil for numbers.
+    public var specialName: String? { special?.rawValue }
 
     /// Encodes `value` with the given exponent: the mantissa is `value / 10^exponent` rounded half away from
     /// zero. Nil when the exponent is outside -8...7 or the mantissa outside -2045...2045 (the range that

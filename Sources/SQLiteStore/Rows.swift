@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 
 /// A meter row as stored: the identity and bookkeeping `MeterInfo` carries, plus when it was unpaired.
 public struct MeterRecord: Sendable, Equatable {
@@ -54,15 +55,15 @@ enum ReadingColumns {
         let c = r.context
         try statement.bind(.text(r.meterAddress), at: 1)
         try statement.bind(.integer(Int64(r.sequence)), at: 2)
-        try statement.bind(.text(r.baseTime), at: 3)
+        try statement.bind(.text(r.baseTime.isoString), at: 3)
         try statement.bind(.integer(Int64(r.timeOffsetMinutes)), at: 4)
-        try statement.bind(.text(r.userFacingTime), at: 5)
+        try statement.bind(.text(r.userFacingTime.isoString), at: 5)
         try statement.bind(SQLiteValue(r.meterInstant), at: 6)
         try statement.bind(SQLiteValue(r.instant), at: 7)
         try statement.bind(SQLiteValue(r.mgdl), at: 8)
         try statement.bind(SQLiteValue(r.mmoll), at: 9)
-        try statement.bind(SQLiteValue(r.special), at: 10)
-        try statement.bind(.text(r.unit), at: 11)
+        try statement.bind(SQLiteValue(r.special?.rawValue), at: 10)
+        try statement.bind(.text(r.unit.rawValue), at: 11)
         try statement.bind(SQLiteValue(r.type), at: 12)
         try statement.bind(SQLiteValue(r.sampleLocation), at: 13)
         try statement.bind(SQLiteValue(r.sensorStatus), at: 14)
@@ -93,6 +94,24 @@ enum ReadingColumns {
         guard let analyte = Analyte(rawValue: row.text(15)) else {
             throw SQLiteStoreError.invalidColumn(table: "reading", column: "analyte")
         }
+        // Times as written by `bind`: a base time that was not a date is stored as sent and read back so.
+        guard let baseTime = GlucoseDateTime(isoString: row.text(3), requiringValidDate: false) else {
+            throw SQLiteStoreError.invalidColumn(table: "reading", column: "base_time")
+        }
+        guard let userFacingTime = GlucoseDateTime(isoString: row.text(5), requiringValidDate: false) else {
+            throw SQLiteStoreError.invalidColumn(table: "reading", column: "user_facing_time")
+        }
+        guard let unit = ConcentrationUnit(rawValue: row.text(11)) else {
+            throw SQLiteStoreError.invalidColumn(table: "reading", column: "unit")
+        }
+        var special: SFloat.Special?
+        if let text = row.optionalText(10) {
+            guard let value = SFloat.Special(rawValue: text) else {
+                throw SQLiteStoreError.invalidColumn(table: "reading", column: "special")
+            }
+            special = value
+        }
+        let meterInstant = row.optionalInt64(6)
         var context: ReadingContext?
         if row.int(16) != 0 {
             var c = ReadingContext()
@@ -110,9 +129,11 @@ enum ReadingColumns {
             context = c
         }
         let reading = NewReading(
-            meterAddress: row.text(1), sequence: row.int(2), baseTime: row.text(3), timeOffsetMinutes: row.int(4),
-            userFacingTime: row.text(5), meterInstant: row.optionalInt64(6), instant: row.optionalInt64(7),
-            mgdl: row.optionalDouble(8), mmoll: row.optionalDouble(9), special: row.optionalText(10), unit: row.text(11),
+            meterAddress: row.text(1), sequence: row.int(2), baseTime: baseTime, timeOffsetMinutes: row.int(4),
+            userFacingTime: userFacingTime,
+            utcOffsetMinutes: meterInstant.map { NewReading.utcOffsetMinutes(userFacingTime: userFacingTime, meterInstant: $0) },
+            meterInstant: meterInstant, instant: row.optionalInt64(7),
+            mgdl: row.optionalDouble(8), mmoll: row.optionalDouble(9), special: special, unit: unit,
             type: row.optionalInt(12), sampleLocation: row.optionalInt(13), sensorStatus: row.optionalInt(14),
             analyte: analyte, context: context, rawMeasurement: row.blob(28), rawContext: row.optionalBlob(29),
             receivedAt: row.int64(30), exclusion: row.optionalText(31).map(ExclusionReason.init(rawValue:))

@@ -7,18 +7,16 @@ enum UploadableReading {
     /// when the reading must not be uploaded as a number.
     static func time(of reading: NewReading) -> (instant: Int64, offsetMinutes: Int)? {
         guard reading.analyte == .glucose, reading.exclusion == nil, reading.special == nil,
-              let instant = reading.instant, let meterInstant = reading.meterInstant else { return nil }
-        // The meter's zone offset is what separates its user-facing local time from the same moment in UTC.
+              let instant = reading.instant, reading.meterInstant != nil else { return nil }
+        // The meter's zone offset, as its zone gave it when the time was resolved; an offset beyond any
+        // zone's (±18 h) is not shown.
         var offset = 0
-        if let local = CivilCalendar.naiveSeconds(isoDateTime: reading.userFacingTime).map({ $0 * 1000 }) {
-            let minutes = (local - meterInstant) / 60_000
-            if abs(minutes) <= 18 * 60 { offset = Int(minutes) }
-        }
+        if let minutes = reading.utcOffsetMinutes, abs(minutes) <= 18 * 60 { offset = minutes }
         return (instant, offset)
     }
 
     static func key(of reading: NewReading) -> String {
-        IdempotencyKey.key(meterAddress: reading.meterAddress, sequence: reading.sequence, meterTime: reading.userFacingTime)
+        IdempotencyKey.key(meterAddress: reading.meterAddress, sequence: reading.sequence, meterTime: reading.userFacingTime.isoString)
     }
 
     /// Plain ASCII for a device string: letters, digits, `.`, `_` and `-`; anything else becomes `_`.
@@ -110,7 +108,7 @@ public struct FHIRBodyBuilder: OutboxBodyBuilder {
     public func element(for reading: NewReading, meter: MeterInfo) -> OutboxElement? {
         guard let (instant, offset) = UploadableReading.time(of: reading) else { return nil }
         // Send the unit the meter reported; LOINC 41653-7 is mass/volume, 14743-9 moles/volume.
-        let molar = reading.unit == "mol/L"
+        let molar = reading.unit == .molePerLitre
         let value: Double
         if molar {
             guard let v = reading.mmoll else { return nil }

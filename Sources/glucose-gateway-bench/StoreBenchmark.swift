@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import GlucoseProfile
 import SQLiteStore
 
 /// `store-insert`: bulk insert of readings into a fresh database file, in batches of one transaction each,
@@ -104,18 +105,19 @@ private struct BenchBuilder: OutboxBodyBuilder {
     func element(for reading: NewReading, meter: MeterInfo) -> OutboxElement? {
         guard reading.exclusion == nil, let mgdl = reading.mgdl, let instant = reading.instant else { return nil }
         let body = "{\"type\":\"mbg\",\"mbg\":\(Int(mgdl)),\"date\":\(instant),\"device\":\"\(meter.name ?? meter.address)\",\"seq\":\(reading.sequence)}"
-        return OutboxElement(key: "\(destination.rawValue):\(reading.meterAddress):\(reading.sequence):\(reading.userFacingTime)", body: Array(body.utf8))
+        return OutboxElement(key: "\(destination.rawValue):\(reading.meterAddress):\(reading.sequence):\(reading.userFacingTime.isoString)", body: Array(body.utf8))
     }
 }
 
 private func benchReading(meter: String, sequence: Int) -> NewReading {
     let minutes = sequence % 1440
-    let time = "2024-03-05T\(twoDigits(minutes / 60)):\(twoDigits(minutes % 60)):00"
+    let time = GlucoseDateTime(naiveSeconds: 1_709_596_800 + Int64(minutes) * 60)  // 2024-03-05, one a minute
     let instant: UnixMillis = 1_709_600_000_000 + Int64(sequence) * 60_000
     return NewReading(
         meterAddress: meter, sequence: sequence, baseTime: time, timeOffsetMinutes: 0, userFacingTime: time,
+        utcOffsetMinutes: NewReading.utcOffsetMinutes(userFacingTime: time, meterInstant: instant),
         meterInstant: instant, instant: instant, mgdl: Double(70 + sequence % 150), mmoll: Double(70 + sequence % 150) / 18.016,
-        special: nil, unit: "kg/L", type: 1, sampleLocation: 1, sensorStatus: nil, analyte: .glucose, context: nil,
+        special: nil, unit: .kilogramPerLitre, type: 1, sampleLocation: 1, sensorStatus: nil, analyte: .glucose, context: nil,
         rawMeasurement: [0x0B, UInt8(truncatingIfNeeded: sequence), UInt8(truncatingIfNeeded: sequence >> 8), 0xE8, 0x07, 0x03, 0x05, 0x0E, 0x1E, 0x00, 0x00, 0x00, 0x69, 0xB0, 0x11],
         rawContext: nil, receivedAt: instant + 5_000, exclusion: nil
     )
@@ -130,7 +132,6 @@ private func processCPUSeconds() -> Double {
     return user + system
 }
 
-private func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
 
 private func formatted(_ value: Double, digits: Int) -> String {
     var scale = 1.0

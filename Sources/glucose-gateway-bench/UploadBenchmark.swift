@@ -49,10 +49,11 @@ enum UploadBenchmark {
 
     static func reading(_ n: Int) -> NewReading {
         let instant: Int64 = 1_735_714_800_000 + Int64(n) * 60_000  // 2025-01-01T07:00Z, one a minute
-        let local = String(CivilCalendar.iso8601(millis: instant, offsetMinutes: 60).prefix(19))
+        let local = GlucoseDateTime(naiveSeconds: instant / 1000 + 3600)  // Europe/Berlin in winter
         return NewReading(
             meterAddress: meter.address, sequence: n, baseTime: local, timeOffsetMinutes: 0, userFacingTime: local,
-            meterInstant: instant, instant: instant, mgdl: Double(80 + n % 120), mmoll: nil, special: nil, unit: "kg/L",
+            utcOffsetMinutes: 60,
+            meterInstant: instant, instant: instant, mgdl: Double(80 + n % 120), mmoll: nil, special: nil, unit: .kilogramPerLitre,
             type: 1, sampleLocation: 1, sensorStatus: nil, analyte: .glucose, context: nil, rawMeasurement: [0x00],
             rawContext: nil, receivedAt: instant, exclusion: nil)
     }

@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 import Testing
 @testable import Gateway
 
@@ -7,14 +8,14 @@ struct LocalTimeTests {
     struct Case: CustomStringConvertible, Sendable {
         var name: String
         var zone: String
-        var local: LocalDateTime
-        var expectedUTC: LocalDateTime
+        var local: GlucoseDateTime
+        var expectedUTC: GlucoseDateTime
         var kind: String
         var description: String { name }
     }
 
-    static func t(_ y: Int, _ mo: Int, _ d: Int, _ h: Int, _ mi: Int, _ s: Int = 0) -> LocalDateTime {
-        LocalDateTime(year: y, month: mo, day: d, hour: h, minute: mi, second: s)
+    static func t(_ y: Int, _ mo: Int, _ d: Int, _ h: Int, _ mi: Int, _ s: Int = 0) -> GlucoseDateTime {
+        GlucoseDateTime(naiveSeconds: Int64(CivilCalendar.days(year: y, month: mo, day: d)) * 86_400 + Int64(h * 3600 + mi * 60 + s))
     }
 
     static let cases: [Case] = [
@@ -76,7 +77,7 @@ struct LocalTimeTests {
             let start = Self.t(2025, 1, 1, 0, 0).naiveSeconds
             for hour in stride(from: Int64(0), to: 365 * 24, by: 1) {
                 let t = start + hour * 3600
-                #expect(rule.offset(at: t) == zone.offsetSeconds(at: t), "\(id) at \(LocalDateTime(naiveSeconds: t))")
+                #expect(rule.offset(at: t) == zone.offsetSeconds(at: t), "\(id) at \(GlucoseDateTime(naiveSeconds: t))")
             }
         }
     }
@@ -112,9 +113,32 @@ struct LocalTimeTests {
 
     @Test func civilDaysRoundTrip() {
         for days in stride(from: Int64(-800_000), to: 800_000, by: 997) {
-            let t = LocalDateTime(naiveSeconds: days * 86_400 + 3723)
+            let t = GlucoseDateTime(naiveSeconds: days * 86_400 + 3723)
             #expect(t.naiveSeconds == days * 86_400 + 3723)
         }
+    }
+
+    /// The calendar arithmetic alone reads month 13 of 2024 as January 2025; a meter's month 13 is a broken
+    /// clock, and its time stays unresolved instead of being guessed.
+    @Test(arguments: ["2024-13-01T08:00:00", "2024-00-10T08:00:00", "2024-02-30T08:00:00", "2024-04-31T08:00:00",
+                      "0000-00-00T00:00:00", "2024-05-01T24:00:00", "2024-05-01T08:60:00"])
+    func fieldsThatAreNoDateAreNeverResolved(_ text: String) throws {
+        let zone = try #require(MeterTimeZone(identifier: "Europe/Berlin"))
+        let fields = try #require(GlucoseDateTime(isoString: text, requiringValidDate: false))
+        #expect(!fields.isValid)
+        #expect(zone.resolve(fields) == nil)
+    }
+
+    @Test func monthThirteenHasNoDays() throws {
+        #expect(GlucoseDateTime.daysInMonth(year: 2024, month: 13) == 0)
+        #expect(GlucoseDateTime.daysInMonth(year: 2024, month: 0) == 0)
+        #expect(GlucoseDateTime(year: 2024, month: 13, day: 1, hour: 8, minute: 0, second: 0) == nil)
+        // What the arithmetic would have made of it, and what a valid time of that day resolves to.
+        let monthThirteen = try #require(GlucoseDateTime(isoString: "2024-13-01T08:00:00", requiringValidDate: false))
+        #expect(monthThirteen.naiveSeconds == Self.t(2025, 1, 1, 8, 0).naiveSeconds)
+        let zone = try #require(MeterTimeZone(identifier: "UTC"))
+        #expect(zone.resolve(Self.t(2025, 1, 1, 8, 0)) != nil)
+        #expect(zone.resolve(monthThirteen) == nil)
     }
 
     @Test func systemZoneComesFromTZ() {

@@ -436,7 +436,7 @@ struct MeterDownloadTests {
         script.clockValue = FakeMeterScript.currentTime(GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 10, minute: 10, second: 0)!)
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let gatewayNow = LocalDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0).naiveSeconds * 1000
+        let gatewayNow = try #require(GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0)).naiveSeconds * 1000
         let report = try await Self.download(meter, store, now: { gatewayNow })
         #expect(report.skew?.seconds == 600)
         let r = try #require(store.readings.first)
@@ -452,7 +452,7 @@ struct MeterDownloadTests {
         script.clockValue = FakeMeterScript.dateTime(GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 9, minute: 59, second: 0)!)
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let gatewayNow = LocalDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0).naiveSeconds * 1000
+        let gatewayNow = try #require(GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0)).naiveSeconds * 1000
         let report = try await Self.download(meter, store, now: { gatewayNow })
         #expect(report.skew?.seconds == -60)
         #expect(meter.callLog.contains("read 0x2a08"))

@@ -1,12 +1,13 @@
 import GatewayCore
+import GlucoseProfile
 import Testing
 @testable import Gateway
 
 @Suite("Command-line times")
 struct TimeArgumentTests {
-    static let now: UnixMillis = LocalDateTime(year: 2024, month: 5, day: 10, hour: 12, minute: 0, second: 0).naiveSeconds * 1000
+    static let now: UnixMillis = utc(2024, 5, 10, 12)
     static func utc(_ y: Int, _ mo: Int, _ d: Int, _ h: Int = 0, _ mi: Int = 0, _ s: Int = 0) -> UnixMillis {
-        LocalDateTime(year: y, month: mo, day: d, hour: h, minute: mi, second: s).naiveSeconds * 1000
+        GlucoseDateTime(year: y, month: mo, day: d, hour: h, minute: mi, second: s).map { $0.naiveSeconds * 1000 } ?? .min
     }
 
     @Test(arguments: [

@@ -15,7 +15,8 @@ import Testing
         context.hba1cPercent = 6.1
         var reading = sampleReading(sequence: 7, context: context)
         reading.timeOffsetMinutes = -15
-        reading.userFacingTime = "2024-03-05T14:15:00"
+        reading.userFacingTime = testWallTime("2024-03-05T14:15:00")
+        reading.utcOffsetMinutes = -15
         reading.sensorStatus = 0x0040
         var empty = sampleReading(sequence: 8, mgdl: nil, instant: nil, exclusion: .timeUnresolved)
         empty.rawMeasurement = []

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import GlucoseProfile
 @testable import SQLiteStore
 
 /// A fresh directory under /tmp for one test's database, removed by `remove()`.
@@ -49,6 +50,12 @@ struct StubBuilder: OutboxBodyBuilder {
     }
 }
 
+/// A wall time written in a test, `YYYY-MM-DDTHH:MM:SS`.
+func testWallTime(_ text: String) -> GlucoseDateTime {
+    guard let time = GlucoseDateTime(isoString: text) else { preconditionFailure("not a wall time: \(text)") }
+    return time
+}
+
 let meterA = "AA:BB:CC:DD:EE:01"
 let meterB = "AA:BB:CC:DD:EE:02"
 
@@ -56,10 +63,12 @@ func sampleReading(
     meter: String = meterA, sequence: Int, time: String = "2024-03-05T14:30:00", mgdl: Double? = 105,
     instant: UnixMillis? = 1_709_649_000_000, exclusion: ExclusionReason? = nil, context: ReadingContext? = nil
 ) -> NewReading {
-    NewReading(
-        meterAddress: meter, sequence: sequence, baseTime: time, timeOffsetMinutes: 0, userFacingTime: time,
+    let wallTime = testWallTime(time)
+    return NewReading(
+        meterAddress: meter, sequence: sequence, baseTime: wallTime, timeOffsetMinutes: 0, userFacingTime: wallTime,
+        utcOffsetMinutes: instant.map { NewReading.utcOffsetMinutes(userFacingTime: wallTime, meterInstant: $0) },
         meterInstant: instant, instant: instant.map { $0 + Int64(sequence) * 60_000 }, mgdl: mgdl,
-        mmoll: mgdl.map { $0 / 18.016 }, special: mgdl == nil ? "nan" : nil, unit: "kg/L", type: 1, sampleLocation: 1,
+        mmoll: mgdl.map { $0 / 18.016 }, special: mgdl == nil ? .nan : nil, unit: .kilogramPerLitre, type: 1, sampleLocation: 1,
         sensorStatus: nil, analyte: .glucose, context: context,
         rawMeasurement: [0x1B, UInt8(truncatingIfNeeded: sequence), 0x00, 0xE8, 0x07, 0x03, 0x05, 0x0E, 0x1E, 0x00],
         rawContext: context == nil ? nil : [0x02, UInt8(truncatingIfNeeded: sequence), 0x00, 0x01],

@@ -1,16 +1,19 @@
 import GatewayCore
+import GlucoseProfile
 import SyncEngine
 import Testing
 import TestSupport
 
 @Suite("Outbox body builders")
 struct BuilderTests {
+    static let meterTime = GlucoseDateTime(naiveSeconds: 1_767_254_530)  // 2026-01-01T08:02:10
+
     func reading() -> NewReading {
         // Meter shows 08:02:10 in Europe/Berlin (+01:00); the gateway corrected the clock by +5 s.
         NewReading(
-            meterAddress: "00:60:19:01:0E:92", sequence: 42, baseTime: "2026-01-01T08:02:10", timeOffsetMinutes: 0,
-            userFacingTime: "2026-01-01T08:02:10", meterInstant: 1_767_250_930_000, instant: 1_767_250_935_000,
-            mgdl: 112, mmoll: nil, special: nil, unit: "kg/L", type: 1, sampleLocation: 1, sensorStatus: nil,
+            meterAddress: "00:60:19:01:0E:92", sequence: 42, baseTime: Self.meterTime, timeOffsetMinutes: 0,
+            userFacingTime: Self.meterTime, utcOffsetMinutes: 60, meterInstant: 1_767_250_930_000, instant: 1_767_250_935_000,
+            mgdl: 112, mmoll: nil, special: nil, unit: .kilogramPerLitre, type: 1, sampleLocation: 1, sensorStatus: nil,
             analyte: .glucose, context: nil, rawMeasurement: [], rawContext: nil, receivedAt: 0, exclusion: nil)
     }
 
@@ -26,7 +29,7 @@ struct BuilderTests {
         var r = reading()
         r.mgdl = nil
         r.mmoll = 6.2
-        r.unit = "mol/L"
+        r.unit = .molePerLitre
         let element = try #require(NightscoutBodyBuilder().element(for: r, meter: testMeter))
         let json = try JSONParser.parse(element.body)
         #expect(json["mbg"]?.int64Value == 112)  // 6.2 x 18.0156 = 111.7
@@ -52,7 +55,7 @@ struct BuilderTests {
         case "control solution": r.exclusion = .controlSolution
         case "ketone": r.analyte = .ketone
         case "unresolved time": r.instant = nil; r.meterInstant = nil
-        default: r.mgdl = nil; r.special = "+inf"
+        default: r.mgdl = nil; r.special = .positiveInfinity
         }
         #expect(NightscoutBodyBuilder().element(for: r, meter: testMeter) == nil, "\(name)")
         #expect(FHIRBodyBuilder(subject: "Patient/p1").element(for: r, meter: testMeter) == nil, "\(name)")
@@ -74,7 +77,7 @@ struct BuilderTests {
         #expect(json["request"]?["ifNoneExist"]?.stringValue == "identifier=urn:ietf:rfc:3986|urn:uuid:\(element.key)")
 
         var molar = reading()
-        molar.unit = "mol/L"
+        molar.unit = .molePerLitre
         molar.mmoll = 6.2
         let m = try JSONParser.parse(try #require(FHIRBodyBuilder(subject: "Patient/p1").element(for: molar, meter: testMeter)).body)
         #expect(m["resource"]?["code"]?["coding"]?.arrayValue?.last?["code"]?.stringValue == "14743-9")

@@ -1,5 +1,6 @@
 import Foundation
 import GatewayCore
+import GlucoseProfile
 import SyncEngine
 import Testing
 import TestSupport
@@ -44,7 +45,7 @@ struct FHIRUploadTests {
         // Half in mmol/L, to check both LOINC codes and units.
         for n in 250..<300 {
             var r = syntheticReading(n)
-            r.unit = "mol/L"
+            r.unit = .molePerLitre
             r.mmoll = 5.5 + Double(n % 10) / 10
             await store.enqueue(r, meter: testMeter, builders: [builder])
         }

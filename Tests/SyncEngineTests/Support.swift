@@ -144,11 +144,11 @@ let testMeter: MeterInfo = {
 func syntheticReading(_ n: Int, mgdl: Double = 100) -> NewReading {
     let base: Int64 = 1_767_250_800_000  // 2026-01-01T07:00:00Z
     let instant = base + Int64(n) * 300_000
-    let local = CivilCalendar.iso8601(millis: instant, offsetMinutes: 60)
-    let localNoZone = String(local.prefix(19))
+    let local = GlucoseDateTime(naiveSeconds: instant / 1000 + 3600)
     return NewReading(
-        meterAddress: testMeter.address, sequence: n, baseTime: localNoZone, timeOffsetMinutes: 0, userFacingTime: localNoZone,
-        meterInstant: instant, instant: instant, mgdl: mgdl + Double(n % 50), mmoll: nil, special: nil, unit: "kg/L",
+        meterAddress: testMeter.address, sequence: n, baseTime: local, timeOffsetMinutes: 0, userFacingTime: local,
+        utcOffsetMinutes: 60,
+        meterInstant: instant, instant: instant, mgdl: mgdl + Double(n % 50), mmoll: nil, special: nil, unit: .kilogramPerLitre,
         type: 1, sampleLocation: 1, sensorStatus: nil, analyte: .glucose, context: nil, rawMeasurement: [],
         rawContext: nil, receivedAt: instant, exclusion: nil)
 }

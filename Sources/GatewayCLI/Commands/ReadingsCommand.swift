@@ -1,5 +1,6 @@
 import Gateway
 import GatewayCore
+import GlucoseProfile
 import SQLiteStore
 
 enum ReadingsCommand: GatewayCommand {
@@ -85,14 +86,14 @@ enum ReadingsCommand: GatewayCommand {
         o.add("sequence", r.sequence)
         o.add("time", r.instant.map(MeterCommandSupport.isoUTC))
         o.add("meterTime", r.meterInstant.map(MeterCommandSupport.isoUTC))
-        o.add("localTime", r.userFacingTime)
-        o.add("baseTime", r.baseTime)
+        o.add("localTime", r.userFacingTime.isoString)
+        o.add("baseTime", r.baseTime.isoString)
         o.add("timeOffsetMinutes", r.timeOffsetMinutes)
         o.add("analyte", r.analyte.rawValue)
         o.add("mgdl", decimal(r.mgdl, digits: 1).map(JSONValue.decimal))
         o.add("mmoll", decimal(r.mmoll, digits: 2).map(JSONValue.decimal))
-        o.add("unit", r.unit)
-        o.add("special", r.special)
+        o.add("unit", r.unit.rawValue)
+        o.add("special", r.special?.rawValue)
         o.add("type", r.type)
         o.add("sampleLocation", r.sampleLocation)
         o.add("sensorStatus", r.sensorStatus)
@@ -126,8 +127,8 @@ enum ReadingsCommand: GatewayCommand {
         return [
             String(stored.id), r.meterAddress, String(r.sequence),
             r.instant.map(MeterCommandSupport.isoUTC) ?? "", r.meterInstant.map(MeterCommandSupport.isoUTC) ?? "",
-            r.userFacingTime, r.baseTime, String(r.timeOffsetMinutes), r.analyte.rawValue,
-            decimal(r.mgdl, digits: 1) ?? "", decimal(r.mmoll, digits: 2) ?? "", r.unit, r.special ?? "",
+            r.userFacingTime.isoString, r.baseTime.isoString, String(r.timeOffsetMinutes), r.analyte.rawValue,
+            decimal(r.mgdl, digits: 1) ?? "", decimal(r.mmoll, digits: 2) ?? "", r.unit.rawValue, r.special?.rawValue ?? "",
             r.type.map(String.init) ?? "", r.sampleLocation.map(String.init) ?? "", r.sensorStatus.map(String.init) ?? "",
             r.exclusion?.rawValue ?? "", r.context?.meal.map(String.init) ?? "", MeterCommandSupport.isoUTC(r.receivedAt),
         ]
@@ -140,13 +141,13 @@ enum ReadingsCommand: GatewayCommand {
 
     static func value(_ r: NewReading) -> String {
         switch r.special {
-        case "+inf"?: return "HI"
-        case "-inf"?: return "LO"
-        case let s?: return s.uppercased()
+        case .positiveInfinity?: return "HI"
+        case .negativeInfinity?: return "LO"
+        case let s?: return s.rawValue.uppercased()
         case nil: break
         }
         if r.analyte == .ketone { return (decimal(r.mmoll, digits: 1) ?? "?") + " mmol/L ketone" }
-        if r.unit == "mol/L" { return (decimal(r.mmoll, digits: 1) ?? "?") + " mmol/L" }
+        if r.unit == .molePerLitre { return (decimal(r.mmoll, digits: 1) ?? "?") + " mmol/L" }
         return (decimal(r.mgdl, digits: 0) ?? "-") + " mg/dL"
     }
 
@@ -154,7 +155,7 @@ enum ReadingsCommand: GatewayCommand {
         if readings.isEmpty { return "no readings\n" }
         let rows = readings.map { s -> [String] in
             let r = s.reading
-            return [r.userFacingTime.replacingT(), r.meterAddress, String(r.sequence), value(r), r.exclusion.map { "not uploaded: \($0.rawValue)" } ?? ""]
+            return [r.userFacingTime.isoString.replacingT(), r.meterAddress, String(r.sequence), value(r), r.exclusion.map { "not uploaded: \($0.rawValue)" } ?? ""]
         }
         return MeterCommandSupport.table(["METER TIME", "METER", "SEQ", "VALUE", "NOTE"], rows)
     }
