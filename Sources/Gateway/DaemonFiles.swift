@@ -52,6 +52,66 @@ public enum DaemonStateFile {
     }
 }
 
+/// The daemon's run-state file as `status` reads it back. Every field is optional: the file may be
+/// missing, from an older version, or left by a daemon that was killed.
+public struct DaemonStatus: Sendable {
+    /// The pid in the file is alive (and the file does not say it stopped).
+    public var running = false
+    public var pid: Int32?
+    public var phase: String?
+    public var startedAt: UnixMillis?
+    public var updatedAt: UnixMillis?
+    public var watching: String?
+    public var activeSessions: [String] = []
+    /// Plain counters (`connects`) and counters by reason (`failures`), as the daemon wrote them.
+    public var counters: [String: Int] = [:]
+    public var countersByReason: [String: [String: Int]] = [:]
+    public var lastReloadError: String?
+    public var lastReactionMs: Int?
+    /// What keeps the daemon from working (phase `alert`): code, name, message.
+    public var alert: (code: Int, name: String, message: String)?
+
+    public init() {}
+}
+
+extension DaemonStateFile {
+    /// Reads the file beside `database`; an empty status (not running) when it is missing or not JSON.
+    public static func read(database: String) -> DaemonStatus {
+        var status = DaemonStatus()
+        let path = path(database: database)
+        guard let bytes = FileContents.read(path, limit: 1 << 20),
+              let object = try? JSONParser.parse(bytes), case .object = object else { return status }
+        let pid = object["pid"]?.int64Value.flatMap { Int32(exactly: $0) }
+        status.pid = pid
+        status.phase = object["phase"]?.stringValue
+        status.startedAt = object["started_at"]?.int64Value
+        status.updatedAt = object["updated_at"]?.int64Value
+        status.watching = object["radio"]?["watching"]?.stringValue
+        status.activeSessions = object["active_sessions"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        if case let .object(members)? = object["counters"] {
+            for member in members {
+                let (key, value) = (member.key, member.value)
+                if let n = value.int64Value.flatMap({ Int(exactly: $0) }) {
+                    status.counters[key] = n
+                } else if case let .object(inner) = value {
+                    var map: [String: Int] = [:]
+                    for m in inner { map[m.key] = m.value.int64Value.flatMap { Int(exactly: $0) } ?? 0 }
+                    status.countersByReason[key] = map
+                }
+            }
+        }
+        status.lastReloadError = object["last_reload_error"]?.stringValue
+        status.lastReactionMs = object["last_reaction_ms"]?.int64Value.flatMap { Int(exactly: $0) }
+        if let alert = object["alert"], let code = alert["code"]?.int64Value.flatMap({ Int(exactly: $0) }) {
+            status.alert = (code, alert["name"]?.stringValue ?? DaemonSnapshot.codeName(code), alert["message"]?.stringValue ?? "")
+        }
+        if let pid, pid > 0, status.phase != "stopped" {
+            status.running = kill(pid, 0) == 0 || errno == EPERM
+        }
+        return status
+    }
+}
+
 extension DaemonSnapshot {
     /// The figures for the Prometheus textfile (`metrics_file`, written by `PrometheusTextfile`).
     public func metrics(now: UnixMillis) -> MetricsSnapshot {
