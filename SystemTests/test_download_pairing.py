@@ -40,7 +40,8 @@ def test_right_pin_pairs_through_the_agent(private_bus, standin, meter_file, tmp
                              env=dict(gw.env, GLUCOSE_GATEWAY_CONFIG=gw.config))
     assert via_env.returncode == 0, via_env.stderr
     assert json.loads(via_env.stdout) == meters
-    assert meters[0]["timeZone"] == "America/New_York"
+    assert meters[0]["time_zone"] == "America/New_York"
+    assert meters[0]["timeZone"] == "America/New_York"   # deprecated key, kept for one release
     assert meters[0]["serial"] == "SIM03"
     assert meters[0]["model"] == "GlucoSim 1"
     scan = gw.run("scan", "--timeout", "1")

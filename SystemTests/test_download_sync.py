@@ -159,8 +159,9 @@ def test_clinical_rules_end_to_end(private_bus, standin, meter_file, tmp_path):
     assert r[3]["exclusion"] == "hi" and r[3]["special"] == "+inf" and "mgdl" not in r[3]
     assert r[4]["exclusion"] == "lo" and r[4]["special"] == "-inf"
     assert r[5]["unit"] == "mol/L" and r[5]["mmoll"] == 5.5 and "exclusion" not in r[5]
-    assert r[6]["localTime"] == "2024-05-01T08:00:00" and r[6]["time"] == "2024-05-01T06:00:00Z"
-    assert r[7]["localTime"] == "2024-05-02T17:20:00" and r[7]["time"] == "2024-05-02T15:20:00Z"
+    assert r[6]["local_time"] == "2024-05-01T08:00:00" and r[6]["time"] == "2024-05-01T06:00:00Z"
+    assert r[7]["local_time"] == "2024-05-02T17:20:00" and r[7]["time"] == "2024-05-02T15:20:00Z"
+    assert r[6]["localTime"] == r[6]["local_time"] and r[7]["localTime"] == r[7]["local_time"]   # deprecated key
     assert r[8]["time"] == "2024-03-31T01:30:00Z"
     assert r[9]["time"] == "2024-10-27T00:30:00Z"
     assert "exclusion" not in r[10]

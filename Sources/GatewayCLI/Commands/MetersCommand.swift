@@ -15,6 +15,12 @@ enum MetersCommand: GatewayCommand {
     """
     static let options = OptionTable(flags: ["--all", "--json"])
 
+    /// The camelCase keys `--json` printed before its keys became snake_case (see `DeprecatedJSONKeys`).
+    static let deprecatedKeys: KeyValuePairs<String, String> = [
+        "time_zone": "timeZone", "paired_at": "pairedAt", "unpaired_at": "unpairedAt",
+        "highest_sequence": "highestSequence", "last_sync": "lastSync", "clock_skew_seconds": "clockSkewSeconds",
+    ]
+
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
         let all = arguments.flag("--all")
         let json = arguments.flag("--json")
@@ -35,15 +41,15 @@ enum MetersCommand: GatewayCommand {
                 o.add("model", m.info.model)
                 o.add("serial", m.info.serial)
                 o.add("firmware", m.info.firmware)
-                o.add("timeZone", m.info.timeZone)
+                o.add("time_zone", m.info.timeZone)
                 o.add("features", m.info.features)
-                o.add("pairedAt", m.info.pairedAt.map(MeterCommandSupport.isoUTC))
-                o.add("unpairedAt", m.unpairedAt.map(MeterCommandSupport.isoUTC))
-                o.add("highestSequence", m.info.highestSequence)
-                o.add("lastSync", m.info.lastSync.map(MeterCommandSupport.isoUTC))
-                o.add("clockSkewSeconds", m.info.lastClockSkewSeconds)
+                o.add("paired_at", m.info.pairedAt.map(MeterCommandSupport.isoUTC))
+                o.add("unpaired_at", m.unpairedAt.map(MeterCommandSupport.isoUTC))
+                o.add("highest_sequence", m.info.highestSequence)
+                o.add("last_sync", m.info.lastSync.map(MeterCommandSupport.isoUTC))
+                o.add("clock_skew_seconds", m.info.lastClockSkewSeconds)
                 o.add("readings", counts[m.info.address] ?? 0)
-                return o.value
+                return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
             }
             StandardStream.writeOutput(JSONValue.array(items).prettyText + "\n")
             return .ok

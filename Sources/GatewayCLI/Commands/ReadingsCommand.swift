@@ -15,8 +15,8 @@ enum ReadingsCommand: GatewayCommand {
       --since TIME     only readings at or after TIME: 2024-05-01, 2024-05-01T08:00 (gateway time zone),
                        2024-05-01T08:00Z or +02:00, or relative: 30m, 24h, 7d
       --limit N        at most N readings
-      --json           a JSON array: times in UTC (time = corrected, meterTime = as the meter's clock
-                       said), localTime as the meter showed it, values in mg/dL and mmol/L
+      --json           a JSON array: times in UTC (time = corrected, meter_time = as the meter's clock
+                       said), local_time as the meter showed it, values in mg/dL and mmol/L
       --csv            the same fields as comma-separated values with a header line
     """
     static let options = OptionTable(values: ["--meter", "--since", "--limit"], flags: ["--json", "--csv"])
@@ -78,6 +78,19 @@ enum ReadingsCommand: GatewayCommand {
         return negative ? "-" + text : text
     }
 
+    /// The camelCase keys `--json` printed before its keys became snake_case (see `DeprecatedJSONKeys`).
+    static let deprecatedKeys: KeyValuePairs<String, String> = [
+        "meter_time": "meterTime", "local_time": "localTime", "base_time": "baseTime",
+        "time_offset_minutes": "timeOffsetMinutes", "sample_location": "sampleLocation", "sensor_status": "sensorStatus",
+        "received_at": "receivedAt",
+    ]
+    static let deprecatedContextKeys: KeyValuePairs<String, String> = [
+        "carbohydrate_id": "carbohydrateID", "carbohydrate_grams": "carbohydrateGrams",
+        "exercise_duration_seconds": "exerciseDurationSeconds", "exercise_intensity_percent": "exerciseIntensityPercent",
+        "medication_id": "medicationID", "medication_amount": "medicationAmount", "medication_unit": "medicationUnit",
+        "hba1c_percent": "hba1cPercent",
+    ]
+
     static func jsonObject(_ stored: StoredReading) -> JSONValue {
         let r = stored.reading
         var o = JSONObjectBuilder()
@@ -85,36 +98,36 @@ enum ReadingsCommand: GatewayCommand {
         o.add("meter", r.meterAddress)
         o.add("sequence", r.sequence)
         o.add("time", r.instant.map(MeterCommandSupport.isoUTC))
-        o.add("meterTime", r.meterInstant.map(MeterCommandSupport.isoUTC))
-        o.add("localTime", r.userFacingTime.isoString)
-        o.add("baseTime", r.baseTime.isoString)
-        o.add("timeOffsetMinutes", r.timeOffsetMinutes)
+        o.add("meter_time", r.meterInstant.map(MeterCommandSupport.isoUTC))
+        o.add("local_time", r.userFacingTime.isoString)
+        o.add("base_time", r.baseTime.isoString)
+        o.add("time_offset_minutes", r.timeOffsetMinutes)
         o.add("analyte", r.analyte.rawValue)
         o.add("mgdl", decimal(r.mgdl, digits: 1).map(JSONValue.decimal))
         o.add("mmoll", decimal(r.mmoll, digits: 2).map(JSONValue.decimal))
         o.add("unit", r.unit.rawValue)
         o.add("special", r.special?.rawValue)
         o.add("type", r.type)
-        o.add("sampleLocation", r.sampleLocation)
-        o.add("sensorStatus", r.sensorStatus)
+        o.add("sample_location", r.sampleLocation)
+        o.add("sensor_status", r.sensorStatus)
         o.add("exclusion", r.exclusion?.rawValue)
         if let c = r.context {
             var ctx = JSONObjectBuilder()
             ctx.add("meal", c.meal)
-            ctx.add("carbohydrateID", c.carbohydrateID)
-            ctx.add("carbohydrateGrams", decimal(c.carbohydrateKg.map { $0 * 1000 }, digits: 1).map(JSONValue.decimal))
+            ctx.add("carbohydrate_id", c.carbohydrateID)
+            ctx.add("carbohydrate_grams", decimal(c.carbohydrateKg.map { $0 * 1000 }, digits: 1).map(JSONValue.decimal))
             ctx.add("tester", c.tester)
             ctx.add("health", c.health)
-            ctx.add("exerciseDurationSeconds", c.exerciseDurationSeconds)
-            ctx.add("exerciseIntensityPercent", c.exerciseIntensityPercent)
-            ctx.add("medicationID", c.medicationID)
-            ctx.add("medicationAmount", c.medicationAmount.map(JSONValue.double))
-            ctx.add("medicationUnit", c.medicationUnit)
-            ctx.add("hba1cPercent", c.hba1cPercent.map(JSONValue.double))
-            o.add("context", ctx.value)
+            ctx.add("exercise_duration_seconds", c.exerciseDurationSeconds)
+            ctx.add("exercise_intensity_percent", c.exerciseIntensityPercent)
+            ctx.add("medication_id", c.medicationID)
+            ctx.add("medication_amount", c.medicationAmount.map(JSONValue.double))
+            ctx.add("medication_unit", c.medicationUnit)
+            ctx.add("hba1c_percent", c.hba1cPercent.map(JSONValue.double))
+            o.add("context", DeprecatedJSONKeys.adding(deprecatedContextKeys, to: ctx.value))
         }
-        o.add("receivedAt", MeterCommandSupport.isoUTC(r.receivedAt))
-        return o.value
+        o.add("received_at", MeterCommandSupport.isoUTC(r.receivedAt))
+        return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
     }
 
     static let csvHeader = [

@@ -37,7 +37,7 @@ for e in expected:
     if r is None:
         bad.append(f"sequence {e['sequence']} missing")
         continue
-    for key, want in (("time", e["time"]), ("meterTime", e["time"]), ("localTime", e["localTime"])):
+    for key, want in (("time", e["time"]), ("meter_time", e["time"]), ("local_time", e["localTime"])):
         if r.get(key) != want:
             bad.append(f"sequence {e['sequence']}: {key} {r.get(key)!r}, want {want!r}")
     if r.get("mgdl") is None or abs(float(r["mgdl"]) - e["mgdl"]) > 1e-9:
@@ -56,7 +56,7 @@ for s in extra:
     want_local = (local0 + datetime.timedelta(minutes=a.extra_step_minutes * k)).strftime("%Y-%m-%dT%H:%M:%S")
     if a.extra_mgdl is not None and (r.get("mgdl") is None or abs(float(r["mgdl"]) - a.extra_mgdl) > 1e-9):
         bad.append(f"new record {s}: mgdl {r.get('mgdl')!r}, want {a.extra_mgdl}")
-    for key, want in (("time", want_utc), ("meterTime", want_utc), ("localTime", want_local)):
+    for key, want in (("time", want_utc), ("meter_time", want_utc), ("local_time", want_local)):
         if r.get(key) != want:
             bad.append(f"new record {s}: {key} {r.get(key)!r}, want {want!r}")
 for line in bad:

@@ -9,7 +9,7 @@ rb_step "meters after the wrong PIN" 0 gw meters --json
 rb_expect_eq "no meter stored after the wrong PIN" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
 gw_pair "pair with the right PIN" 123456 0
 rb_step "meters" 0 gw meters --json
-rb_check "the meter is stored with its zone" grep -q '"timeZone": "Europe/Berlin"' <<< "$RB_OUTPUT"
+rb_check "the meter is stored with its zone" grep -q '"time_zone": "Europe/Berlin"' <<< "$RB_OUTPUT"
 rb_check "the meter's identity was read" grep -q '"model": "GlucoSim 1"' <<< "$RB_OUTPUT"
 rb_step "bluetoothctl info" any bluetoothctl info "$METER"
 rb_check "BlueZ holds a bond" grep -q "Bonded: yes" <<< "$RB_OUTPUT"
