@@ -2,20 +2,8 @@ import GatewayCore
 import GlucoseProfile
 import Synchronization
 
-/// The store as the daemon needs it: readings and the outbox in one database, plus the paired meters.
-public protocol DaemonStore: ReadingStore, OutboxStore {
-    /// Meters paired with this gateway (unpaired ones are left alone).
-    func pairedMeters() async throws -> [MeterInfo]
-    /// Readings stored, all meters, and how many of them are kept out of upload.
-    func readingTotals() async throws -> (stored: Int, excluded: Int)
-    /// True when another process committed to the store since the last call (a manual `sync`, `pair`).
-    func changedByOtherProcesses() async throws -> Bool
-}
-
-extension DaemonStore {
-    /// A store no other process can write to.
-    public func changedByOtherProcesses() async throws -> Bool { false }
-}
+/// The store as the daemon needs it: readings and the outbox in one database (SQLiteStore in the product).
+public typealias DaemonStore = ReadingStore & OutboxStore
 
 /// The upload side as the daemon drives it (the sync engine's uploader in the product).
 public protocol DaemonUploads: Sendable {

@@ -866,9 +866,8 @@ private final class DownloadSession {
             // The same holds after a full download that followed a detected counter reset (the meter's memory
             // now holds only the new counter's records).
             let wentBack = report.counterReset || taken.highestSequence.map { h in taken.lastMeasurementSequence.map { Int($0) < h } ?? false } ?? false
-            if report.outcome == .completed, wentBack, let last = taken.lastMeasurementSequence,
-               let counters = download.store as? any SequenceCounterStore {
-                try await counters.resetHighestSequence(meter.address, to: Int(last))
+            if report.outcome == .completed, wentBack, let last = taken.lastMeasurementSequence {
+                try await download.store.resetHighestSequence(meter.address, to: Int(last))
             }
         } catch {
             logger.warning("meter \(meter.address): cannot save sync bookkeeping: \(error)")
@@ -901,10 +900,4 @@ private final class DownloadSession {
         let text = String(decoding: trimmed, as: UTF8.self)
         return text.isEmpty ? nil : text
     }
-}
-
-/// A store that can lower a meter's highest sequence after its counter restarted (SQLiteStore can).
-/// `ReadingStore.saveMeter` only ever raises it.
-public protocol SequenceCounterStore: Sendable {
-    func resetHighestSequence(_ address: String, to sequence: Int?) async throws
 }

@@ -31,9 +31,12 @@ public struct GatewayEvent: Sendable, Equatable {
     }
 }
 
-/// The store as the download procedure sees it. SQLiteStore implements it; tests may use a fake.
+/// The gateway's store of meters, readings and events, as the download, pairing and the daemon see it.
+/// SQLiteStore implements it, over the same database as the upload queue (`OutboxStore`); tests may use a fake.
 public protocol ReadingStore: Sendable {
     func meter(_ address: String) async throws -> MeterInfo?
+    /// Meters paired with this gateway, by address (unpaired ones are left alone).
+    func pairedMeters() async throws -> [MeterInfo]
     /// Inserts or replaces the meter's row (identity, time zone, sync bookkeeping).
     func saveMeter(_ meter: MeterInfo) async throws
     /// Inserts, in one transaction, each reading not already stored (a reading is unique per meter by
@@ -43,5 +46,13 @@ public protocol ReadingStore: Sendable {
     func insert(_ readings: [NewReading]) async throws -> Int
     /// The highest sequence number stored for this meter, nil when none.
     func highestSequence(_ address: String) async throws -> Int?
+    /// Sets the meter's highest sequence, also downwards, after its counter restarted (a battery change):
+    /// `saveMeter` and `insert` only ever raise it.
+    func resetHighestSequence(_ address: String, to sequence: Int?) async throws
+    /// Readings stored, all meters, and how many of them are kept out of upload.
+    func readingTotals() async throws -> (stored: Int, excluded: Int)
     func log(_ event: GatewayEvent) async throws
+    /// True when another process committed to the store since the last call (a manual `sync`, `pair`).
+    /// Writes through this store never count.
+    func changedByOtherProcesses() async throws -> Bool
 }

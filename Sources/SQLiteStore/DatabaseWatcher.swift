@@ -12,7 +12,7 @@ import Dispatch
 /// needs no capability and no device, and its calls are in systemd's `@system-service` set; it watches the
 /// inode, so it also sees writes made from outside the service's private mount namespace.
 ///
-/// A report says only "look again": the store's `changesByOtherConnections()` tells whether another
+/// A report says only "look again": the store's `changedByOtherProcesses()` tells whether another
 /// connection committed (the daemon's own writes fire the watch too). Reports coalesce: a burst of writes
 /// while the consumer is busy is one report.
 ///

@@ -79,11 +79,6 @@ extension SQLiteStore {
         )
     }
 
-    /// Sets the highest sequence seen, also downwards (after the meter's counter restarted).
-    public func resetHighestSequence(_ address: String, to sequence: Int?) throws {
-        try openConnection().execute("UPDATE meter SET highest_sequence = ? WHERE address = ?", [SQLiteValue(sequence), .text(address)])
-    }
-
     // MARK: Readings
 
     /// Stored readings, ordered by instant (unresolved instants first), then by row id.
@@ -161,14 +156,12 @@ extension SQLiteStore {
 
     /// Readings stored, and outbox counts per destination.
     public func metrics() throws -> StoreMetrics {
-        let db = try openConnection()
-        let readings = try db.queryFirst("SELECT count(*) FROM reading") { $0.int(0) } ?? 0
-        let excluded = try db.queryFirst("SELECT count(*) FROM reading WHERE exclusion IS NOT NULL") { $0.int(0) } ?? 0
+        let totals = try readingTotals()
         var destinations: [DestinationName: OutboxCounts] = [:]
         for name in try self.destinations() {
             destinations[name] = try counts(name)
         }
-        return StoreMetrics(readings: readings, excludedReadings: excluded, destinations: destinations)
+        return StoreMetrics(readings: totals.stored, excludedReadings: totals.excluded, destinations: destinations)
     }
 
     // MARK: Events

@@ -17,7 +17,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     private let now: @Sendable () -> UnixMillis
     /// The database file, or `:memory:`.
     public nonisolated let path: String
-    /// `PRAGMA data_version` when `changesByOtherConnections()` last looked.
+    /// `PRAGMA data_version` when `changedByOtherProcesses()` last looked.
     private var seenDataVersion: Int?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
@@ -232,15 +232,15 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         try openConnection().query("PRAGMA integrity_check") { $0.text(0) }
     }
 
-    /// True when another connection (another process) committed since the store was opened or since the
-    /// last call. Writes of this connection never count.
+    /// True when another connection (another process, or another store on the same file) committed since
+    /// the store was opened or since the last call. Writes of this connection never count.
     ///
     /// The file-system event that prompts the question can come from a writer that has written its WAL
     /// frames but not yet published the commit. When nothing new is seen, the write lock is taken and
     /// released at once, which waits (within the busy timeout) for such a writer to finish, and the
     /// question is asked again. A writer holding the lock longer than that counts as a change: a look at
     /// the queue too many costs less than readings left waiting.
-    public func changesByOtherConnections() throws -> Bool {
+    public func changedByOtherProcesses() throws -> Bool {
         let db = try openConnection()
         let before = seenDataVersion
         var version = try Self.dataVersion(db)
@@ -268,6 +268,10 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         try openConnection().queryFirst("SELECT \(MeterColumns.list) FROM meter WHERE address = ? AND unpaired_at IS NULL", [.text(address)]) {
             MeterColumns.decode($0).info
         }
+    }
+
+    public func pairedMeters() throws -> [MeterInfo] {
+        try meters().map(\.info)
     }
 
     /// Inserts the meter or updates its row (identity, time zone, bookkeeping), and marks it paired.
@@ -364,6 +368,18 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         let recorded = try db.queryFirst("SELECT highest_sequence FROM meter WHERE address = ?", [.text(address)]) { $0.optionalInt(0) }
         if let recorded, let value = recorded { return value }
         return try db.queryFirst("SELECT max(sequence) FROM reading WHERE meter = ?", [.text(address)]) { $0.optionalInt(0) } ?? nil
+    }
+
+    /// Sets the highest sequence seen, also downwards (after the meter's counter restarted).
+    public func resetHighestSequence(_ address: String, to sequence: Int?) throws {
+        try openConnection().execute("UPDATE meter SET highest_sequence = ? WHERE address = ?", [SQLiteValue(sequence), .text(address)])
+    }
+
+    public func readingTotals() throws -> (stored: Int, excluded: Int) {
+        let db = try openConnection()
+        let stored = try db.queryFirst("SELECT count(*) FROM reading") { $0.int(0) } ?? 0
+        let excluded = try db.queryFirst("SELECT count(*) FROM reading WHERE exclusion IS NOT NULL") { $0.int(0) } ?? 0
+        return (stored, excluded)
     }
 
     public func log(_ event: GatewayEvent) throws {

@@ -8,7 +8,6 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Gateway
-@testable import GatewayCLI
 
 final class StatusLog: Sendable {
     private let lines = Mutex<[String]>([])
@@ -35,7 +34,7 @@ struct DaemonTests {
 
     struct Fixture {
         let directory: String
-        let store: SQLiteDaemonStore
+        let store: SQLiteStore
         let radio: FakeMeterRadio
         let uploads = CountingUploads()
         let daemon: GatewayDaemon
@@ -48,12 +47,11 @@ struct DaemonTests {
             var template = Array("/tmp/gg-daemon-XXXXXX".utf8CString)
             let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
             directory = try #require(made)
-            let sqlite = try SQLiteStore(path: directory + "/gateway.sqlite3")
-            store = SQLiteDaemonStore(sqlite)
+            store = try SQLiteStore(path: directory + "/gateway.sqlite3")
             for m in paired ?? meters {
                 var info = MeterInfo(address: m.address, timeZone: DaemonTests.zone)
                 info.pairedAt = 1
-                try await sqlite.saveMeter(info)
+                try await store.saveMeter(info)
             }
             radio = FakeMeterRadio(meters: meters)
             let statuses = self.statuses
@@ -78,13 +76,13 @@ struct DaemonTests {
         }
 
         func sequences(_ address: String) async throws -> [Int] {
-            try await store.base.readings(ReadingFilter(meterAddress: address)).map(\.reading.sequence).sorted()
+            try await store.readings(ReadingFilter(meterAddress: address)).map(\.reading.sequence).sorted()
         }
 
         func finish() async {
             await daemon.stop()
             _ = await runner.value
-            await store.base.close()
+            await store.close()
         }
 
         /// Polls `condition` every 10 ms for up to `seconds`.
@@ -218,7 +216,7 @@ struct DaemonTests {
         let stored = try await f.sequences(meter.address)
         #expect(stored == [1, 2, 3, 4])
         #expect(f.radio.calls.last == "close")
-        await f.store.base.close()
+        await f.store.close()
     }
 
     @Test("SIGTERM while a connect is still pending: run returns after the stop grace, not when the connect ends")
@@ -237,7 +235,7 @@ struct DaemonTests {
         // stopGrace is 2 s in the fixture.
         #expect(took < .seconds(5))
         #expect(f.radio.calls.last == "close")
-        await f.store.base.close()
+        await f.store.close()
     }
 
     @Test("bluetoothd restart and adapter hot-plug: watching resumes; stale links are closed first")
@@ -338,7 +336,7 @@ struct DaemonTests {
         #expect(end == .busLost)
         let snapshot = await f.daemon.currentSnapshot()
         #expect(snapshot.phase == "stopped")
-        await f.store.base.close()
+        await f.store.close()
     }
 
     @Test("status line, run-state JSON and Prometheus text")

@@ -5,8 +5,6 @@ import Testing
 import TestSupport
 @testable import Gateway
 
-extension MemoryReadingStore: SequenceCounterStore {}
-
 @Suite("Download procedure", .timeLimit(.minutes(1)))
 struct MeterDownloadTests {
     static let zone = "Europe/Berlin"

@@ -14,16 +14,16 @@ import Testing
         defer { dir.remove() }
         let daemon = try SQLiteStore(path: dir.database, builders: builders)
         let other = try SQLiteStore(path: dir.database, builders: builders)
-        #expect(try await daemon.changesByOtherConnections() == false)
+        #expect(try await daemon.changedByOtherProcesses() == false)
 
         try await daemon.insert([sampleReading(sequence: 1)])
-        #expect(try await daemon.changesByOtherConnections() == false)
+        #expect(try await daemon.changedByOtherProcesses() == false)
 
         try await other.insert([sampleReading(sequence: 2)])
-        #expect(try await daemon.changesByOtherConnections() == true)
+        #expect(try await daemon.changedByOtherProcesses() == true)
         // Noted once: the same commit does not count twice.
-        #expect(try await daemon.changesByOtherConnections() == false)
-        #expect(try await other.changesByOtherConnections() == true)
+        #expect(try await daemon.changedByOtherProcesses() == false)
+        #expect(try await other.changedByOtherProcesses() == true)
         await other.close()
         await daemon.close()
     }
@@ -40,7 +40,7 @@ import Testing
         }
         try await other.insert([sampleReading(sequence: 7)])
         #expect(await reported.value)
-        #expect(try await daemon.changesByOtherConnections() == true)
+        #expect(try await daemon.changedByOtherProcesses() == true)
         watcher.stop()
         await other.close()
         await daemon.close()

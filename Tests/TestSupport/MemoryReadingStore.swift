@@ -36,6 +36,10 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         state.withLock { $0.meters[address] }
     }
 
+    public func pairedMeters() async throws -> [MeterInfo] {
+        state.withLock { $0.meters.values.sorted { $0.address < $1.address } }
+    }
+
     public func saveMeter(_ meter: MeterInfo) async throws {
         state.withLock { s in
             var row = meter
@@ -80,7 +84,14 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         state.withLock { $0.meters[address]?.highestSequence = sequence }
     }
 
+    public func readingTotals() async throws -> (stored: Int, excluded: Int) {
+        state.withLock { s in (s.readings.count, s.readings.filter { $0.exclusion != nil }.count) }
+    }
+
     public func log(_ event: GatewayEvent) async throws {
         state.withLock { $0.events.append(event) }
     }
+
+    /// Nothing but this object writes to it.
+    public func changedByOtherProcesses() async throws -> Bool { false }
 }

@@ -154,7 +154,3 @@ enum MeterCommandSupport {
         return ([line(header)] + rows.map(line)).joined(separator: "\n") + "\n"
     }
 }
-
-/// The download lowers a meter's highest sequence after its counter went back (a battery change), so that
-/// the syncs after it are incremental again; the SQLite store does that through `resetHighestSequence`.
-extension SQLiteStore: SequenceCounterStore {}

@@ -89,7 +89,6 @@ enum RunCommand: GatewayCommand {
         } catch {
             throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
-        let store = SQLiteDaemonStore(sqlite)
         let notifier = SystemdNotifier(environment: context.environment)
         let statePath = DaemonStateFile.path(database: config.gateway.database)
         let metricsPath = Mutex(config.gateway.metricsFile)
@@ -159,7 +158,7 @@ enum RunCommand: GatewayCommand {
             return s
         }
 
-        let daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads(upload), settings: daemonSettings(config, upload),
+        let daemon = GatewayDaemon(radio: radio, store: sqlite, uploads: uploads(upload), settings: daemonSettings(config, upload),
                                    logger: logger, hooks: hooks, pid: getpid())
         changes.set { Task { await daemon.uploadStateChanged() } }
         // Rows another process stores (a manual `sync` leaves its upload to this daemon) are noticed
@@ -270,33 +269,6 @@ final class DaemonSignals {
         for s in sources { s.cancel() }
         continuation.finish()
     }
-}
-
-/// The store behind the daemon: SQLite, with the paired-meter list and totals the daemon asks for.
-struct SQLiteDaemonStore: DaemonStore, SequenceCounterStore {
-    let base: SQLiteStore
-    init(_ base: SQLiteStore) { self.base = base }
-    func pairedMeters() async throws -> [MeterInfo] { try await base.meters().map(\.info) }
-    func readingTotals() async throws -> (stored: Int, excluded: Int) {
-        let m = try await base.metrics()
-        return (m.readings, m.excludedReadings)
-    }
-    func changedByOtherProcesses() async throws -> Bool { try await base.changesByOtherConnections() }
-    func meter(_ address: String) async throws -> MeterInfo? { try await base.meter(address) }
-    func saveMeter(_ meter: MeterInfo) async throws { try await base.saveMeter(meter) }
-    func insert(_ readings: [NewReading]) async throws -> Int { try await base.insert(readings) }
-    func highestSequence(_ address: String) async throws -> Int? { try await base.highestSequence(address) }
-    func log(_ event: GatewayEvent) async throws { try await base.log(event) }
-    func resetHighestSequence(_ address: String, to sequence: Int?) async throws { try await base.resetHighestSequence(address, to: sequence) }
-    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { try await base.claimPending(destination, limit: limit) }
-    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws { try await base.acknowledge(ids, at: at) }
-    func release(_ ids: [Int64]) async throws { try await base.release(ids) }
-    func quarantine(_ id: Int64, answer: String) async throws { try await base.quarantine(id, answer: answer) }
-    func redrive(_ destination: DestinationName) async throws -> Int { try await base.redrive(destination) }
-    func requeueInFlight() async throws -> Int { try await base.requeueInFlight() }
-    func counts(_ destination: DestinationName) async throws -> OutboxCounts { try await base.counts(destination) }
-    func saveDestinationState(_ state: DestinationState) async throws { try await base.saveDestinationState(state) }
-    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { try await base.destinationState(destination) }
 }
 
 /// Tells the daemon when the upload side changed the queue, so status and metrics follow without polling.
