@@ -1,0 +1,497 @@
+import GatewayCore
+import GlucoseProfile
+
+/// How a session stops early, internally.
+enum Stop: Error {
+    case disconnected(String)
+    case timedOut
+    case failed(DownloadError)
+}
+
+enum Input: Sendable {
+    /// An RACP indication or the end of the link (records and contexts are taken in by `DownloadIntake`).
+    case link(MeterLinkEvent)
+    case linkEnded
+    /// A full batch waits to be committed.
+    case batchFull
+    case tick
+}
+
+/// The state of one running download. Lives inside the caller's task only.
+final class DownloadSession {
+    let download: MeterDownload
+    let link: any MeterLink
+    let meter: MeterInfo
+    let progress: @Sendable (DownloadProgress) -> Void
+    let logger: Logger
+    let clock: any SessionClock
+
+    var report: DownloadReport
+    var interpreter: ReadingInterpreter
+    let intake: DownloadIntake
+    var subscribed: [GATTUUID] = []
+    var hasContextCharacteristic = false
+
+    var inputs: AsyncStream<Input>.Iterator
+    var forwarder: Task<Void, Never>?
+    var ticker: Task<Void, Never>?
+
+    init(download: MeterDownload, link: any MeterLink, meter: MeterInfo, progress: @escaping @Sendable (DownloadProgress) -> Void) {
+        self.download = download
+        self.link = link
+        self.meter = meter
+        self.progress = progress
+        self.logger = download.logger
+        self.clock = download.clock
+        report = DownloadReport(address: meter.address, outcome: .noRecords)
+        interpreter = ReadingInterpreter(
+            meterAddress: meter.address, zone: MeterTimeZone(identifier: meter.timeZone), settings: download.options.clinical
+        )
+        let intake = DownloadIntake(batchSize: download.options.commitBatchSize, address: meter.address, logger: download.logger,
+                            now: download.now, clock: download.clock, progress: progress)
+        self.intake = intake
+        let (stream, continuation) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
+        inputs = stream.makeAsyncIterator()
+        let events = link.events
+        forwarder = Task {
+            for await event in events {
+                switch event {
+                case .value(.glucoseMeasurement, let bytes):
+                    if intake.measurement(bytes) { continuation.yield(.batchFull) }
+                case .value(.glucoseMeasurementContext, let bytes):
+                    intake.context(bytes)
+                case .value(.recordAccessControlPoint, _):
+                    intake.touch(clearHold: true)
+                    continuation.yield(.link(event))
+                case .value:
+                    intake.touch(clearHold: false)
+                case .disconnected:
+                    continuation.yield(.link(event))
+                }
+            }
+            continuation.yield(.linkEnded)
+        }
+        let tick = download.options.tick
+        let clock = download.clock
+        ticker = Task {
+            while !Task.isCancelled {
+                do { try await clock.sleep(until: clock.now + tick) } catch { break }
+                continuation.yield(.tick)
+            }
+        }
+    }
+
+    deinit {
+        forwarder?.cancel()
+        ticker?.cancel()
+    }
+
+    func run() async throws(DownloadError) -> DownloadReport {
+        if interpreter.zone == nil {
+            logger.warning("meter \(meter.address): time zone '\(meter.timeZone)' cannot be loaded; reading times stay unresolved")
+        }
+        var failure: DownloadError?
+        do throws(Stop) {
+            try await readMeterInformation()
+            try await subscribe()
+            try await procedure()
+            try await flush(final: true)
+        } catch {
+            switch error {
+            case .disconnected(let reason):
+                report.outcome = .interrupted(reason: reason)
+            case .timedOut:
+                report.outcome = .timedOut
+                // Best effort: tell the meter to stop a procedure that may still be running.
+                try? await link.write(.recordAccessControlPoint, RACPRequest.abort.encoded())
+            case .failed(let e):
+                failure = e
+            }
+            if failure?.kind != .store {
+                do throws(Stop) { try await flush(final: true) } catch {
+                    if case .failed(let e) = error { failure = e }
+                }
+            }
+        }
+        await finishLink()
+        if failure?.kind != .store {
+            // Records taken in after the last commit (after the final response, or while stopping).
+            do throws(Stop) { try await flush(final: true) } catch {
+                if case .failed(let e) = error { failure = e }
+            }
+        }
+        let taken = intake.snapshot
+        report.received = taken.received
+        report.malformed += taken.malformed
+        if report.unmatchedContexts + taken.orphanContexts.count > 0 {
+            report.unmatchedContexts += taken.orphanContexts.count
+            logger.warning("meter \(meter.address): \(report.unmatchedContexts) context value(s) without a matching measurement were not kept")
+        }
+        if var failure {
+            failure.stored = report.stored
+            // A store that refused a commit (locked, full) would refuse the bookkeeping too.
+            if failure.kind != .store {
+                await saveBookkeeping()
+                await log(.error, code: nil, "download failed: \(failure.message)")
+            }
+            throw failure
+        }
+        // A record the meter made after it counted none (caught by the last-record check) is new:
+        // the download completed, it did not find nothing.
+        if report.outcome == .noRecords, report.stored > 0 { report.outcome = .completed }
+        await saveBookkeeping()
+        await log(.downloadFinished, code: nil,
+                  "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored")
+        return report
+    }
+
+    // MARK: - Steps
+
+    func readMeterInformation() async throws(Stop) {
+        if let bytes = try await optionalRead(.glucoseFeature), let features = try? GlucoseFeatures(bytes: bytes) {
+            report.features = features.rawValue
+        }
+        report.identity.manufacturer = try await optionalString(.manufacturerName)
+        report.identity.model = try await optionalString(.modelNumber)
+        report.identity.serial = try await optionalString(.serialNumber)
+        report.identity.firmware = try await optionalString(.firmwareRevision)
+
+        var clockValue: [UInt8]?
+        if await link.hasCharacteristic(.currentTime) {
+            clockValue = try await optionalRead(.currentTime)
+        }
+        if clockValue == nil, await link.hasCharacteristic(.dateTime) {
+            clockValue = try await optionalRead(.dateTime)
+        }
+        if let clockValue, let zone = interpreter.zone {
+            if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
+                report.skew = skew
+                interpreter.skew = skew
+                if interpreter.correctionSeconds != 0 {
+                    logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
+                    await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")
+                } else if abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds {
+                    await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; correction disabled")
+                }
+            } else {
+                logger.info("meter \(meter.address): meter clock value is not a usable date")
+            }
+        }
+    }
+
+    func subscribe() async throws(Stop) {
+        hasContextCharacteristic = await link.hasCharacteristic(.glucoseMeasurementContext)
+        try await subscribeRequired(.glucoseMeasurement)
+        if hasContextCharacteristic {
+            do {
+                try await link.subscribe(.glucoseMeasurementContext)
+                if !subscribed.contains(.glucoseMeasurementContext) { subscribed.append(.glucoseMeasurementContext) }
+            } catch {
+                if error.kind == .disconnected { throw .disconnected(error.message) }
+                logger.warning("meter \(meter.address): cannot subscribe to measurement context: \(error.message)")
+            }
+        }
+        try await subscribeRequired(.recordAccessControlPoint)
+    }
+
+    func subscribeRequired(_ uuid: GATTUUID) async throws(Stop) {
+        do {
+            try await link.subscribe(uuid)
+            if !subscribed.contains(uuid) { subscribed.append(uuid) }
+        } catch {
+            if error.kind == .disconnected { throw .disconnected(error.message) }
+            throw .failed(DownloadError(.meter, "cannot subscribe to \(uuid): \(error.message)"))
+        }
+    }
+
+    /// Runs the RACP procedure (see `RACPProcedure`): carries out its actions and feeds it the meter's answers.
+    func procedure() async throws(Stop) {
+        let highest: Int?
+        do {
+            highest = try await download.store.highestSequence(meter.address)
+        } catch {
+            throw .failed(DownloadError(.store, "cannot read the highest stored sequence: \(error)"))
+        }
+        var racp = RACPProcedure()
+        var actions = racp.start(highestStored: highest)
+        var receivedBefore = 0
+        while true {
+            guard !actions.isEmpty else {
+                guard racp.awaitsResponse else { throw .failed(DownloadError(.meter, "the RACP procedure stopped without an outcome")) }
+                let response = try await nextRACPResponse()
+                actions = racp.received(response, lastSequence: intake.snapshot.lastMeasurementSequence)
+                continue
+            }
+            switch actions.removeFirst() {
+            case .write(let request):
+                let taken = intake.snapshot
+                receivedBefore = taken.received + taken.malformed
+                try await writeRACP(request)
+            case .announceTotal(let total):
+                report.total = total
+                intake.setTotal(total)
+            case .forgetLastSequence:
+                intake.forgetLastSequence()
+            case .counterWentBack(let last, let highest):
+                report.counterReset = true
+                logger.notice("meter \(meter.address): sequence counter went back (last \(last), stored up to \(highest)); downloading everything")
+                await log(.counterReset, code: Int(last), "sequence counter went back from \(highest) to \(last); full download")
+            case .awaitLateRecords(let expected):
+                try await waitForLateRecords(receivedBefore: receivedBefore, expected: expected)
+                actions += racp.lateRecordsOver(lastSequence: intake.snapshot.lastMeasurementSequence)
+            case .log(let level, let message):
+                logger.log(level, "meter \(meter.address): \(message)")
+            case .finish(let outcome):
+                report.outcome = outcome
+                return
+            case .fail(let message):
+                throw .failed(DownloadError(.meter, message))
+            }
+        }
+    }
+
+    /// Writes an RACP request, handling ATT 0x80/0xFE (abort, retry once), 0x81/0xFD (subscribe again,
+    /// retry once) and transient stack errors.
+    func writeRACP(_ request: RACPRequest) async throws(Stop) {
+        var abortedOnce = false
+        var resubscribedOnce = false
+        var transientRetries = 0
+        while true {
+            do {
+                try await link.write(.recordAccessControlPoint, request.encoded())
+                intake.touch(clearHold: false)
+                return
+            } catch {
+                if error.kind == .disconnected { throw .disconnected(error.message) }
+                switch error.attError {
+                case 0x80, 0xFE:
+                    guard !abortedOnce else { break }
+                    abortedOnce = true
+                    logger.info("meter \(meter.address): a procedure is already in progress; aborting it and retrying")
+                    try await abortProcedure()
+                    continue
+                case 0x81, 0xFD:
+                    guard !resubscribedOnce else { break }
+                    resubscribedOnce = true
+                    logger.info("meter \(meter.address): meter reports notifications not configured; subscribing again")
+                    for uuid in subscribed {
+                        await link.unsubscribe(uuid)
+                    }
+                    subscribed.removeAll()
+                    try await subscribe()
+                    continue
+                default:
+                    if error.kind == .transient, transientRetries < 3 {
+                        transientRetries += 1
+                        try? await Task.sleep(for: .milliseconds(100 * transientRetries))
+                        continue
+                    }
+                }
+                let code = error.attError.map { " (ATT error 0x" + String($0, radix: 16) + ")" } ?? ""
+                throw .failed(DownloadError(.meter, "RACP request \(request.opCode) refused: \(error.message)\(code)"))
+            }
+        }
+    }
+
+    /// Sends Abort Operation and waits (bounded) for its response.
+    func abortProcedure() async throws(Stop) {
+        do {
+            try await link.write(.recordAccessControlPoint, RACPRequest.abort.encoded())
+        } catch {
+            if error.kind == .disconnected { throw .disconnected(error.message) }
+            logger.info("meter \(meter.address): abort refused: \(error.message)")
+            return
+        }
+        let deadline = clock.now.advanced(by: download.options.abortResponseTimeout)
+        while clock.now < deadline {
+            guard let response = try await nextRACPResponse(deadline: deadline) else { return }
+            if case .response(let op, _) = response, op == .abortOperation { return }
+        }
+    }
+
+    /// After the response to a report: takes in records still on their way (see `LateRecordWait`).
+    func waitForLateRecords(receivedBefore: Int, expected: Int?) async throws(Stop) {
+        let wait = download.options.lateRecords
+        let respondedAt = clock.now
+        func state() -> (received: Int, lastValueAt: ContinuousClock.Instant, awaitingContext: Bool) {
+            let s = intake.snapshot
+            return (s.received + s.malformed - receivedBefore, s.lastActivity, s.holdLast)
+        }
+        var now = state()
+        if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: respondedAt, received: now.received,
+                       expected: expected, awaitingContext: now.awaitingContext) { return }
+        if let expected, now.received < expected {
+            logger.info("meter \(meter.address): the report ended before \(expected - now.received) of its \(expected) records arrived; waiting for them")
+        } else {
+            logger.debug("meter \(meter.address): report ended; listening for late values")
+        }
+        while true {
+            guard let input = await inputs.next() else {
+                throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
+            }
+            switch input {
+            case .tick:
+                now = state()
+                if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: clock.now, received: now.received,
+                               expected: expected, awaitingContext: now.awaitingContext) { break }
+                try await onTick()
+                continue
+            case .batchFull:
+                try await flush(final: false)
+            case .linkEnded, .link(.disconnected):
+                now = state()
+                if let expected, now.received < expected {
+                    let reason: String
+                    if case .link(.disconnected(let r)) = input { reason = r } else { reason = "link closed" }
+                    throw .disconnected(reason)
+                }
+                return
+            case .link(.value(let uuid, let bytes)):
+                logger.debug("meter \(meter.address): RACP indication \(bytes.count) bytes on \(uuid) after the report ended; ignored")
+            }
+            now = state()
+            if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: clock.now, received: now.received,
+                           expected: expected, awaitingContext: now.awaitingContext) {
+                if let expected, now.received < expected {
+                    logger.warning("meter \(meter.address): \(expected - now.received) of \(expected) announced records did not arrive; the next sync asks again")
+                }
+                return
+            }
+        }
+    }
+
+    // MARK: - Events
+
+    /// Processes events until an RACP indication arrives; records and contexts are handled on the way.
+    func nextRACPResponse() async throws(Stop) -> RACPResponse {
+        while true {
+            if let response = try await nextRACPResponse(deadline: nil) { return response }
+        }
+    }
+
+    /// As above; nil when `deadline` passes first.
+    func nextRACPResponse(deadline: ContinuousClock.Instant?) async throws(Stop) -> RACPResponse? {
+        while true {
+            guard let input = await inputs.next() else {
+                throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
+            }
+            switch input {
+            case .tick:
+                try await onTick()
+                if let deadline, clock.now >= deadline { return nil }
+            case .linkEnded:
+                throw .disconnected("link closed")
+            case .link(.disconnected(let reason)):
+                throw .disconnected(reason)
+            case .batchFull:
+                try await flush(final: false)
+            case .link(.value(let uuid, let bytes)):
+                guard uuid == .recordAccessControlPoint else { continue }
+                do {
+                    return try RACPResponse(bytes: bytes)
+                } catch {
+                    report.malformed += 1
+                    logger.warning("meter \(meter.address): malformed RACP indication: \(error)")
+                }
+            }
+        }
+    }
+
+    func onTick() async throws(Stop) {
+        let now = clock.now
+        if now - intake.snapshot.lastActivity >= download.options.inactivityTimeout {
+            logger.warning("meter \(meter.address): no notification for \(download.options.inactivityTimeout); ending the download")
+            throw .timedOut
+        }
+        if let oldest = intake.oldestCommittable, now - oldest + download.options.tick > download.options.commitInterval {
+            try await flush(final: false)
+        }
+    }
+
+    /// Commits the records taken in, in batches of at most `commitBatchSize`; unless `final`, a trailing
+    /// record that may still get its context stays.
+    func flush(final: Bool) async throws(Stop) {
+        while true {
+            let records = intake.take(final: final, limit: download.options.commitBatchSize)
+            guard !records.isEmpty else { return }
+            let batch = records.map {
+                interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext, receivedAt: $0.receivedAt)
+            }
+            do {
+                let new = try await download.store.insert(batch)
+                report.stored += new
+                report.duplicates += batch.count - new
+            } catch {
+                throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
+            }
+        }
+    }
+
+    // MARK: - End
+
+    func finishLink() async {
+        forwarder?.cancel()
+        ticker?.cancel()
+        for uuid in subscribed.reversed() {
+            await link.unsubscribe(uuid)
+        }
+        subscribed.removeAll()
+        await link.disconnect()
+    }
+
+    func saveBookkeeping() async {
+        do {
+            // A meter unpaired meanwhile has no row to update; saving would pair it again.
+            guard var row = try await download.store.meter(meter.address) else { return }
+            let now = download.now()
+            row.lastSeen = now
+            if report.outcome.isComplete { row.lastSync = now }
+            if let skew = report.skew { row.lastClockSkewSeconds = skew.seconds }
+            if let features = report.features { row.features = Int(features) }
+            if let v = report.identity.manufacturer { row.manufacturer = v }
+            if let v = report.identity.model { row.model = v }
+            if let v = report.identity.serial { row.serial = v }
+            if let v = report.identity.firmware { row.firmware = v }
+            try await download.store.saveMeter(row)
+            // The meter sends oldest first, so its last record carries its current counter. Below the highest
+            // sequence of this download, the counter restarted at some point: later downloads resume from the
+            // new counter, not the old one (SaveMeter and insert only ever raise it).
+            let taken = intake.snapshot
+            // The same holds after a full download that followed a detected counter reset (the meter's memory
+            // now holds only the new counter's records).
+            let wentBack = report.counterReset || taken.highestSequence.map { h in taken.lastMeasurementSequence.map { Int($0) < h } ?? false } ?? false
+            if report.outcome == .completed, wentBack, let last = taken.lastMeasurementSequence {
+                try await download.store.resetHighestSequence(meter.address, to: Int(last))
+            }
+        } catch {
+            logger.warning("meter \(meter.address): cannot save sync bookkeeping: \(error)")
+        }
+    }
+
+    func log(_ kind: EventKind, code: Int?, _ message: String) async {
+        do {
+            try await download.store.log(GatewayEvent(at: download.now(), kind: kind, meterAddress: meter.address, code: code, message: message))
+        } catch {
+            logger.debug("cannot write event log: \(error)")
+        }
+    }
+
+    func optionalRead(_ uuid: GATTUUID) async throws(Stop) -> [UInt8]? {
+        guard await link.hasCharacteristic(uuid) else { return nil }
+        do {
+            return try await link.read(uuid)
+        } catch {
+            if error.kind == .disconnected { throw .disconnected(error.message) }
+            logger.info("meter \(meter.address): cannot read \(uuid): \(error.message)")
+            return nil
+        }
+    }
+
+    func optionalString(_ uuid: GATTUUID) async throws(Stop) -> String? {
+        guard let bytes = try await optionalRead(uuid) else { return nil }
+        var trimmed = bytes
+        while let last = trimmed.last, last == 0 { trimmed.removeLast() }
+        let text = String(decoding: trimmed, as: UTF8.self)
+        return text.isEmpty ? nil : text
+    }
+}
