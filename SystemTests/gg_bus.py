@@ -10,29 +10,13 @@ import tempfile
 import time
 from pathlib import Path
 
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={socket}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_type="method_return"/>
-    <allow send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="signal"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-  </policy>
-  <limit name="max_replies_per_connection">100000</limit>
-  <limit name="max_connections_per_user">1000</limit>
-  <limit name="max_match_rules_per_connection">10000</limit>
-</busconfig>
-"""
+# The private bus configuration shared with the Swift tests and the benchmarks; {socket} is filled in.
+BUS_CONFIG_PATH = Path(__file__).resolve().parent.parent / "Tests" / "TestSupport" / "private-bus.conf"
+
+
+def bus_config(socket):
+    """The private bus configuration with its socket path filled in."""
+    return BUS_CONFIG_PATH.read_text().replace("{socket}", socket)
 
 
 class PrivateBus:
@@ -43,7 +27,7 @@ class PrivateBus:
         self.socket = os.path.join(self.directory, "bus.sock")
         self.address = "unix:path=" + self.socket
         config = os.path.join(self.directory, "bus.conf")
-        Path(config).write_text(BUS_CONFIG.format(socket=self.socket))
+        Path(config).write_text(bus_config(self.socket))
         self.process = subprocess.Popen(
             ["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + config],
             stdout=subprocess.DEVNULL,

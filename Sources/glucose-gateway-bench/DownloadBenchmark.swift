@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import GatewayCore
 
 /// `download`: one meter download through the BlueZ stand-in, measured as the gateway process sees it.
 ///
@@ -276,24 +277,16 @@ enum DownloadBenchmark {
         return dir + "/" + name
     }
 
-    static func busConfig(socket: String) -> String {
-        """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>system</type>
-          <listen>unix:path=\(socket)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow user="*"/><allow own="*"/>
-            <allow send_type="method_call"/><allow send_type="signal"/>
-            <allow send_type="method_return"/><allow send_type="error"/>
-            <allow receive_type="method_call"/><allow receive_type="signal"/>
-            <allow receive_type="method_return"/><allow receive_type="error"/>
-          </policy>
-          <limit name="max_replies_per_connection">100000</limit>
-        </busconfig>
-
-        """
+    /// The private bus configuration the Swift and system tests use too: `Tests/TestSupport/private-bus.conf`
+    /// of the tree this binary was built from, with `socket` filled in; empty (so the bus does not start)
+    /// when that file cannot be read.
+    static func busConfig(socket: String, source: String = #filePath) -> String {
+        let tree = source.split(separator: "/", omittingEmptySubsequences: false).dropLast(3).joined(separator: "/")
+        let path = tree + "/Tests/TestSupport/private-bus.conf"
+        guard let template = FileContents.read(path) else {
+            print("cannot read the bus configuration \(path)")
+            return ""
+        }
+        return String(decoding: template, as: UTF8.self).replacing("{socket}", with: socket)
     }
 }

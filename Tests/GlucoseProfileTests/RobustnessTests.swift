@@ -1,5 +1,6 @@
 import Testing
 @testable import GlucoseProfile
+import TestSupport
 
 /// Feeds 1,000,000 random and mutated byte strings to every decoder. Each must give a value or a typed
 /// error with a one-line description, a field name and an offset inside the input; a decoded value must
@@ -34,7 +35,7 @@ struct RobustnessTests {
 
     @Test(arguments: 0..<shards)
     func everyDecoderGivesAValueOrATypedError(shard: Int) {
-        var g = Generator(rng: SplitMix64(seed: 0x5EED_2A18 &+ UInt64(shard)))
+        var g = Generator(rng: SplitMix(seed: 0x5EED_2A18 &+ UInt64(shard)))
         var tally = Tally()
         var input: [UInt8] = []
         input.reserveCapacity(32)

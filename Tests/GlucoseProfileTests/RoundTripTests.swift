@@ -1,5 +1,6 @@
 import Testing
 @testable import GlucoseProfile
+import TestSupport
 
 /// Encode then decode generated values: every value the encoders build decodes to itself.
 @Suite("Round trips over generated values")
@@ -7,7 +8,7 @@ struct RoundTripTests {
     static let count = 20_000
 
     @Test func measurements() throws {
-        var g = Generator(rng: SplitMix64(seed: 0x2A18))
+        var g = Generator(rng: SplitMix(seed: 0x2A18))
         var failures: [String] = []
         for i in 0..<Self.count {
             let m = g.measurement()
@@ -26,7 +27,7 @@ struct RoundTripTests {
     }
 
     @Test func contexts() throws {
-        var g = Generator(rng: SplitMix64(seed: 0x2A34))
+        var g = Generator(rng: SplitMix(seed: 0x2A34))
         var failures: [String] = []
         for i in 0..<Self.count {
             let c = g.context()
@@ -42,7 +43,7 @@ struct RoundTripTests {
     }
 
     @Test func racpAndFeatures() throws {
-        var g = Generator(rng: SplitMix64(seed: 0x2A52))
+        var g = Generator(rng: SplitMix(seed: 0x2A52))
         var failures: [String] = []
         for i in 0..<Self.count {
             let request = g.request()
@@ -60,7 +61,7 @@ struct RoundTripTests {
     }
 
     @Test func dateTimesAndOffsets() throws {
-        var g = Generator(rng: SplitMix64(seed: 0x2A08))
+        var g = Generator(rng: SplitMix(seed: 0x2A08))
         var failures = 0
         for _ in 0..<Self.count {
             let d = g.dateTime()
@@ -76,7 +77,7 @@ struct RoundTripTests {
     }
 
     @Test func sfloatEncoderRoundTrips() {
-        var rng = SplitMix64(seed: 0x11073)
+        var rng = SplitMix(seed: 0x11073)
         var failures = 0
         for _ in 0..<Self.count {
             let exponent = Int8(rng.below(16) - 8)

@@ -1,4 +1,5 @@
 import GlucoseProfile
+import TestSupport
 
 /// `"1B 01 00"` or `"1b:01:00"` to bytes; test inputs only.
 func hex(_ text: String) -> [UInt8] {
@@ -28,28 +29,9 @@ func decodingError<T>(_ body: () throws(GlucoseDecodingError) -> T) -> GlucoseDe
     }
 }
 
-/// SplitMix64: a fast, seeded, deterministic generator, so every run feeds the same inputs and a failure
-/// can be reproduced from its iteration number.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func byte() -> UInt8 { UInt8(truncatingIfNeeded: next()) }
-    mutating func uint16() -> UInt16 { UInt16(truncatingIfNeeded: next()) }
-    /// 0..<bound without modulo bias worth caring about in tests.
-    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-}
-
 /// Valid values of every type, for round trips and as seeds for mutation.
 struct Generator {
-    var rng: SplitMix64
+    var rng: SplitMix
 
     mutating func dateTime() -> GlucoseDateTime {
         let year = 1582 + rng.below(9999 - 1582 + 1)

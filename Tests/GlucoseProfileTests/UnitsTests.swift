@@ -1,5 +1,6 @@
 import Testing
 @testable import GlucoseProfile
+import TestSupport
 
 @Suite("Units and documented rounding")
 struct UnitsTests {
@@ -63,7 +64,7 @@ struct UnitsTests {
     }
 
     @Test func fixedDecimalAgreesWithDouble() {
-        var rng = SplitMix64(seed: 18_0156)
+        var rng = SplitMix(seed: 18_0156)
         var failures = 0
         for _ in 0..<5_000 {
             let s = SFloat(bits: rng.uint16())

@@ -2,10 +2,14 @@
 import Glibc
 #endif
 import Foundation
+import GatewayCore
 
 /// A private `dbus-daemon` with a system-bus style configuration in a temporary directory: anyone may own
 /// any name and send anything, and `max_replies_per_connection` is raised for bursts of calls. It is
 /// stopped by its pid in ``close()`` (or ``kill()`` to simulate losing the bus).
+///
+/// The configuration is `private-bus.conf` beside this file, which the system tests and the benchmarks
+/// read too.
 public final class PrivateBus: Sendable {
     public struct StartError: Error, CustomStringConvertible {
         public var description: String
@@ -29,31 +33,7 @@ public final class PrivateBus: Sendable {
         guard let made = mkdtemp(&template) else { throw StartError(description: "mkdtemp failed") }
         let directory = String(cString: made)
         let socket = directory + "/bus.sock"
-        let config = """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>system</type>
-          <listen>unix:path=\(socket)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow user="*"/>
-            <allow own="*"/>
-            <allow send_type="method_call"/>
-            <allow send_type="signal"/>
-            <allow send_type="method_return"/>
-            <allow send_type="error"/>
-            <allow send_destination="*"/>
-            <allow receive_type="method_call"/>
-            <allow receive_type="signal"/>
-            <allow receive_type="method_return"/>
-            <allow receive_type="error"/>
-          </policy>
-          <limit name="max_replies_per_connection">100000</limit>
-          <limit name="max_connections_per_user">1000</limit>
-          <limit name="max_match_rules_per_connection">10000</limit>
-        </busconfig>
-        """
+        let config = try configuration(socket: socket)
         let configPath = directory + "/bus.conf"
         guard FileManager.default.createFile(atPath: configPath, contents: Data(config.utf8)) else {
             throw StartError(description: "cannot write \(configPath)")
@@ -95,6 +75,15 @@ public final class PrivateBus: Sendable {
         }
         bus.close()
         throw StartError(description: "dbus-daemon did not create its socket in time")
+    }
+
+    /// `private-bus.conf` of this source tree with `socket` filled in.
+    static func configuration(socket: String, source: String = #filePath) throws -> String {
+        let path = String(source.prefix(upTo: source.lastIndex(of: "/") ?? source.startIndex)) + "/private-bus.conf"
+        guard let template = FileContents.read(path) else {
+            throw StartError(description: "cannot read the bus configuration \(path)")
+        }
+        return String(decoding: template, as: UTF8.self).replacing("{socket}", with: socket)
     }
 
     /// Whether a Unix socket at `path` accepts a connection (the file appears before `listen`).

@@ -1,4 +1,5 @@
-/// A seeded generator, so tests that draw random values are reproducible.
+/// SplitMix64: a fast, seeded, deterministic generator, so tests that draw random values feed the same
+/// inputs on every run and a failure can be reproduced from its seed and iteration number.
 public struct SplitMix: RandomNumberGenerator {
     public var state: UInt64
     public init(seed: UInt64) { state = seed }
@@ -9,4 +10,9 @@ public struct SplitMix: RandomNumberGenerator {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+    public mutating func byte() -> UInt8 { UInt8(truncatingIfNeeded: next()) }
+    public mutating func uint16() -> UInt16 { UInt16(truncatingIfNeeded: next()) }
+    /// 0..<bound without modulo bias worth caring about in tests.
+    public mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+    public mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
 }
