@@ -386,7 +386,8 @@ struct ConfigBuilder {
         return (ConfigFiles.resolve(v.value, relativeTo: baseDirectory), v.line)
     }
 
-    private mutating func existingFile(_ section: String, _ key: String) -> String? {
+    /// A file path naming an existing regular file, with its line and its mode bits.
+    private mutating func existingFile(_ section: String, _ key: String) -> (value: String, line: Int, info: ConfigFiles.Info)? {
         guard let v = path(section, key) else { return nil }
         guard let info = ConfigFiles.info(v.value) else {
             problem(v.line, "\(section).\(key): \(v.value) does not exist")
@@ -396,12 +397,12 @@ struct ConfigBuilder {
             problem(v.line, "\(section).\(key): \(v.value) is not a regular file")
             return nil
         }
-        return v.value
+        return (v.value, v.line, info)
     }
 
     /// A CA bundle: an existing regular file that holds at least one PEM certificate.
     private mutating func certificateFile(_ section: String, _ key: String) -> String? {
-        guard let path = existingFile(section, key), let line = entries[section]?[key]?.line else { return nil }
+        guard let (path, line, _) = existingFile(section, key) else { return nil }
         switch FileContents.contents(of: path, limit: ConfigLoader.fileLimit * 8) {
         case .failure(let error):
             problem(line, "\(section).\(key): cannot read \(path): \(error.text)")
@@ -467,18 +468,10 @@ struct ConfigBuilder {
     /// A secret file: must exist, be a regular file, and give no access to group or others.
     /// Trailing newlines are trimmed.
     private mutating func secretFile(_ section: String, _ key: String) -> ConfigSecret? {
-        guard let v = path(section, key) else { return nil }
+        guard let v = existingFile(section, key) else { return nil }
         let name = "\(section).\(key)"
-        guard let info = ConfigFiles.info(v.value) else {
-            problem(v.line, "\(name): \(v.value) does not exist")
-            return nil
-        }
-        guard info.isRegular else {
-            problem(v.line, "\(name): \(v.value) is not a regular file")
-            return nil
-        }
-        guard info.mode & 0o077 == 0 else {
-            problem(v.line, "\(name): \(v.value) is accessible by group or others (mode \(ConfigFiles.octal(info.mode))); run chmod 600 \(v.value)")
+        guard v.info.mode & 0o077 == 0 else {
+            problem(v.line, "\(name): \(v.value) is accessible by group or others (mode \(ConfigFiles.octal(v.info.mode))); run chmod 600 \(v.value)")
             return nil
         }
         switch FileContents.contents(of: v.value, limit: ConfigLoader.secretLimit) {

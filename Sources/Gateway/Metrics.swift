@@ -104,11 +104,11 @@ public enum PrometheusTextfile {
     public static func render(_ s: MetricsSnapshot) -> String {
         var out = ""
         func family(_ name: String, _ type: String, _ help: String, _ samples: [(labels: [(String, String)], value: String)]) {
-            out += "# HELP \(name) \(escapeHelp(help))\n# TYPE \(name) \(type)\n"
+            out += "# HELP \(name) \(escape(help, quote: false))\n# TYPE \(name) \(type)\n"
             for sample in samples {
                 out += name
                 if !sample.labels.isEmpty {
-                    out += "{" + sample.labels.map { "\($0.0)=\"\(escapeLabel($0.1))\"" }.joined(separator: ",") + "}"
+                    out += "{" + sample.labels.map { "\($0.0)=\"\(escape($0.1, quote: true))\"" }.joined(separator: ",") + "}"
                 }
                 out += " \(sample.value)\n"
             }
@@ -144,24 +144,13 @@ public enum PrometheusTextfile {
         }
     }
 
-    static func escapeLabel(_ text: String) -> String {
+    /// The text format's escapes: backslash and newline everywhere, the double quote in label values only.
+    static func escape(_ text: String, quote: Bool) -> String {
         var out = ""
         for ch in text {
             switch ch {
             case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case "\n": out += "\\n"
-            default: out.append(ch)
-            }
-        }
-        return out
-    }
-
-    static func escapeHelp(_ text: String) -> String {
-        var out = ""
-        for ch in text {
-            switch ch {
-            case "\\": out += "\\\\"
+            case "\"" where quote: out += "\\\""
             case "\n": out += "\\n"
             default: out.append(ch)
             }

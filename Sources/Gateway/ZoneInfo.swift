@@ -108,20 +108,17 @@ struct BigEndianReader {
         return true
     }
 
-    mutating func int32() -> Int32? {
-        guard bytes.count - offset >= 4 else { return nil }
-        var v: UInt32 = 0
-        for i in 0..<4 { v = v << 8 | UInt32(bytes[offset + i]) }
-        offset += 4
-        return Int32(bitPattern: v)
-    }
+    mutating func int32() -> Int32? { unsigned(UInt32.self).map { Int32(bitPattern: $0) } }
 
-    mutating func int64() -> Int64? {
-        guard bytes.count - offset >= 8 else { return nil }
-        var v: UInt64 = 0
-        for i in 0..<8 { v = v << 8 | UInt64(bytes[offset + i]) }
-        offset += 8
-        return Int64(bitPattern: v)
+    mutating func int64() -> Int64? { unsigned(UInt64.self).map { Int64(bitPattern: $0) } }
+
+    private mutating func unsigned<T: FixedWidthInteger & UnsignedInteger>(_: T.Type) -> T? {
+        let size = T.bitWidth / 8
+        guard bytes.count - offset >= size else { return nil }
+        var v: T = 0
+        for i in 0..<size { v = v << 8 | T(bytes[offset + i]) }
+        offset += size
+        return v
     }
 
     mutating func header() -> TZifHeader? {
