@@ -11,9 +11,16 @@ import Glibc
 /// TLS verification is always on (peer and host name); `caFile` replaces the system store for a
 /// private CA, and no setting turns verification off. Each request runs `curl_easy_perform` on a
 /// dispatch thread; easy handles are reused so the connection to a server stays open between batches.
+///
+/// A plain `http://` URL with no proxy in the environment (a server on the gateway itself or on the
+/// local network) goes over ``SocketHTTPClient`` instead, which needs no library: such a process never
+/// maps libcurl and its TLS libraries.
 public final class CurlHTTPClient: HTTPClient {
 
     private let pool = Mutex<[CurlHandle]>([])
+    private let plain = SocketHTTPClient()
+    /// Read once: the environment of a running gateway does not change.
+    private let proxyConfigured = plainHTTPProxyConfigured()
 
     public init() {}
 
@@ -32,6 +39,19 @@ public final class CurlHTTPClient: HTTPClient {
 
     public func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
         let cancel = CancelFlag()
+        if !proxyConfigured, let target = PlainHTTPTarget(url: request.url) {
+            let plain = self.plain
+            let result: Result<HTTPResponse, HTTPError> = await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
+                    DispatchQueue.global().async {
+                        continuation.resume(returning: plain.perform(request, to: target, cancelled: { cancel.isSet }))
+                    }
+                }
+            } onCancel: {
+                cancel.set()
+            }
+            return try result.get()
+        }
         let result: Result<HTTPResponse, HTTPError> = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
                 let handle = self.take()

@@ -1,0 +1,472 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Plain HTTP/1.1 (`http://`, no proxy) over a socket of its own, so that an upload to a server on the
+/// gateway itself or on the local network never maps libcurl and the TLS libraries behind it (about 8 MB
+/// of resident memory and 5 ms of CPU per process, see the README). `https://` and anything this does not
+/// parse stays with libcurl (``CurlHTTPClient`` decides).
+///
+/// What it speaks: one request at a time per connection; `Content-Length`, `chunked` and
+/// read-until-close answers; interim 1xx answers skipped; keep-alive with one idle connection kept per
+/// host and port, and a request that finds its kept connection closed by the server before any byte of
+/// an answer is sent once more on a fresh one (as libcurl does). Failures map to the same ``HTTPError``
+/// cases libcurl's do.
+struct PlainHTTPTarget: Equatable {
+    var host: String
+    var port: UInt16
+    /// Path and query, at least "/".
+    var target: String
+    /// The `Host` header: the host as written, with the port when one was written.
+    var authority: String
+
+    /// Nil for anything but a plain `http://host[:port][/path]` URL with a host name or IPv4 address
+    /// (IPv6 literals, user info and fragments are left to libcurl).
+    init?(url: String) {
+        let bytes = Array(url.utf8)
+        let scheme = Array("http://".utf8)
+        guard bytes.count > scheme.count,
+              zip(bytes.prefix(scheme.count), scheme).allSatisfy({ ($0 | 0x20) == $1 || $0 == $1 }) else { return nil }
+        let rest = bytes[scheme.count...]
+        let end = rest.firstIndex(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") }) ?? rest.endIndex
+        let authorityBytes = rest[rest.startIndex..<end]
+        var targetBytes = Array(rest[end...])
+        if targetBytes.first == UInt8(ascii: "?") { targetBytes.insert(UInt8(ascii: "/"), at: 0) }
+        if targetBytes.isEmpty { targetBytes = [UInt8(ascii: "/")] }
+        // Only what a request line may carry as it is: visible ASCII, no fragment.
+        guard targetBytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "#") }) else { return nil }
+        guard !authorityBytes.isEmpty, authorityBytes.allSatisfy({ byte in
+            (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "-")
+                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: ":")
+        }) else { return nil }
+        let parts = authorityBytes.split(separator: UInt8(ascii: ":"), omittingEmptySubsequences: false)
+        guard parts.count <= 2, let hostPart = parts.first, !hostPart.isEmpty else { return nil }
+        var port: UInt16 = 80
+        if parts.count == 2 {
+            guard let p = UInt16(String(decoding: parts[1], as: UTF8.self)), p > 0 else { return nil }
+            port = p
+        }
+        host = String(decoding: hostPart, as: UTF8.self)
+        self.port = port
+        target = String(decoding: targetBytes, as: UTF8.self)
+        authority = String(decoding: authorityBytes, as: UTF8.self)
+    }
+}
+
+/// Whether libcurl would send plain HTTP through a proxy here (`http_proxy`, `ALL_PROXY`, ...): then
+/// libcurl does the request, so that a proxy set up for the gateway keeps working.
+func plainHTTPProxyConfigured() -> Bool {
+    for name in ["http_proxy", "all_proxy", "ALL_PROXY"] {
+        if let value = getenv(name), value.pointee != 0 { return true }
+    }
+    return false
+}
+
+/// The sockets of ``SocketHTTPClient``: one idle keep-alive connection per host and port.
+final class SocketHTTPClient: Sendable {
+    private struct Idle {
+        var host: String
+        var port: UInt16
+        var fd: Int32
+    }
+    private let idle = Mutex<[Idle]>([])
+
+    deinit {
+        for connection in idle.withLock({ $0 }) { close(connection.fd) }
+    }
+
+    /// Runs one exchange on the calling thread (blocking; call it off the cooperative pool).
+    func perform(_ request: HTTPRequest, to target: PlainHTTPTarget, cancelled: @Sendable () -> Bool) -> Result<HTTPResponse, HTTPError> {
+        let deadline = Clock.now() + Int64(max(1, request.timeoutMs))
+        let wire = Self.encode(request, target)
+        if let fd = takeIdle(target) {
+            switch exchange(fd: fd, wire: wire, request: request, deadline: deadline, cancelled: cancelled, reused: true) {
+            case .done(let result, let keep):
+                finish(fd, target, keep: keep)
+                return result
+            case .staleConnection:
+                close(fd)
+            }
+        }
+        let fd: Int32
+        switch connect(target, connectTimeoutMs: max(1, request.connectTimeoutMs), deadline: deadline, cancelled: cancelled) {
+        case .success(let opened): fd = opened
+        case .failure(let error): return .failure(error)
+        }
+        switch exchange(fd: fd, wire: wire, request: request, deadline: deadline, cancelled: cancelled, reused: false) {
+        case .done(let result, let keep):
+            finish(fd, target, keep: keep)
+            return result
+        case .staleConnection:
+            close(fd)
+            return .failure(.connectionLost)
+        }
+    }
+
+    private func takeIdle(_ target: PlainHTTPTarget) -> Int32? {
+        idle.withLock { list in
+            guard let index = list.firstIndex(where: { $0.host == target.host && $0.port == target.port }) else { return nil }
+            return list.remove(at: index).fd
+        }
+    }
+
+    private func finish(_ fd: Int32, _ target: PlainHTTPTarget, keep: Bool) {
+        guard keep else {
+            close(fd)
+            return
+        }
+        let replaced = idle.withLock { list -> Int32? in
+            var old: Int32?
+            if let index = list.firstIndex(where: { $0.host == target.host && $0.port == target.port }) {
+                old = list.remove(at: index).fd
+            }
+            list.append(Idle(host: target.host, port: target.port, fd: fd))
+            return old
+        }
+        if let replaced { close(replaced) }
+    }
+
+    static func encode(_ request: HTTPRequest, _ target: PlainHTTPTarget) -> [UInt8] {
+        var head = "\(request.method) \(target.target) HTTP/1.1\r\nHost: \(target.authority)\r\n"
+        var names: Set<String> = []
+        for (name, value) in request.headers {
+            names.insert(name.lowercased())
+            // An empty value removes the header, as it does for libcurl (`Expect:`).
+            // Bytes, not Characters: "\r\n" is one Character and would slip past a Character test.
+            guard !value.isEmpty, !name.isEmpty, !name.utf8.contains(where: { $0 == 13 || $0 == 10 || $0 == UInt8(ascii: ":") }),
+                  !value.utf8.contains(where: { $0 == 13 || $0 == 10 }) else { continue }
+            head += "\(name): \(value)\r\n"
+        }
+        if !names.contains("accept") { head += "Accept: */*\r\n" }
+        if request.method != "GET" || !request.body.isEmpty {
+            head += "Content-Length: \(request.body.count)\r\n"
+        }
+        head += "\r\n"
+        return Array(head.utf8) + (request.method == "GET" ? [] : request.body)
+    }
+
+    // MARK: - Connecting
+
+    private func connect(_ target: PlainHTTPTarget, connectTimeoutMs: Int, deadline: Int64,
+                         cancelled: () -> Bool) -> Result<Int32, HTTPError> {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_ADDRCONFIG
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(target.host, String(target.port), &hints, &list) == 0, let first = list else {
+            return .failure(.resolveFailed)
+        }
+        defer { freeaddrinfo(list) }
+        let connectDeadline = min(deadline, Clock.now() + Int64(connectTimeoutMs))
+        var lastError: HTTPError = .unreachable
+        var entry: UnsafeMutablePointer<addrinfo>? = first
+        while let info = entry {
+            entry = info.pointee.ai_next
+            let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            guard fd >= 0 else { continue }
+            var one: Int32 = 1
+            _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            if Glibc.connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 { return .success(fd) }
+            guard errno == EINPROGRESS else {
+                lastError = Self.connectError(errno)
+                close(fd)
+                continue
+            }
+            switch wait(fd, events: Int16(POLLOUT), until: connectDeadline, cancelled: cancelled) {
+            case .ready:
+                var soError: Int32 = 0
+                var length = socklen_t(MemoryLayout<Int32>.size)
+                _ = getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &length)
+                if soError == 0 { return .success(fd) }
+                lastError = Self.connectError(soError)
+                close(fd)
+            case .timedOut:
+                close(fd)
+                return .failure(.timedOut(connected: false))
+            case .cancelled:
+                close(fd)
+                return .failure(.cancelled)
+            }
+        }
+        return .failure(lastError)
+    }
+
+    private static func connectError(_ code: Int32) -> HTTPError {
+        switch code {
+        case ECONNREFUSED: .connectionRefused
+        case ETIMEDOUT: .timedOut(connected: false)
+        default: .unreachable
+        }
+    }
+
+    private enum Readiness { case ready, timedOut, cancelled }
+
+    /// Waits for `events` in slices of at most 100 ms, so that a cancelled request ends soon.
+    private func wait(_ fd: Int32, events: Int16, until deadline: Int64, cancelled: () -> Bool) -> Readiness {
+        while true {
+            if cancelled() { return .cancelled }
+            let left = deadline - Clock.now()
+            if left <= 0 { return .timedOut }
+            var pfd = pollfd(fd: fd, events: events, revents: 0)
+            let n = poll(&pfd, 1, Int32(min(left, 100)))
+            if n > 0 { return .ready }
+            if n < 0 && errno != EINTR { return .ready }  // the following call reports the error
+        }
+    }
+
+    // MARK: - One exchange
+
+    private enum Exchange {
+        /// The result, and whether the connection can carry the next request.
+        case done(Result<HTTPResponse, HTTPError>, keep: Bool)
+        /// A kept connection the server had closed: nothing of an answer arrived.
+        case staleConnection
+    }
+
+    private func exchange(fd: Int32, wire: [UInt8], request: HTTPRequest, deadline: Int64,
+                          cancelled: () -> Bool, reused: Bool) -> Exchange {
+        var sent = 0
+        while sent < wire.count {
+            let n = wire.withUnsafeBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n > 0 {
+                sent += n
+                continue
+            }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                switch wait(fd, events: Int16(POLLOUT), until: deadline, cancelled: cancelled) {
+                case .ready: continue
+                case .timedOut: return .done(.failure(.timedOut(connected: true)), keep: false)
+                case .cancelled: return .done(.failure(.cancelled), keep: false)
+                }
+            }
+            return reused ? .staleConnection : .done(.failure(.connectionLost), keep: false)
+        }
+        var reader = AnswerReader(limit: max(0, min(request.maxResponseBytes, ResponseLimit.maximum)),
+                                  headOnly: request.method == "HEAD")
+        var buffer = [UInt8](repeating: 0, count: 16 << 10)
+        var receivedAny = false
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n > 0 {
+                receivedAny = true
+                switch reader.feed(buffer[0..<n]) {
+                case .more: continue
+                case .complete(let response, let keep): return .done(.success(response), keep: keep)
+                case .failed(let error): return .done(.failure(error), keep: false)
+                }
+            }
+            if n == 0 {
+                if !receivedAny && reused { return .staleConnection }
+                switch reader.end() {
+                case .complete(let response, _): return .done(.success(response), keep: false)
+                case .failed(let error): return .done(.failure(error), keep: false)
+                case .more: return .done(.failure(.connectionLost), keep: false)
+                }
+            }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK {
+                switch wait(fd, events: Int16(POLLIN), until: deadline, cancelled: cancelled) {
+                case .ready: continue
+                case .timedOut: return .done(.failure(.timedOut(connected: true)), keep: false)
+                case .cancelled: return .done(.failure(.cancelled), keep: false)
+                }
+            }
+            if !receivedAny && reused { return .staleConnection }
+            return .done(.failure(.connectionLost), keep: false)
+        }
+    }
+}
+
+/// Milliseconds on the monotonic clock.
+private enum Clock {
+    static func now() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
+
+/// Parses one HTTP/1.x answer as its bytes arrive: status line, headers (64 KiB at most, as for
+/// libcurl), then a body by `Content-Length`, `chunked`, or up to the close, capped at `limit`.
+struct AnswerReader {
+    enum Step: Equatable {
+        case more
+        /// The answer, and whether the connection stays usable.
+        case complete(HTTPResponse, keep: Bool)
+        case failed(HTTPError)
+    }
+
+    let limit: Int
+    let headOnly: Bool
+    private var pending: [UInt8] = []
+    private var status = 0
+    private var headers: [String: String] = [:]
+    private var keepAlive = false
+    private var inBody = false
+    private enum Framing { case length(Int), chunked, untilClose }
+    private var framing = Framing.untilClose
+    private var body: [UInt8] = []
+    /// Chunked: bytes left in the current chunk; nil while a size line is expected.
+    private var chunkLeft: Int?
+    private var inTrailer = false
+    private static let headerLimit = 64 << 10
+
+    init(limit: Int, headOnly: Bool = false) {
+        self.limit = limit
+        self.headOnly = headOnly
+    }
+
+    mutating func feed(_ bytes: ArraySlice<UInt8>) -> Step {
+        pending.append(contentsOf: bytes)
+        while true {
+            if !inBody {
+                guard let end = Self.find(crlfcrlf: pending) else {
+                    return pending.count > Self.headerLimit ? .failed(.tooLarge(limit: limit, status: status)) : .more
+                }
+                let head = Array(pending[..<end])
+                pending.removeFirst(end + 4)
+                switch parseHead(head) {
+                case .failed(let error): return .failed(error)
+                case .interim: continue
+                case .final: break
+                }
+                inBody = true
+                if headOnly || status == 204 || status == 304 {
+                    return .complete(HTTPResponse(status: status, headers: headers), keep: keepAlive)
+                }
+            }
+            return bodyStep()
+        }
+    }
+
+    /// The connection closed.
+    mutating func end() -> Step {
+        if inBody, case .untilClose = framing {
+            return .complete(HTTPResponse(status: status, headers: headers, body: body), keep: false)
+        }
+        return .more
+    }
+
+    private enum Head { case interim, final, failed(HTTPError) }
+
+    private mutating func parseHead(_ head: [UInt8]) -> Head {
+        let lines = head.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { line -> String in
+            var l = line
+            if l.last == UInt8(ascii: "\r") { l = l.dropLast() }
+            return String(decoding: l, as: UTF8.self)
+        }
+        guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/1.") else { return .failed(.other("not an HTTP answer")) }
+        let fields = statusLine.split(separator: " ", maxSplits: 2)
+        guard fields.count >= 2, let code = Int(fields[1]), (100...999).contains(code) else {
+            return .failed(.other("not an HTTP answer"))
+        }
+        if (100...199).contains(code) { return .interim }
+        status = code
+        headers = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = line[..<colon].lowercased()
+            let value = String(line[line.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" }).reversed()
+                .drop(while: { $0 == " " || $0 == "\t" }).reversed())
+            headers[name] = value
+        }
+        let connection = headers["connection"]?.lowercased() ?? ""
+        keepAlive = statusLine.hasPrefix("HTTP/1.1") ? !connection.contains("close") : connection.contains("keep-alive")
+        if let encoding = headers["transfer-encoding"]?.lowercased(), encoding.contains("chunked") {
+            framing = .chunked
+        } else if let text = headers["content-length"] {
+            guard let length = Int(text), length >= 0 else { return .failed(.other("invalid Content-Length in the answer")) }
+            framing = .length(length)
+            if length > limit { return .failed(.tooLarge(limit: limit, status: status)) }
+        } else {
+            framing = .untilClose
+            keepAlive = false
+        }
+        return .final
+    }
+
+    private mutating func bodyStep() -> Step {
+        switch framing {
+        case .length(let length):
+            let take = min(length - body.count, pending.count)
+            body.append(contentsOf: pending[..<take])
+            pending.removeFirst(take)
+            if body.count == length {
+                return .complete(HTTPResponse(status: status, headers: headers, body: body), keep: keepAlive && pending.isEmpty)
+            }
+            return .more
+        case .untilClose:
+            if body.count + pending.count > limit { return .failed(.tooLarge(limit: limit, status: status)) }
+            body.append(contentsOf: pending)
+            pending.removeAll()
+            return .more
+        case .chunked:
+            while true {
+                if inTrailer {
+                    // Trailer lines up to an empty one.
+                    guard let lineEnd = Self.find(crlf: pending) else { return .more }
+                    let empty = lineEnd == 0
+                    pending.removeFirst(lineEnd + 2)
+                    if empty {
+                        return .complete(HTTPResponse(status: status, headers: headers, body: body), keep: keepAlive && pending.isEmpty)
+                    }
+                    continue
+                }
+                if let left = chunkLeft {
+                    if left > 0 {
+                        let take = min(left, pending.count)
+                        if body.count + take > limit { return .failed(.tooLarge(limit: limit, status: status)) }
+                        body.append(contentsOf: pending[..<take])
+                        pending.removeFirst(take)
+                        chunkLeft = left - take
+                        if left - take > 0 { return .more }
+                    }
+                    guard pending.count >= 2 else { return .more }
+                    guard pending[0] == 13, pending[1] == 10 else { return .failed(.other("malformed chunked answer")) }
+                    pending.removeFirst(2)
+                    chunkLeft = nil
+                    continue
+                }
+                guard let lineEnd = Self.find(crlf: pending) else {
+                    return pending.count > 1024 ? .failed(.other("malformed chunked answer")) : .more
+                }
+                let line = String(decoding: pending[..<lineEnd], as: UTF8.self)
+                pending.removeFirst(lineEnd + 2)
+                let sizeText = line.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters() } ?? ""
+                guard !sizeText.isEmpty, sizeText.count <= 15, let size = Int(sizeText, radix: 16), size >= 0 else {
+                    return .failed(.other("malformed chunked answer"))
+                }
+                if size == 0 {
+                    inTrailer = true
+                } else {
+                    if body.count + size > limit { return .failed(.tooLarge(limit: limit, status: status)) }
+                    chunkLeft = size
+                }
+            }
+        }
+    }
+
+    private static func find(crlfcrlf bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 4 else { return nil }
+        for i in 0...(bytes.count - 4) where bytes[i] == 13 && bytes[i + 1] == 10 && bytes[i + 2] == 13 && bytes[i + 3] == 10 {
+            return i
+        }
+        return nil
+    }
+
+    private static func find(crlf bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 2 else { return nil }
+        for i in 0...(bytes.count - 2) where bytes[i] == 13 && bytes[i + 1] == 10 { return i }
+        return nil
+    }
+}
+
+extension Substring {
+    fileprivate func trimmingCharacters() -> String {
+        String(drop(while: { $0 == " " || $0 == "\t" }).reversed().drop(while: { $0 == " " || $0 == "\t" }).reversed())
+    }
+}
