@@ -7,7 +7,7 @@ import Synchronization
 /// connecting, adapters coming and going, bluetoothd restarting), discovery or a GATT profile to find
 /// meters, and meter links. For the commands (`BlueZMeterRadio+Pairing.swift`): scan, pair, forget.
 public final class BlueZMeterRadio: MeterRadio {
-    public let client: BlueZClient
+    let client: BlueZClient
     let logger: Logger
     /// The adapter the commands use (scan, wait, pair, forget); nil: the first powered one.
     let adapterName: String?
