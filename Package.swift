@@ -50,7 +50,7 @@ let package = Package(
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "GatewayCLI", "SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
     ],
