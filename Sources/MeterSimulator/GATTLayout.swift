@@ -57,7 +57,6 @@ public struct GATTLayout: Sendable, Equatable {
 
     /// `service0006`
     public static func hex4(_ v: UInt16) -> String {
-        let h = String(v, radix: 16)
-        return String(repeating: "0", count: max(0, 4 - h.count)) + h
+        hexString([UInt8(v >> 8), UInt8(truncatingIfNeeded: v)])
     }
 }

@@ -28,10 +28,7 @@ public struct GlucoseServer: Sendable {
         public init(_ code: UInt8) { self.code = code }
         public static let procedureAlreadyInProgress = ATTError(0x80)
         public static let cccdImproperlyConfigured = ATTError(0x81)
-        public var description: String {
-            let hex = String(code, radix: 16)
-            return "ATT error 0x" + (hex.count < 2 ? "0" : "") + hex
-        }
+        public var description: String { "ATT error 0x" + hexString([code]) }
     }
 
     public private(set) var meter: MeterDescription

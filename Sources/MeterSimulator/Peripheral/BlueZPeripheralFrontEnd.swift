@@ -374,7 +374,7 @@ public actor BlueZPeripheralFrontEnd {
             try await peripheral.writeRACP(bytes)
         } catch {
             // bluetoothd turns "Failed" with a numeric message in 0x80...0x9f into that ATT error.
-            throw DBusError(name: "org.bluez.Error.Failed", message: hexByte(error.code))
+            throw DBusError(name: "org.bluez.Error.Failed", message: "0x" + hexString([error.code]))
         }
         let peripheral = self.peripheral
         Task {

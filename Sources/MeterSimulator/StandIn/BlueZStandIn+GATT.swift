@@ -179,7 +179,7 @@ extension BlueZStandIn {
         do {
             try await m.peripheral.writeRACP(bytes)
         } catch {
-            throw bluezError("Failed", "Operation failed with ATT error: " + hexByte(error.code))
+            throw bluezError("Failed", "Operation failed with ATT error: 0x" + hexString([error.code]))
         }
         // The write response reaches the client before the first notification of the procedure.
         let peripheral = m.peripheral

@@ -398,8 +398,3 @@ public actor BlueZStandIn {
         }
     }
 }
-
-func hexByte(_ v: UInt8) -> String {
-    let h = String(v, radix: 16)
-    return "0x" + (h.count < 2 ? "0" : "") + h
-}
