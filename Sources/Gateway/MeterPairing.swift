@@ -13,12 +13,20 @@ public struct PairingResult: Sendable, Equatable {
     public var keptExistingBond: Bool = false
 }
 
+extension MeterInfo {
+    /// The meter keeps a single bond (its Glucose Feature lacks Multiple Bond Supported): pairing the
+    /// gateway may have unpaired the user's phone, and pairing a phone unpairs the gateway. False while
+    /// the features are unknown.
+    public var keepsSingleBond: Bool {
+        guard let features else { return false }
+        return !GlucoseFeatures(rawValue: UInt16(truncatingIfNeeded: features)).contains(.multipleBond)
+    }
+}
+
 /// `pair`: waits for the meter to advertise (the user presses its Bluetooth button), pairs with the
 /// meter's PIN through the gateway's passkey agent and trusts it, checks that it has the Glucose Service,
 /// reads its identity and stores it with its time zone.
 public struct MeterPairing: Sendable {
-    public static let multipleBondFeature: Int = 1 << 10
-
     public var radio: any MeterRadio
     public var store: any ReadingStore
     public var logger: Logger
@@ -109,8 +117,7 @@ public struct MeterPairing: Sendable {
         } catch {
             throw GatewayFailure(.failure, "paired \(address) but could not store it: \(error)")
         }
-        let singleBond = info.features.map { $0 & Self.multipleBondFeature == 0 } ?? false
-        return PairingResult(meter: info, singleBond: singleBond, keptExistingBond: keptBond)
+        return PairingResult(meter: info, singleBond: info.keepsSingleBond, keptExistingBond: keptBond)
     }
 
     static func failure(_ error: MeterAccessError, address: String, step: String) -> GatewayFailure {

@@ -165,4 +165,12 @@ struct MeterPairingTests {
         #expect(!result.isComplete)
         #expect(result.summary.contains("2 new readings; interrupted"))
     }
+
+    /// Only Glucose Feature bit 10 (Multiple Bond Supported) counts; unknown features warn of nothing.
+    @Test(arguments: [(nil, false), (0x0400, false), (0xFFFF, false), (0x0000, true), (0xFBFF, true), (0x1_0000, true)] as [(Int?, Bool)])
+    func singleBond(_ features: Int?, _ expected: Bool) {
+        var info = MeterInfo(address: "AA:BB:CC:DD:EE:01", timeZone: "UTC")
+        info.features = features
+        #expect(info.keepsSingleBond == expected)
+    }
 }

@@ -56,14 +56,6 @@ struct StatusReport {
     var daemon: DaemonStatus
     var bluetooth: BluetoothStatus
     var store: StoreStatus
-
-    /// The Glucose Feature bit "Multiple Bond Supported".
-    static let multipleBond = 1 << 10
-
-    static func singleBond(_ info: MeterInfo) -> Bool {
-        guard let features = info.features else { return false }
-        return features & multipleBond == 0
-    }
 }
 
 // MARK: - Database

@@ -77,7 +77,7 @@ extension StatusReport {
             o.add("highest_sequence", Self.int(m.info.highestSequence))
             o.add("clock_skew_seconds", Self.int(m.info.lastClockSkewSeconds))
             o.add("readings", m.readings)
-            o.add("single_bond", Self.singleBond(m.info))
+            o.add("single_bond", m.info.keepsSingleBond)
             return o.value
         }))
 

@@ -70,7 +70,7 @@ extension StatusReport {
             line += ", highest sequence \(m.info.highestSequence.map(String.init) ?? "none"), \(m.readings) readings"
             if let skew = m.info.lastClockSkewSeconds { line += ", clock skew \(skew) s" }
             out += line + "\n"
-            if Self.singleBond(m.info) {
+            if m.info.keepsSingleBond {
                 out += "  warning: this meter keeps one bond only; pairing it with a phone unpairs the gateway\n"
             }
         }
