@@ -14,9 +14,21 @@ struct PendingRecord: Sendable {
 /// Records and contexts as the link delivers them, paired by sequence, waiting to be committed.
 ///
 /// The task that receives the link's events takes records and contexts in here directly, so the
-/// session's task wakes only for RACP indications, full batches and its timer: one task switch per
-/// notification instead of two.
+/// session's task wakes only for what it must act on (see `Wake`), RACP indications and its deadlines:
+/// no task switch for most notifications.
 final class DownloadIntake: Sendable {
+    /// Why the session must look again, returned by each method that takes something in.
+    struct Wake: OptionSet, Sendable {
+        var rawValue: UInt8
+        /// A full batch waits to be committed (once per batch).
+        static let batchFull = Wake(rawValue: 1 << 0)
+        /// A record can now be committed where none could: the commit interval starts (once until
+        /// everything committable is taken).
+        static let recordsWaiting = Wake(rawValue: 1 << 1)
+        /// A value arrived while the session listens for late records (`wakeOnEveryValue`).
+        static let value = Wake(rawValue: 1 << 2)
+    }
+
     struct State {
         var pending: [PendingRecord] = []
         /// The last pending record is the latest event and may still get its context.
@@ -29,8 +41,25 @@ final class DownloadIntake: Sendable {
         var malformed = 0
         var total: Int?
         var batchSignalled = false
+        var waitingSignalled = false
+        var wakeOnEveryValue = false
 
         var committable: Int { holdLast ? pending.count - 1 : pending.count }
+
+        /// After taking something in: what the session must be told.
+        mutating func wakes(batchSize: Int) -> Wake {
+            var wake: Wake = []
+            if committable >= batchSize, !batchSignalled {
+                batchSignalled = true
+                wake.insert(.batchFull)
+            }
+            if committable > 0, !waitingSignalled {
+                waitingSignalled = true
+                wake.insert(.recordsWaiting)
+            }
+            if wakeOnEveryValue { wake.insert(.value) }
+            return wake
+        }
     }
 
     let state: Mutex<State>
@@ -53,30 +82,33 @@ final class DownloadIntake: Sendable {
     }
 
     /// Something arrived from the meter or the meter answered a request.
-    func touch(clearHold: Bool) {
+    @discardableResult
+    func touch(clearHold: Bool) -> Wake {
         let at = clock.now
-        state.withLock {
+        return state.withLock {
             $0.lastActivity = at
             if clearHold { $0.holdLast = false }
+            return $0.wakes(batchSize: batchSize)
         }
     }
 
-    /// Takes in a 0x2A18 value; true when a full batch now waits (signalled once per batch).
-    func measurement(_ bytes: [UInt8]) -> Bool {
+    /// Takes in a 0x2A18 value.
+    func measurement(_ bytes: [UInt8]) -> Wake {
         let arrived = clock.now
         guard let decoded = DecodedMeasurement(bytes) else {
-            state.withLock {
+            let wake = state.withLock {
                 $0.lastActivity = arrived
                 $0.holdLast = false
                 $0.malformed += 1
+                return $0.wakes(batchSize: batchSize)
             }
             let seq = bytes.count >= 3 ? " (sequence \(Int(bytes[1]) | Int(bytes[2]) << 8))" : ""
             logger.warning("meter \(address): undecodable glucose measurement\(seq) skipped")
-            return false
+            return wake
         }
         let seq = decoded.measurement.sequenceNumber
         let receivedAt = now()
-        let update = state.withLock { s -> (DownloadProgress, Bool)? in
+        let update = state.withLock { s -> (DownloadProgress, Wake)? in
             s.lastActivity = arrived
             s.holdLast = false
             // The same notification twice in a row (seen on real meters) is one record.
@@ -91,33 +123,29 @@ final class DownloadIntake: Sendable {
             s.lastMeasurementSequence = seq
             s.received += 1
             s.highestSequence = max(s.highestSequence ?? Int(seq), Int(seq))
-            var signal = false
-            if s.committable >= batchSize, !s.batchSignalled {
-                s.batchSignalled = true
-                signal = true
-            }
-            return (DownloadProgress(received: s.received, total: s.total), signal)
+            return (DownloadProgress(received: s.received, total: s.total), s.wakes(batchSize: batchSize))
         }
-        guard let (p, signal) = update else { return false }
+        guard let (p, wake) = update else { return [] }
         progress(p)
-        return signal
+        return wake
     }
 
     /// Takes in a 0x2A34 value: attached to its pending measurement by sequence, or kept for a
     /// measurement still to come.
-    func context(_ bytes: [UInt8]) {
+    func context(_ bytes: [UInt8]) -> Wake {
         let arrived = clock.now
         guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
-            state.withLock {
+            let wake = state.withLock {
                 $0.lastActivity = arrived
                 $0.holdLast = false
                 $0.malformed += 1
+                return $0.wakes(batchSize: batchSize)
             }
             logger.warning("meter \(address): undecodable measurement context skipped")
-            return
+            return wake
         }
         let seq = context.sequenceNumber
-        state.withLock { s in
+        return state.withLock { s in
             s.lastActivity = arrived
             s.holdLast = false
             if let index = s.pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
@@ -125,11 +153,12 @@ final class DownloadIntake: Sendable {
                     s.pending[index].context = context
                     s.pending[index].rawContext = bytes
                 }
-                return
+            } else {
+                // Context before its measurement, or for one already committed: kept by sequence in case the
+                // measurement follows; counted as unmatched at the end otherwise.
+                s.orphanContexts[seq] = (context, bytes)
             }
-            // Context before its measurement, or for one already committed: kept by sequence in case the
-            // measurement follows; counted as unmatched at the end otherwise.
-            s.orphanContexts[seq] = (context, bytes)
+            return s.wakes(batchSize: batchSize)
         }
     }
 
@@ -142,17 +171,20 @@ final class DownloadIntake: Sendable {
             let taken = Array(s.pending.prefix(count))
             s.pending.removeFirst(count)
             if s.committable < batchSize { s.batchSignalled = false }
+            if s.committable <= 0 { s.waitingSignalled = false }
             return taken
         }
     }
 
-    /// When the oldest record ready to be committed arrived; nil when none is ready.
-    var oldestCommittable: ContinuousClock.Instant? {
-        state.withLock { s in s.committable > 0 ? s.pending.first?.arrived : nil }
+    /// When anything last arrived, and when the oldest record ready to be committed arrived (nil: none is).
+    var timing: (lastActivity: ContinuousClock.Instant, oldestCommittable: ContinuousClock.Instant?) {
+        state.withLock { s in (s.lastActivity, s.committable > 0 ? s.pending.first?.arrived : nil) }
     }
 
     var snapshot: State { state.withLock { $0 } }
 
     func setTotal(_ total: Int?) { state.withLock { $0.total = total } }
+    /// While set, every value taken in wakes the session (listening for late records).
+    func setWakeOnEveryValue(_ on: Bool) { state.withLock { $0.wakeOnEveryValue = on } }
     func forgetLastSequence() { state.withLock { $0.lastMeasurementSequence = nil } }
 }

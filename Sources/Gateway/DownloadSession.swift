@@ -14,7 +14,10 @@ enum Input: Sendable {
     case linkEnded
     /// A full batch waits to be committed.
     case batchFull
-    case tick
+    /// The intake took in something that moves a deadline (the first record to commit, a late value).
+    case wake
+    /// The deadline the timer was armed for has come.
+    case deadline
 }
 
 /// The state of one running download. Lives inside the caller's task only.
@@ -33,8 +36,12 @@ final class DownloadSession {
     var hasContextCharacteristic = false
 
     var inputs: AsyncStream<Input>.Iterator
+    let continuation: AsyncStream<Input>.Continuation
     var forwarder: Task<Void, Never>?
-    var ticker: Task<Void, Never>?
+    /// The one timer: sleeps on the session's clock until the next deadline (inactivity, commit interval,
+    /// late records, an abort's answer), so the session wakes only for events and deadlines.
+    var timer: Task<Void, Never>?
+    var timerDeadline: ContinuousClock.Instant?
 
     init(download: MeterDownload, link: any MeterLink, meter: MeterInfo, progress: @escaping @Sendable (DownloadProgress) -> Void) {
         self.download = download
@@ -52,38 +59,38 @@ final class DownloadSession {
         self.intake = intake
         let (stream, continuation) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
         inputs = stream.makeAsyncIterator()
+        self.continuation = continuation
         let events = link.events
         forwarder = Task {
+            func tell(_ wake: DownloadIntake.Wake) {
+                if wake.contains(.batchFull) {
+                    continuation.yield(.batchFull)
+                } else if !wake.isEmpty {
+                    continuation.yield(.wake)
+                }
+            }
             for await event in events {
                 switch event {
                 case .value(.glucoseMeasurement, let bytes):
-                    if intake.measurement(bytes) { continuation.yield(.batchFull) }
+                    tell(intake.measurement(bytes))
                 case .value(.glucoseMeasurementContext, let bytes):
-                    intake.context(bytes)
+                    tell(intake.context(bytes))
                 case .value(.recordAccessControlPoint, _):
                     intake.touch(clearHold: true)
                     continuation.yield(.link(event))
                 case .value:
-                    intake.touch(clearHold: false)
+                    tell(intake.touch(clearHold: false))
                 case .disconnected:
                     continuation.yield(.link(event))
                 }
             }
             continuation.yield(.linkEnded)
         }
-        let tick = download.options.tick
-        let clock = download.clock
-        ticker = Task {
-            while !Task.isCancelled {
-                do { try await clock.sleep(until: clock.now + tick) } catch { break }
-                continuation.yield(.tick)
-            }
-        }
     }
 
     deinit {
         forwarder?.cancel()
-        ticker?.cancel()
+        timer?.cancel()
     }
 
     func run() async throws(DownloadError) -> DownloadReport {
@@ -283,7 +290,7 @@ final class DownloadSession {
                 default:
                     if error.kind == .transient, transientRetries < 3 {
                         transientRetries += 1
-                        try? await Task.sleep(for: .milliseconds(100 * transientRetries))
+                        try? await clock.sleep(until: clock.now.advanced(by: .milliseconds(100) * transientRetries))
                         continue
                     }
                 }
@@ -317,24 +324,38 @@ final class DownloadSession {
             let s = intake.snapshot
             return (s.received + s.malformed - receivedBefore, s.lastActivity, s.holdLast)
         }
+        func isOver(_ s: (received: Int, lastValueAt: ContinuousClock.Instant, awaitingContext: Bool), at now: ContinuousClock.Instant) -> Bool {
+            wait.isOver(respondedAt: respondedAt, lastValueAt: s.lastValueAt, now: now, received: s.received,
+                        expected: expected, awaitingContext: s.awaitingContext)
+        }
         var now = state()
-        if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: respondedAt, received: now.received,
-                       expected: expected, awaitingContext: now.awaitingContext) { return }
+        if isOver(now, at: respondedAt) { return }
         if let expected, now.received < expected {
             logger.info("meter \(meter.address): the report ended before \(expected - now.received) of its \(expected) records arrived; waiting for them")
         } else {
             logger.debug("meter \(meter.address): report ended; listening for late values")
         }
+        // Each late value may end the wait: the intake wakes the session for every one.
+        intake.setWakeOnEveryValue(true)
+        defer { intake.setWakeOnEveryValue(false) }
         while true {
+            now = state()
+            if isOver(now, at: clock.now) {
+                if let expected, now.received < expected {
+                    logger.warning("meter \(meter.address): \(expected - now.received) of \(expected) announced records did not arrive; the next sync asks again")
+                }
+                return
+            }
+            arm(nextDeadline(wait.decisionTime(respondedAt: respondedAt, lastValueAt: now.lastValueAt,
+                                               received: now.received, expected: expected)))
             guard let input = await inputs.next() else {
                 throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
             }
             switch input {
-            case .tick:
-                now = state()
-                if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: clock.now, received: now.received,
-                               expected: expected, awaitingContext: now.awaitingContext) { break }
-                try await onTick()
+            case .deadline:
+                timerDeadline = nil
+                if !isOver(state(), at: clock.now) { try await onDeadline() }
+            case .wake:
                 continue
             case .batchFull:
                 try await flush(final: false)
@@ -348,14 +369,6 @@ final class DownloadSession {
                 return
             case .link(.value(let uuid, let bytes)):
                 logger.debug("meter \(meter.address): RACP indication \(bytes.count) bytes on \(uuid) after the report ended; ignored")
-            }
-            now = state()
-            if wait.isOver(respondedAt: respondedAt, lastValueAt: now.lastValueAt, now: clock.now, received: now.received,
-                           expected: expected, awaitingContext: now.awaitingContext) {
-                if let expected, now.received < expected {
-                    logger.warning("meter \(meter.address): \(expected - now.received) of \(expected) announced records did not arrive; the next sync asks again")
-                }
-                return
             }
         }
     }
@@ -372,13 +385,17 @@ final class DownloadSession {
     /// As above; nil when `deadline` passes first.
     func nextRACPResponse(deadline: ContinuousClock.Instant?) async throws(Stop) -> RACPResponse? {
         while true {
+            arm(nextDeadline(deadline))
             guard let input = await inputs.next() else {
                 throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
             }
             switch input {
-            case .tick:
-                try await onTick()
+            case .deadline:
+                timerDeadline = nil
+                try await onDeadline()
                 if let deadline, clock.now >= deadline { return nil }
+            case .wake:
+                continue
             case .linkEnded:
                 throw .disconnected("link closed")
             case .link(.disconnected(let reason)):
@@ -397,13 +414,41 @@ final class DownloadSession {
         }
     }
 
-    func onTick() async throws(Stop) {
+    // MARK: - Deadlines
+
+    /// The earliest of: the inactivity timeout, the commit interval of the oldest record waiting to be
+    /// committed, and `other`.
+    func nextDeadline(_ other: ContinuousClock.Instant?) -> ContinuousClock.Instant {
+        let options = download.options
+        let timing = intake.timing
+        var deadline = timing.lastActivity + options.inactivityTimeout
+        if let oldest = timing.oldestCommittable { deadline = min(deadline, oldest + options.commitInterval) }
+        if let other { deadline = min(deadline, other) }
+        return deadline
+    }
+
+    /// Makes the timer wake the session at `deadline` (one sleeping task; a new one only when it changes).
+    func arm(_ deadline: ContinuousClock.Instant) {
+        guard deadline != timerDeadline else { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        let clock = self.clock
+        let continuation = self.continuation
+        timer = Task {
+            do { try await clock.sleep(until: deadline) } catch { return }
+            continuation.yield(.deadline)
+        }
+    }
+
+    /// A deadline came: ends a silent download, commits records that waited for the commit interval.
+    func onDeadline() async throws(Stop) {
         let now = clock.now
-        if now - intake.snapshot.lastActivity >= download.options.inactivityTimeout {
+        let timing = intake.timing
+        if now - timing.lastActivity >= download.options.inactivityTimeout {
             logger.warning("meter \(meter.address): no notification for \(download.options.inactivityTimeout); ending the download")
             throw .timedOut
         }
-        if let oldest = intake.oldestCommittable, now - oldest + download.options.tick > download.options.commitInterval {
+        if let oldest = timing.oldestCommittable, now - oldest >= download.options.commitInterval {
             try await flush(final: false)
         }
     }
@@ -431,7 +476,7 @@ final class DownloadSession {
 
     func finishLink() async {
         forwarder?.cancel()
-        ticker?.cancel()
+        timer?.cancel()
         for uuid in subscribed.reversed() {
             await link.unsubscribe(uuid)
         }

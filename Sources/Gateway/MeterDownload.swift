@@ -12,22 +12,19 @@ public struct DownloadOptions: Sendable, Equatable {
     public var commitBatchSize: Int
     /// How long to wait for the answer to an Abort Operation before retrying the refused request.
     public var abortResponseTimeout: Duration
-    /// Granularity of the timers above.
-    public var tick: Duration
     /// Listening on after the RACP response for records still on their way.
     public var lateRecords: LateRecordWait
     public var clinical: ClinicalSettings
 
     public init(
         inactivityTimeout: Duration = .seconds(30), commitInterval: Duration = .milliseconds(500),
-        commitBatchSize: Int = 200, abortResponseTimeout: Duration = .seconds(5), tick: Duration = .milliseconds(50),
+        commitBatchSize: Int = 200, abortResponseTimeout: Duration = .seconds(5),
         lateRecords: LateRecordWait = LateRecordWait(), clinical: ClinicalSettings = ClinicalSettings()
     ) {
         self.inactivityTimeout = inactivityTimeout
         self.commitInterval = commitInterval
         self.commitBatchSize = max(1, commitBatchSize)
         self.abortResponseTimeout = abortResponseTimeout
-        self.tick = tick
         self.lateRecords = lateRecords
         self.clinical = clinical
     }
@@ -63,6 +60,15 @@ public struct LateRecordWait: Sendable, Equatable {
         guard quietFor >= quiet else { return false }
         if let expected, received < expected { return sinceResponse >= patience }
         return true
+    }
+
+    /// When `isOver` turns true if no value arrives before then (and it is not over already).
+    public func decisionTime(respondedAt: ContinuousClock.Instant, lastValueAt: ContinuousClock.Instant,
+                             received: Int, expected: Int?) -> ContinuousClock.Instant {
+        let quietEnd = max(respondedAt, lastValueAt) + quiet
+        var at = quietEnd
+        if let expected, received < expected { at = max(quietEnd, respondedAt + patience) }
+        return min(at, respondedAt + limit)
     }
 }
 

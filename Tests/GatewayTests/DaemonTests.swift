@@ -67,7 +67,7 @@ struct DaemonTests {
         }
 
         static var settings: DaemonSettings {
-            var s = DaemonSettings(download: DownloadOptions(inactivityTimeout: .seconds(2), commitInterval: .milliseconds(50), tick: .milliseconds(20)),
+            var s = DaemonSettings(download: DownloadOptions(inactivityTimeout: .seconds(2), commitInterval: .milliseconds(50)),
                                    destinations: [.nightscout])
             s.quietAfterDownload = .milliseconds(300)
             s.retryDelay = .milliseconds(100)

@@ -19,11 +19,28 @@ struct MeterDownloadTests {
 
     static func download(
         _ meter: FakeMeter, _ store: MemoryReadingStore, options: DownloadOptions = DownloadOptions(),
-        now: @escaping @Sendable () -> UnixMillis = SystemClock.now, progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }
+        now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = ContinuousClock(),
+        progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }
     ) async throws(DownloadError) -> DownloadReport {
         let info = MeterInfo(address: meter.address, timeZone: zone)
-        return try await MeterDownload(store: store, options: options, logger: .silent, now: now)
+        return try await MeterDownload(store: store, options: options, logger: .silent, now: now, clock: clock)
             .run(link: meter.connect(), meter: info, progress: progress)
+    }
+
+    /// Progress reports of a download as a stream, to wait on without sleeping.
+    static func progressStream() -> (AsyncStream<Int>, @Sendable (DownloadProgress) -> Void) {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .unbounded)
+        return (stream, { continuation.yield($0.received) })
+    }
+
+    /// Returns once `count` records have been received.
+    static func received(_ count: Int, on stream: AsyncStream<Int>) async {
+        for await received in stream where received >= count { return }
+    }
+
+    /// Returns once the session's timer sleeps on `clock` (the session has nothing left to do until then).
+    static func timerSleeping(_ clock: ManualClock) async {
+        while clock.sleeping == 0 { await Task.yield() }
     }
 
     static func records(_ range: ClosedRange<UInt16>) -> [FakeRecord] {
@@ -152,16 +169,75 @@ struct MeterDownloadTests {
         script.silentAfterRecords = 4
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let clock = ContinuousClock()
+        let clock = ManualClock()
         let start = clock.now
-        let report = try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(1), tick: .milliseconds(20)))
-        let elapsed = clock.now - start
-        #expect(report.outcome == .timedOut)
-        #expect(report.stored == 4)
-        #expect(elapsed >= .seconds(1))
+        let (progress, onProgress) = Self.progressStream()
+        let options = DownloadOptions(inactivityTimeout: .seconds(30))
+        let task = Task { try await Self.download(meter, store, options: options, clock: clock, progress: onProgress) }
+        await Self.received(4, on: progress)
+        // The first four are committed after the commit interval; the download goes on listening.
+        await Self.timerSleeping(clock)
+        clock.advance(by: options.commitInterval)
+        while store.readings.count < 4 { await Task.yield() }
+        #expect(!meter.callLog.contains("disconnect"))
+        // Just before the timeout it still listens; at the timeout it ends.
+        await Self.timerSleeping(clock)
+        clock.advance(by: options.inactivityTimeout - options.commitInterval - .milliseconds(1))
+        await Self.timerSleeping(clock)
+        #expect(!meter.callLog.contains("disconnect"))
+        clock.advance(by: .milliseconds(1))
+        let result = try await task.value
+        #expect(clock.now - start == options.inactivityTimeout)
+        #expect(result.outcome == .timedOut)
+        #expect(result.stored == 4)
         // Abort sent, then notifications stopped and the link closed.
         #expect(Self.writes(meter).last == "write 03 00")
         #expect(meter.callLog.last == "disconnect")
+    }
+
+    /// A `ManualClock` that counts the sleeps started on it: each is one timer the session armed.
+    final class CountingClock: SessionClock {
+        let clock: ManualClock
+        let count = Mutex(0)
+        init(clock: ManualClock) { self.clock = clock }
+        var sleeps: Int { count.withLock { $0 } }
+        var now: ContinuousClock.Instant { clock.now }
+        var minimumResolution: Duration { clock.minimumResolution }
+        func sleep(until deadline: ContinuousClock.Instant, tolerance: Duration?) async throws {
+            count.withLock { $0 += 1 }
+            try await clock.sleep(until: deadline, tolerance: tolerance)
+        }
+    }
+
+    /// While a meter is connected and silent, the session sleeps until its next deadline (here the
+    /// inactivity timeout) instead of waking on a ticker to look at the time.
+    @Test func aSilentMeterWakesTheSessionOnlyAtItsDeadlines() async throws {
+        var script = FakeMeterScript(records: Self.records(0...9))
+        script.silentAfterRecords = 4
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let manual = ManualClock()
+        let clock = CountingClock(clock: manual)
+        let (progress, onProgress) = Self.progressStream()
+        let options = DownloadOptions(inactivityTimeout: .seconds(30))
+        let task = Task { try await Self.download(meter, store, options: options, clock: clock, progress: onProgress) }
+        await Self.received(4, on: progress)
+        await Self.timerSleeping(manual)
+        manual.advance(by: options.commitInterval)
+        while store.readings.count < 4 { await Task.yield() }
+        await Self.timerSleeping(manual)
+        let armed = clock.sleeps
+        for _ in 0..<29 {
+            manual.advance(by: .seconds(1))
+            await Task.yield()
+        }
+        await Self.timerSleeping(manual)
+        #expect(clock.sleeps == armed)
+        #expect(!meter.callLog.contains("disconnect"))
+        manual.advance(by: .seconds(1))
+        let result = try await task.value
+        #expect(result.outcome == .timedOut)
+        #expect(clock.sleeps == armed)
     }
 
     @Test func readingsAreCommittedWhileTheDownloadRuns() async throws {
@@ -169,13 +245,16 @@ struct MeterDownloadTests {
         script.silentAfterRecords = 3
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let options = DownloadOptions(inactivityTimeout: .seconds(30), commitInterval: .milliseconds(100), tick: .milliseconds(20))
-        let task = Task { try await Self.download(meter, store, options: options) }
-        let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: .seconds(20))
-        while store.readings.count < 3, clock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        let clock = ManualClock()
+        let (progress, onProgress) = Self.progressStream()
+        let options = DownloadOptions(inactivityTimeout: .seconds(30), commitInterval: .milliseconds(100))
+        let task = Task { try await Self.download(meter, store, options: options, clock: clock, progress: onProgress) }
+        await Self.received(3, on: progress)
+        await Self.timerSleeping(clock)
+        // Nothing is committed before the commit interval has passed on the session's clock.
+        #expect(store.readings.isEmpty)
+        clock.advance(by: options.commitInterval)
+        while store.readings.count < 3 { await Task.yield() }
         // Committed by the interval timer while the download still runs.
         #expect(store.readings.count == 3)
         #expect(!meter.callLog.contains("disconnect"))
@@ -190,16 +269,12 @@ struct MeterDownloadTests {
         script.silentAfterRecords = 4
         let meter = FakeMeter(script: script)
         let store = Self.makeStore(meter)
-        let received = Mutex(0)
+        let (progress, onProgress) = Self.progressStream()
         let task = Task {
-            try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(30)),
-                                    progress: { p in received.withLock { $0 = p.received } })
+            try await Self.download(meter, store, options: DownloadOptions(inactivityTimeout: .seconds(30)), clock: ManualClock(),
+                                    progress: onProgress)
         }
-        let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: .seconds(20))
-        while received.withLock({ $0 }) < 4, clock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        await Self.received(4, on: progress)
         task.cancel()
         let report = try await task.value
         #expect(report.outcome == .interrupted(reason: "the gateway is stopping"))
@@ -516,7 +591,8 @@ struct MeterDownloadTests {
         if waiting {
             link.deliverLateRecords()
             for await line in lines where line == "progress 5" { break }
-            // The next tick of the session's clock lets it see that all five are in.
+            // The fifth wakes the session, which sees that all five are in; advancing the clock would end
+            // the wait too (after 300 ms of quiet), so either way the download completes.
             while !done.withLock({ $0 }) {
                 if clock.sleeping > 0 { clock.advance(by: .milliseconds(50)) }
                 await Task.yield()
@@ -554,6 +630,22 @@ struct MeterDownloadTests {
         LateCase(name: "fewer than announced, past patience but values coming: wait", now: 2_500, lastValue: 2_400, received: 4, expected: 5, over: false),
         LateCase(name: "values trickling forever: stop at the limit", now: 10_000, lastValue: 9_990, received: 9, expected: 50, over: true),
     ]
+
+    /// The session sleeps until `decisionTime` when no value comes: the wait is over then, and not before.
+    @Test(arguments: lateCases)
+    func lateRecordWaitDecidesAtItsDecisionTime(_ c: LateCase) {
+        let wait = LateRecordWait()
+        let respondedAt = ContinuousClock.now
+        let lastValueAt = respondedAt + .milliseconds(c.lastValue)
+        let at = wait.decisionTime(respondedAt: respondedAt, lastValueAt: lastValueAt, received: c.received, expected: c.expected)
+        func over(_ now: ContinuousClock.Instant) -> Bool {
+            wait.isOver(respondedAt: respondedAt, lastValueAt: lastValueAt, now: now, received: c.received, expected: c.expected,
+                        awaitingContext: c.awaitingContext)
+        }
+        #expect(over(at))
+        let allIn = c.expected.map { c.received >= $0 } ?? false
+        if !(allIn && !c.awaitingContext) { #expect(!over(at - .microseconds(1))) }
+    }
 
     @Test(arguments: lateCases)
     func lateRecordWaitIsBounded(_ c: LateCase) {
