@@ -82,22 +82,36 @@ extension CivilCalendar {
     public static func naiveSeconds(isoDateTime text: String) -> Int64? {
         let b = Array(text.utf8)
         guard b.count == 19, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T"),
-              b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":") else { return nil }
-        func field(_ range: Range<Int>) -> Int? {
-            var v = 0
-            for k in range {
-                let c = b[k]
-                guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
-                v = v * 10 + Int(c - UInt8(ascii: "0"))
-            }
-            return v
-        }
-        guard let year = field(0..<4), let month = field(5..<7), let day = field(8..<10),
-              let hour = field(11..<13), let minute = field(14..<16), let second = field(17..<19),
-              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60 else { return nil }
+              b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"), let f = isoFields(text) else { return nil }
+        let (year, month, day, hour, minute, second) = (f[0], f[1], f[2], f[3], f[4], f[5])
+        guard (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60 else { return nil }
         let d = days(year: year, month: month, day: day)
         guard date(days: d) == (year, month, day) else { return nil }
         return Int64(d) * 86_400 + Int64(hour * 3600 + minute * 60 + second)
+    }
+
+    /// The six numbers of `Y-M-DTh:m:s` as written, each one or more digits and at most 65535, in that
+    /// order; nil for any other shape. No range is checked: `isoDateTime` writes what a meter sent, month
+    /// 13 included, and this reads it back.
+    static func isoFields(_ text: String) -> [Int]? {
+        let separators: [UInt8] = [UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"), UInt8(ascii: ":"), UInt8(ascii: ":")]
+        var fields: [Int] = []
+        fields.reserveCapacity(6)
+        var current: Int?
+        for c in text.utf8 {
+            if c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") {
+                let v = (current ?? 0) * 10 + Int(c - UInt8(ascii: "0"))
+                guard v <= 65_535 else { return nil }
+                current = v
+                continue
+            }
+            guard let value = current, fields.count < separators.count, c == separators[fields.count] else { return nil }
+            fields.append(value)
+            current = nil
+        }
+        guard let last = current, fields.count == 5 else { return nil }
+        fields.append(last)
+        return fields
     }
 
     private static func floorDivide(_ a: Int64, _ b: Int64) -> (quotient: Int64, remainder: Int64) {

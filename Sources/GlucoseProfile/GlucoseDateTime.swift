@@ -67,27 +67,11 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
     /// unless the fields make a valid date; without it, the fields are kept as written, as long as each is
     /// a number in the range of its byte (the text of a base time decoded with `keepingInvalidBaseTime`).
     public init?(isoString text: String, requiringValidDate: Bool = true) {
-        var fields: [Int] = []
-        var current: Int?
-        let separators: [UInt8] = [UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"), UInt8(ascii: ":"), UInt8(ascii: ":")]
-        for c in text.utf8 {
-            if c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") {
-                let v = (current ?? 0) * 10 + Int(c - UInt8(ascii: "0"))
-                guard v <= 65_535 else { return nil }
-                current = v
-                continue
-            }
-            guard let value = current, fields.count < separators.count, c == separators[fields.count] else { return nil }
-            fields.append(value)
-            current = nil
-        }
-        guard let last = current, fields.count == 5 else { return nil }
-        fields.append(last)
-        guard fields[1...].allSatisfy({ $0 <= 255 }) else { return nil }
+        guard let f = CivilCalendar.isoFields(text), f[1...].allSatisfy({ $0 <= 255 }) else { return nil }
         if requiringValidDate {
-            self.init(year: fields[0], month: fields[1], day: fields[2], hour: fields[3], minute: fields[4], second: fields[5])
+            self.init(year: f[0], month: f[1], day: f[2], hour: f[3], minute: f[4], second: f[5])
         } else {
-            self.init(unchecked: fields[0], fields[1], fields[2], fields[3], fields[4], fields[5])
+            self.init(unchecked: f[0], f[1], f[2], f[3], f[4], f[5])
         }
     }
 
