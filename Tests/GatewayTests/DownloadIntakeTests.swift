@@ -1,0 +1,83 @@
+import GatewayCore
+import GlucoseProfile
+import Testing
+import TestSupport
+@testable import Gateway
+
+/// When the intake wakes the download session, which otherwise sleeps until its next deadline.
+@Suite("Download intake")
+struct DownloadIntakeTests {
+    static let base = GlucoseDateTime(naiveSeconds: 1_714_550_400)  // 2024-05-01T08:00:00
+
+    static func intake(batchSize: Int = 3, clock: ManualClock = ManualClock()) -> DownloadIntake {
+        DownloadIntake(batchSize: batchSize, address: "AA:BB:CC:DD:EE:01", logger: .silent, now: { 0 }, clock: clock,
+                       progress: { _ in })
+    }
+
+    static func measurement(_ seq: UInt16, contextFollows: Bool = false) -> [UInt8] {
+        GlucoseMeasurement(sequenceNumber: seq, baseTime: base.adding(minutes: Int(seq)), timeOffset: 0,
+                           concentration: .value(mantissa: 111, exponent: -5), type: 1, sampleLocation: 1,
+                           contextFollows: contextFollows).encoded()
+    }
+
+    static func context(_ seq: UInt16) -> [UInt8] {
+        var c = GlucoseMeasurementContext(sequenceNumber: seq)
+        c.meal = 1
+        return c.encoded()
+    }
+
+    @Test func theFirstCommittableRecordWakesTheSessionOnceUntilItIsTaken() {
+        let intake = Self.intake(batchSize: 10)
+        #expect(intake.measurement(Self.measurement(1)) == .recordsWaiting)
+        #expect(intake.measurement(Self.measurement(2)) == [])
+        #expect(intake.touch(clearHold: false) == [])
+        #expect(intake.take(final: false, limit: 10).count == 2)
+        #expect(intake.measurement(Self.measurement(3)) == .recordsWaiting)
+    }
+
+    @Test func aFullBatchWakesTheSessionOncePerBatch() {
+        let intake = Self.intake(batchSize: 2)
+        #expect(intake.measurement(Self.measurement(1)) == .recordsWaiting)
+        #expect(intake.measurement(Self.measurement(2)) == .batchFull)
+        #expect(intake.measurement(Self.measurement(3)) == [])
+        #expect(intake.take(final: false, limit: 2).count == 2)
+        // One record left, below a batch: the next one fills it again.
+        #expect(intake.measurement(Self.measurement(4)) == .batchFull)
+    }
+
+    @Test func aRecordAwaitingItsContextIsNotCommittableUntilTheNextEvent() {
+        let intake = Self.intake(batchSize: 10)
+        #expect(intake.measurement(Self.measurement(1, contextFollows: true)) == [])
+        #expect(intake.timing.oldestCommittable == nil)
+        #expect(intake.context(Self.context(1)) == .recordsWaiting)
+        #expect(intake.timing.oldestCommittable != nil)
+        let taken = intake.take(final: false, limit: 10)
+        #expect(taken.count == 1)
+        #expect(taken.first?.context?.meal == 1)
+    }
+
+    @Test func whileLateRecordsAreAwaitedEveryValueWakesTheSession() {
+        let intake = Self.intake(batchSize: 10)
+        _ = intake.measurement(Self.measurement(1))
+        #expect(intake.measurement(Self.measurement(2)) == [])
+        intake.setWakeOnEveryValue(true)
+        #expect(intake.measurement(Self.measurement(3)) == .value)
+        #expect(intake.context(Self.context(9)) == .value)
+        #expect(intake.touch(clearHold: false) == .value)
+        intake.setWakeOnEveryValue(false)
+        #expect(intake.measurement(Self.measurement(4)) == [])
+    }
+
+    @Test func timingFollowsTheClock() {
+        let clock = ManualClock()
+        let intake = Self.intake(clock: clock)
+        let start = clock.now
+        #expect(intake.timing.lastActivity == start)
+        clock.advance(by: .seconds(2))
+        _ = intake.measurement(Self.measurement(1))
+        clock.advance(by: .seconds(1))
+        _ = intake.measurement(Self.measurement(2))
+        #expect(intake.timing.lastActivity == start + .seconds(3))
+        #expect(intake.timing.oldestCommittable == start + .seconds(2))
+    }
+}
