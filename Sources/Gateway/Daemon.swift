@@ -5,16 +5,6 @@ import Synchronization
 /// The store as the daemon needs it: readings and the outbox in one database (SQLiteStore in the product).
 public typealias DaemonStore = ReadingStore & OutboxStore
 
-/// The upload side as the daemon drives it (the sync engine's uploader in the product).
-public protocol DaemonUploads: Sendable {
-    /// Start-up work: rows left in flight by a crash back to pending, saved states loaded.
-    func prepare() async
-    /// Uploads continuously until cancelled.
-    func run() async
-    /// New readings were committed: send them now.
-    func readingsStored()
-}
-
 /// Hooks to the service manager (systemd `sd_notify` in the product). All optional.
 public struct DaemonHooks: Sendable {
     public var ready: @Sendable (_ status: String) -> Void
@@ -257,7 +247,7 @@ public actor GatewayDaemon {
     public func run() async -> End {
         let events = await radio.events()
         await loadPaired(force: true)
-        await uploads.prepare()
+        await prepareUploads()
         startUploads()
         await ensureWatching()
         snapshot.phase = "running"
@@ -451,7 +441,7 @@ public actor GatewayDaemon {
             _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .seconds(2)))
         }
         uploads = newUploads
-        await uploads.prepare()
+        await prepareUploads()
         startUploads()
         if adapterChanged { watchingAdapter = nil }
         await loadPaired(force: true)
@@ -470,6 +460,15 @@ public actor GatewayDaemon {
     private func startUploads() {
         let current = uploads
         uploadTask = Task { await current.run() }
+    }
+
+    /// Reports a queue that cannot be prepared; the uploads run anyway.
+    private func prepareUploads() async {
+        do {
+            try await uploads.prepare()
+        } catch {
+            logger.error("upload queue: \(error)")
+        }
     }
 
     // MARK: - Events

@@ -110,3 +110,13 @@ public struct DestinationState: Sendable, Equatable, Codable {
         self.state = state
     }
 }
+
+/// The upload side as the daemon drives it: the sync engine's `Uploader` in the product.
+public protocol DaemonUploads: Sendable {
+    /// Start-up work: rows left in flight by a crash back to pending, saved states loaded.
+    func prepare() async throws
+    /// Uploads continuously until cancelled.
+    func run() async
+    /// New readings were committed: send them now.
+    func readingsStored()
+}

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Kinds of entries in the event log: what an installer reads to learn what happened without a screen.
 public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
     public var rawValue: String
@@ -55,4 +57,71 @@ public protocol ReadingStore: Sendable {
     /// True when another process committed to the store since the last call (a manual `sync`, `pair`).
     /// Writes through this store never count.
     func changedByOtherProcesses() async throws -> Bool
+    /// What this store commits from now on, one change per commit that changed something, in commit
+    /// order; the upload queue's changes too where the same store holds it. Other processes' commits are
+    /// not in it (ask `changedByOtherProcesses`). Each call is a new stream; it ends when the store closes.
+    /// Keep reading it or drop it: it buffers what is not read.
+    func changes() -> AsyncStream<StoreChange>
+}
+
+/// What a committed write changed, as `ReadingStore.changes()` reports it.
+public enum StoreChange: Sendable, Equatable {
+    /// Meter rows: pairing, identity, sync bookkeeping, the highest sequence.
+    case meters
+    /// New readings, with the uploads queued for them in the same transaction.
+    case readings
+    /// The upload queue or a destination's state: rows claimed, acknowledged, released, quarantined or
+    /// queued again; a state saved.
+    case uploads
+    /// An entry in the event log.
+    case events
+}
+
+/// The streams a store hands out from `changes()`: each change emitted reaches every stream still open.
+public final class StoreChangeFeed: Sendable {
+    private struct State {
+        var next = 0
+        var streams: [Int: AsyncStream<StoreChange>.Continuation] = [:]
+        var finished = false
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// A new stream of the changes emitted from now on.
+    public func stream() -> AsyncStream<StoreChange> {
+        let (stream, continuation) = AsyncStream.makeStream(of: StoreChange.self, bufferingPolicy: .unbounded)
+        let id = state.withLock { s in
+            defer { s.next += 1 }
+            return s.next
+        }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { _ = $0.streams.removeValue(forKey: id) }
+        }
+        let open = state.withLock { s in
+            if !s.finished { s.streams[id] = continuation }
+            return !s.finished
+        }
+        if !open { continuation.finish() }
+        return stream
+    }
+
+    public func emit(_ change: StoreChange) {
+        let streams = state.withLock { $0.streams }
+        for (id, continuation) in streams {
+            if case .terminated = continuation.yield(change) {
+                state.withLock { _ = $0.streams.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    /// Ends every stream; later ones end at once (the store closed).
+    public func finish() {
+        let streams = state.withLock { s in
+            s.finished = true
+            defer { s.streams = [:] }
+            return s.streams
+        }
+        for continuation in streams.values { continuation.finish() }
+    }
 }

@@ -59,7 +59,9 @@ extension SQLiteStore {
     public func unpair(_ address: String, at: UnixMillis) throws -> Bool {
         let db = try openConnection()
         try db.execute("UPDATE meter SET unpaired_at = ? WHERE address = ? AND unpaired_at IS NULL", [.integer(at), .text(address)])
-        return db.changes == 1
+        guard db.changes == 1 else { return false }
+        committed(.meters)
+        return true
     }
 
     /// Records a finished download: its time, and the meter's clock skew when the clock was readable.
@@ -69,6 +71,7 @@ extension SQLiteStore {
                 last_clock_skew_s = coalesce(?2, last_clock_skew_s)
             WHERE address = ?3
             """, [.integer(at), SQLiteValue(clockSkewSeconds), .text(address)])
+        committed(.meters)
     }
 
     /// Records that the meter was seen (advertising or connected).
@@ -77,6 +80,7 @@ extension SQLiteStore {
             "UPDATE meter SET last_seen = max(coalesce(last_seen, ?1), ?1) WHERE address = ?2",
             [.integer(at), .text(address)]
         )
+        committed(.meters)
     }
 
     // MARK: Readings

@@ -19,6 +19,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     public nonisolated let path: String
     /// `PRAGMA data_version` when `changedByOtherProcesses()` last looked.
     private var seenDataVersion: Int?
+    /// The streams of `changes()`.
+    private nonisolated let feed = StoreChangeFeed()
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -171,9 +173,20 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         try db.executeScript("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA trusted_schema = OFF;")
     }
 
-    /// Closes the connection. Later calls throw `SQLiteStoreError.closed`.
+    /// Closes the connection and ends the streams of `changes()`. Later calls throw `SQLiteStoreError.closed`.
     public func close() {
         db.close()
+        feed.finish()
+    }
+
+    /// What this store commits from now on; see `ReadingStore.changes()`. A read-only store emits nothing.
+    public nonisolated func changes() -> AsyncStream<StoreChange> {
+        feed.stream()
+    }
+
+    /// Tells the streams of `changes()` about a commit of this store.
+    func committed(_ change: StoreChange) {
+        feed.emit(change)
     }
 
     func openConnection() throws -> SQLiteConnection {
@@ -297,6 +310,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                     SQLiteValue(meter.lastSeen), SQLiteValue(meter.lastClockSkewSeconds),
                 ])
         }
+        committed(.meters)
     }
 
     /// Inserts each reading not already stored, with one outbox row per builder that accepts it, all in
@@ -308,7 +322,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         guard !readings.isEmpty else { return 0 }
         let db = try openConnection()
         let createdAt = now()
-        return try db.transaction {
+        let inserted = try db.transaction {
             var meters: [String: MeterInfo] = [:]
             var highest: [String: Int] = [:]
             var inserted = 0
@@ -351,6 +365,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             }
             return inserted
         }
+        if inserted > 0 { committed(.readings) }
+        return inserted
     }
 
     /// The meter's row, paired or not, created minimal when missing (inside the caller's transaction).
@@ -373,6 +389,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// Sets the highest sequence seen, also downwards (after the meter's counter restarted).
     public func resetHighestSequence(_ address: String, to sequence: Int?) throws {
         try openConnection().execute("UPDATE meter SET highest_sequence = ? WHERE address = ?", [SQLiteValue(sequence), .text(address)])
+        committed(.meters)
     }
 
     public func readingTotals() throws -> (stored: Int, excluded: Int) {
@@ -387,6 +404,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             "INSERT INTO event (at, kind, meter, code, message) VALUES (?, ?, ?, ?, ?)",
             [.integer(event.at), .text(event.kind.rawValue), SQLiteValue(event.meterAddress), SQLiteValue(event.code), .text(event.message)]
         )
+        committed(.events)
     }
 
     // MARK: OutboxStore
@@ -397,7 +415,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         guard limit > 0 else { return [] }
         let db = try openConnection()
         let claimedAt = now()
-        return try db.transaction {
+        let claimed = try db.transaction {
             let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
             for item in items {
                 try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
@@ -408,6 +426,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 return item
             }
         }
+        if !claimed.isEmpty { committed(.uploads) }
+        return claimed
     }
 
     /// Marks rows acknowledged (from any state but acknowledged, whose first time is kept).
@@ -422,6 +442,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 )
             }
         }
+        committed(.uploads)
     }
 
     /// In-flight rows back to pending, one attempt more each.
@@ -436,6 +457,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 )
             }
         }
+        committed(.uploads)
     }
 
     /// Sets a row aside with the server's answer, counting the attempt. Acknowledged rows stay acknowledged.
@@ -444,23 +466,28 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             UPDATE outbox SET state = 'quarantined', attempts = attempts + 1, quarantined_at = ?, last_answer = ?
             WHERE id = ? AND state <> 'acknowledged'
             """, [.integer(now()), .text(answer), .integer(id)])
+        committed(.uploads)
     }
 
     public func redrive(_ destination: DestinationName) throws -> Int {
         let db = try openConnection()
-        return try db.transaction {
+        let redriven = try db.transaction {
             try db.execute("UPDATE outbox SET state = 'pending' WHERE destination = ? AND state = 'quarantined'", [.text(destination.rawValue)])
             return db.changes
         }
+        committed(.uploads)
+        return redriven
     }
 
     /// In-flight rows back to pending, counting an attempt each (their request may have reached the server).
     public func requeueInFlight() throws -> Int {
         let db = try openConnection()
-        return try db.transaction {
+        let requeued = try db.transaction {
             try db.execute("UPDATE outbox SET state = 'pending', attempts = attempts + 1 WHERE state = 'in_flight'")
             return db.changes
         }
+        if requeued > 0 { committed(.uploads) }
+        return requeued
     }
 
     public func counts(_ destination: DestinationName) throws -> OutboxCounts {
@@ -497,6 +524,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 .text(state.destination.rawValue), .text(state.state), SQLiteValue(state.lastErrorCode),
                 SQLiteValue(state.lastErrorMessage), SQLiteValue(state.lastErrorAt), SQLiteValue(state.lastSuccessAt),
             ])
+        committed(.uploads)
     }
 
     public func destinationState(_ destination: DestinationName) throws -> DestinationState? {

@@ -30,7 +30,7 @@ public struct DestinationStatus: Sendable, Equatable {
 
 /// The upload side of the gateway: one dispatcher per enabled destination over the shared outbox.
 /// `sync` calls `drain(deadline:)`; the daemon runs `run()`; `upload` calls `drain` after `prepare`.
-public final class Uploader: Sendable {
+public final class Uploader: DaemonUploads, Sendable {
     public let settings: UploadSettings
     let store: any OutboxStore
     let logger: Logger
@@ -74,12 +74,10 @@ public final class Uploader: Sendable {
 
     /// At start-up: rows left in flight by a crash go back to pending; saved states are loaded.
     /// Call it only from the process that owns the uploads (see `UploadLock`).
-    @discardableResult
-    public func prepare() async throws -> Int {
+    public func prepare() async throws {
         let requeued = try await store.requeueInFlight()
         if requeued > 0 { logger.notice("\(requeued) upload(s) interrupted earlier are pending again") }
         for d in dispatchers { await d.load() }
-        return requeued
     }
 
     /// Uploads everything pending to every destination, in parallel across destinations and one request
@@ -136,14 +134,20 @@ public final class Uploader: Sendable {
     }
 
     /// New readings were stored: start a session now rather than at the next timer.
-    public func notifyNewReadings() {
+    public func readingsStored() {
         wake.report(.up)
+    }
+
+    /// The daemon's upload service, looking at the queue at least hourly: it sleeps until new readings,
+    /// connectivity or the end of a backoff, so the hourly look is only a safety net.
+    public func run() async {
+        await run(idleCheckMs: 3_600_000)
     }
 
     /// The daemon's upload service: a session per destination whenever there is something to send,
     /// then waiting for new readings, connectivity, or the end of the long-term backoff. Stops on
     /// cancellation. `idleCheckMs` bounds how long it sleeps without looking at the queue.
-    public func run(idleCheckMs: Int = 60_000) async {
+    public func run(idleCheckMs: Int) async {
         await withTaskGroup(of: Void.self) { group in
             for d in dispatchers {
                 group.addTask { await self.serve(d, idleCheckMs: idleCheckMs) }

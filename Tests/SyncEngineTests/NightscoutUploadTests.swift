@@ -212,13 +212,13 @@ struct DaemonServiceTests {
         try await uploader.prepare()
         let service = Task { await uploader.run(idleCheckMs: 60_000) }
         await store.enqueue(syntheticReading(1), meter: testMeter, builders: [NightscoutBodyBuilder()], createdAt: 1)
-        uploader.notifyNewReadings()
+        uploader.readingsStored()
         // Wait on the client's own state: the server counts an entry before the client has read its
         // answer and acknowledged it.
         func acknowledged() async -> Int? { try? await uploader.status(now: 1_000_000).first?.counts.acknowledged }
         #expect(await waitUntil(5) { await acknowledged() == 1 })
         for n in 2...11 { await store.enqueue(syntheticReading(n), meter: testMeter, builders: [NightscoutBodyBuilder()], createdAt: Int64(n)) }
-        uploader.notifyNewReadings()
+        uploader.readingsStored()
         #expect(await waitUntil(5) { await acknowledged() == 11 })
         #expect(try await server.stats()["count"] as? Int == 11)
         let status = try await uploader.status(now: 1_000_000)

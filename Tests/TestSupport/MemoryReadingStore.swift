@@ -17,6 +17,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         var failInsertsAfter: Int?
     }
     private let state = Mutex(State())
+    private let feed = StoreChangeFeed()
 
     public init(meters: [MeterInfo] = []) {
         state.withLock { s in
@@ -48,11 +49,12 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
             }
             s.meters[meter.address] = row
         }
+        feed.emit(.meters)
     }
 
     @discardableResult
     public func insert(_ readings: [NewReading]) async throws -> Int {
-        try state.withLock { s throws(Failure) in
+        let added = try state.withLock { s throws(Failure) in
             if let n = s.failInsertsAfter {
                 if n <= 0 { throw Failure(description: "database or disk is full") }
                 s.failInsertsAfter = n - 1
@@ -72,6 +74,8 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
             }
             return new
         }
+        if added > 0 { feed.emit(.readings) }
+        return added
     }
 
     public func highestSequence(_ address: String) async throws -> Int? {
@@ -82,6 +86,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
 
     public func resetHighestSequence(_ address: String, to sequence: Int?) async throws {
         state.withLock { $0.meters[address]?.highestSequence = sequence }
+        feed.emit(.meters)
     }
 
     public func readingTotals() async throws -> (stored: Int, excluded: Int) {
@@ -90,8 +95,11 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
 
     public func log(_ event: GatewayEvent) async throws {
         state.withLock { $0.events.append(event) }
+        feed.emit(.events)
     }
 
     /// Nothing but this object writes to it.
     public func changedByOtherProcesses() async throws -> Bool { false }
+
+    public func changes() -> AsyncStream<StoreChange> { feed.stream() }
 }

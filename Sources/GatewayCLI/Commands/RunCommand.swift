@@ -143,10 +143,8 @@ enum RunCommand: GatewayCommand {
             throw error
         }
         let connectivity = await UploadWiring.startConnectivity(logger: logger)
-        let changes = ChangeRelay()
-        func uploads(_ settings: UploadSettings) -> DaemonUploader {
-            DaemonUploader(Uploader(settings: settings, store: ObservedOutbox(sqlite, changes), connectivity: connectivity.hub,
-                                    logger: context.logger.with(label: "upload"), timing: timing))
+        func uploads(_ settings: UploadSettings) -> Uploader {
+            Uploader(settings: settings, store: sqlite, connectivity: connectivity.hub, logger: context.logger.with(label: "upload"), timing: timing)
         }
 
         func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
@@ -160,7 +158,12 @@ enum RunCommand: GatewayCommand {
 
         let daemon = GatewayDaemon(radio: radio, store: sqlite, uploads: uploads(upload), settings: daemonSettings(config, upload),
                                    logger: logger, hooks: hooks, pid: getpid())
-        changes.set { Task { await daemon.uploadStateChanged() } }
+        // What the upload side does to the queue shows in status and metrics without polling. The stream
+        // ends when the store closes.
+        let storeChanges = sqlite.changes()
+        let changesTask = Task {
+            for await change in storeChanges where change == .uploads { await daemon.uploadStateChanged() }
+        }
         // Rows another process stores (a manual `sync` leaves its upload to this daemon) are noticed
         // through the file system, without polling; see `DatabaseWatcher` for why.
         let watcher = DatabaseWatcher(database: config.gateway.database)
@@ -210,6 +213,7 @@ enum RunCommand: GatewayCommand {
         watchdog.cancel()
         watcher?.stop()
         watchTask.cancel()
+        changesTask.cancel()
         signalTask.cancel()
         signals.stop()
         connectivity.stop()
@@ -269,63 +273,4 @@ final class DaemonSignals {
         for s in sources { s.cancel() }
         continuation.finish()
     }
-}
-
-/// Tells the daemon when the upload side changed the queue, so status and metrics follow without polling.
-final class ChangeRelay: Sendable {
-    private let action = Mutex<(@Sendable () -> Void)?>(nil)
-    func set(_ body: @escaping @Sendable () -> Void) { action.withLock { $0 = body } }
-    func fire() { action.withLock { $0 }?() }
-}
-
-/// The outbox as the uploader sees it, reporting each change.
-struct ObservedOutbox: OutboxStore {
-    let base: SQLiteStore
-    let changes: ChangeRelay
-    init(_ base: SQLiteStore, _ changes: ChangeRelay) {
-        self.base = base
-        self.changes = changes
-    }
-    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { try await base.claimPending(destination, limit: limit) }
-    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws {
-        try await base.acknowledge(ids, at: at)
-        changes.fire()
-    }
-    func release(_ ids: [Int64]) async throws {
-        try await base.release(ids)
-        changes.fire()
-    }
-    func quarantine(_ id: Int64, answer: String) async throws {
-        try await base.quarantine(id, answer: answer)
-        changes.fire()
-    }
-    func redrive(_ destination: DestinationName) async throws -> Int {
-        let n = try await base.redrive(destination)
-        changes.fire()
-        return n
-    }
-    func requeueInFlight() async throws -> Int { try await base.requeueInFlight() }
-    func counts(_ destination: DestinationName) async throws -> OutboxCounts { try await base.counts(destination) }
-    func saveDestinationState(_ state: DestinationState) async throws {
-        try await base.saveDestinationState(state)
-        changes.fire()
-    }
-    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { try await base.destinationState(destination) }
-}
-
-/// The sync engine's uploader as the daemon drives it.
-struct DaemonUploader: DaemonUploads {
-    let uploader: Uploader
-    init(_ uploader: Uploader) { self.uploader = uploader }
-    func prepare() async {
-        do {
-            try await uploader.prepare()
-        } catch {
-            StandardStream.writeError("glucose-gateway run: upload queue: \(TerminalText.escaped(String(describing: error)))\n")
-        }
-    }
-    /// The uploader sleeps until new readings, connectivity or the end of a backoff; the hourly look is
-    /// only a safety net.
-    func run() async { await uploader.run(idleCheckMs: 3_600_000) }
-    func readingsStored() { uploader.notifyNewReadings() }
 }
