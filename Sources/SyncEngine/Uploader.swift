@@ -43,11 +43,8 @@ public final class Uploader: DaemonUploads, Sendable {
     public convenience init(settings: UploadSettings, store: any OutboxStore, http: any HTTPClient = CurlHTTPClient(),
                             connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard,
                             loopbackIgnoresConnectivity: Bool = true) {
-        var list: [any UploadDestination] = []
-        if let ns = settings.nightscout { list.append(NightscoutDestination(settings: ns, http: http)) }
-        if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
-        self.init(settings: settings, destinations: list, store: store, http: http, connectivity: connectivity, logger: logger,
-                  timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity)
+        self.init(settings: settings, destinations: Self.destinations(settings, http: http), store: store, http: http,
+                  connectivity: connectivity, logger: logger, timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity)
     }
 
     /// With explicit destinations (tests, other servers).
@@ -65,6 +62,14 @@ public final class Uploader: DaemonUploads, Sendable {
             Dispatcher(destination: d, store: store, settings: settings.recovery, timing: timing, http: http,
                        connectivity: connectivity, logger: logger, isLocal: loopbackIgnoresConnectivity && Self.isLocal(d.origin))
         }
+    }
+
+    /// The destinations the settings enable.
+    static func destinations(_ settings: UploadSettings, http: any HTTPClient) -> [any UploadDestination] {
+        var list: [any UploadDestination] = []
+        if let ns = settings.nightscout { list.append(NightscoutDestination(settings: ns, http: http)) }
+        if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
+        return list
     }
 
     static func isLocal(_ origin: String) -> Bool {
@@ -108,9 +113,20 @@ public final class Uploader: DaemonUploads, Sendable {
 
     /// `upload --check`: each destination's verdict on the credentials, with a long timeout.
     public func checkCredentials() async -> [(DestinationName, CredentialCheck)] {
+        await Self.checkCredentials(destinations, timing: timing, recovery: settings.recovery)
+    }
+
+    /// `upload --check` without an upload queue: the verdicts of the destinations the settings enable.
+    public static func checkCredentials(settings: UploadSettings, http: any HTTPClient = CurlHTTPClient(),
+                                        timing: UploadTiming = .standard) async -> [(DestinationName, CredentialCheck)] {
+        await checkCredentials(destinations(settings, http: http), timing: timing, recovery: settings.recovery)
+    }
+
+    private static func checkCredentials(_ destinations: [any UploadDestination], timing: UploadTiming,
+                                         recovery: RecoverySettings) async -> [(DestinationName, CredentialCheck)] {
         var results: [(DestinationName, CredentialCheck)] = []
         for d in destinations {
-            results.append((d.name, await d.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, settings.recovery.networkTimeoutMs))))
+            results.append((d.name, await d.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, recovery.networkTimeoutMs))))
         }
         return results
     }

@@ -35,9 +35,8 @@ enum UploadCommand: GatewayCommand {
         let logger = context.logger.with(label: "upload")
 
         if check {
-            let uploader = Uploader(settings: settings, store: NoOutbox(), logger: logger)
             var status = ExitStatus.ok
-            for (name, verdict) in await uploader.checkCredentials() {
+            for (name, verdict) in await Uploader.checkCredentials(settings: settings) {
                 switch verdict {
                 case .accepted:
                     StandardStream.writeOutput("\(name): credentials accepted\n")
@@ -87,19 +86,6 @@ enum UploadCommand: GatewayCommand {
         await store.close()
         return outcome.deferred ? .tempFail : .ok
     }
-}
-
-/// A queue with nothing in it, for `--check`, which needs no database.
-private struct NoOutbox: OutboxStore {
-    func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem] { [] }
-    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws {}
-    func release(_ ids: [Int64]) async throws {}
-    func quarantine(_ id: Int64, answer: String) async throws {}
-    func redrive(_ destination: DestinationName) async throws -> Int { 0 }
-    func requeueInFlight() async throws -> Int { 0 }
-    func counts(_ destination: DestinationName) async throws -> OutboxCounts { OutboxCounts() }
-    func saveDestinationState(_ state: DestinationState) async throws {}
-    func destinationState(_ destination: DestinationName) async throws -> DestinationState? { nil }
 }
 
 /// Shared wiring for the commands that upload (`upload`, `sync`, `run`).
