@@ -72,6 +72,7 @@ extension BlueZClient {
             subscription = try await connection.subscribe(
                 BlueZMeterLink.rules(devicePath: path),
                 onMessage: { core.handle($0) },
+                onBatchEnd: { core.flush() },
                 onEnd: { core.end("the connection to the bus was lost") })
         } catch {
             throw BlueZError(error)
@@ -147,6 +148,11 @@ extension BlueZClient {
 
 /// The part of a meter link that signal delivery touches: runs on the D-Bus connection's queue (and from
 /// the link's methods), so its state sits behind a mutex.
+///
+/// Values are collected while the connection dispatches what one wake-up read and handed to `events`
+/// together at the end of that pass (``flush()``), so the consumer wakes once per pass, not once per
+/// notification. Everything is yielded under the mutex, so the order (values, then the end) holds
+/// whichever thread ends the link.
 final class LinkCore: Sendable {
     let devicePath: String
     let owner: String
@@ -156,6 +162,8 @@ final class LinkCore: Sendable {
         var uuidByPath: [String: GATTUUID] = [:]
         var subscribed: Set<GATTUUID> = []
         var ended = false
+        /// Values of the current dispatch pass, not yet yielded.
+        var batch: [MeterLinkEvent] = []
     }
     private let state = Mutex(State())
 
@@ -206,11 +214,10 @@ final class LinkCore: Sendable {
         guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path else { return }
         if interface == BlueZNames.gattCharacteristic {
             guard let value = message.body[1].vardict?["Value"]?.bytes else { return }
-            let uuid = state.withLock { state -> GATTUUID? in
-                guard !state.ended, let uuid = state.uuidByPath[path], state.subscribed.contains(uuid) else { return nil }
-                return uuid
+            state.withLock { state in
+                guard !state.ended, let uuid = state.uuidByPath[path], state.subscribed.contains(uuid) else { return }
+                state.batch.append(.value(uuid, value))
             }
-            if let uuid { continuation.yield(.value(uuid, value)) }
             return
         }
         if interface == BlueZNames.device, path == devicePath, message.body[1].vardict?["Connected"]?.bool == false {
@@ -218,15 +225,25 @@ final class LinkCore: Sendable {
         }
     }
 
-    func end(_ reason: String) {
-        let first = state.withLock { state -> Bool in
-            guard !state.ended else { return false }
-            state.ended = true
-            return true
+    /// Hands on the values of the dispatch pass that just ended.
+    func flush() {
+        state.withLock { state in
+            guard !state.batch.isEmpty else { return }
+            for event in state.batch { continuation.yield(event) }
+            state.batch.removeAll(keepingCapacity: true)
         }
-        guard first else { return }
-        continuation.yield(.disconnected(reason: reason))
-        continuation.finish()
+    }
+
+    func end(_ reason: String) {
+        state.withLock { state in
+            guard !state.ended else { return }
+            state.ended = true
+            // Values that arrived before the end go first.
+            for event in state.batch { continuation.yield(event) }
+            state.batch.removeAll()
+            continuation.yield(.disconnected(reason: reason))
+            continuation.finish()
+        }
     }
 }
 

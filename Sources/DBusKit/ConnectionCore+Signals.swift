@@ -2,10 +2,13 @@ internal import CDBus
 
 extension ConnectionCore {
     /// A subscriber: `deliver` and `finish` run on the queue, in arrival order, and must not block.
+    /// `endOfBatch`, when set, runs after the messages of one dispatch pass (all that one wake-up read)
+    /// were delivered, if any were, so a subscriber can hand them on together.
     struct Subscription {
         let rules: [MatchRule]
         let deliver: @Sendable (DBusMessage) -> Void
         let finish: @Sendable () -> Void
+        var endOfBatch: (@Sendable () -> Void)? = nil
     }
 
     /// Hands a signal to every subscription with a rule that matches it.
@@ -14,7 +17,7 @@ extension ConnectionCore {
         // Headers first; the body is decoded only when some rule wants the message.
         var decoded = Marshalling.decodeHeader(message)
         var bodyDecoded = false
-        for subscription in subscriptions.values {
+        for (key, subscription) in subscriptions {
             var wanted = false
             for rule in subscription.rules where rule.matchesHeader(decoded) {
                 if rule.arguments.isEmpty {
@@ -36,7 +39,16 @@ extension ConnectionCore {
                 bodyDecoded = true
             }
             subscription.deliver(decoded)
+            if subscription.endOfBatch != nil { batched.insert(key) }
         }
+    }
+
+    /// Ends the dispatch pass for the subscriptions that were delivered a message in it.
+    func endBatches() {
+        guard !batched.isEmpty else { return }
+        let keys = batched
+        batched.removeAll(keepingCapacity: true)
+        for key in keys { subscriptions[key]?.endOfBatch?() }
     }
 
     func addSubscription(_ key: Int, _ subscription: Subscription) -> Bool {

@@ -52,6 +52,8 @@ final class ConnectionCore {
     var pending: [Int: PendingCall] = [:]
 
     var subscriptions: [Int: Subscription] = [:]
+    /// Subscriptions with an `endOfBatch` that were delivered a message in the current dispatch pass.
+    var batched: Set<Int> = []
     var disconnectWatchers: [Int: AsyncStream<Void>.Continuation] = [:]
 
     /// Exported objects by path, with their interfaces by name.
@@ -247,6 +249,7 @@ final class ConnectionCore {
         dispatching = true
         defer { dispatching = false }
         while isOpen && dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS {}
+        endBatches()
     }
 
     // MARK: - Incoming messages

@@ -168,15 +168,18 @@ public final class DBusConnection: Sendable {
     /// Subscribes with a callback instead of a stream: `onMessage` runs on the connection's queue for each
     /// matching message, in arrival order, and must return quickly without blocking (hand work elsewhere).
     /// `onEnd` runs once when the subscription is cancelled or the connection goes down. This saves a task
-    /// hop per message for high-rate signals such as GATT notifications.
+    /// hop per message for high-rate signals such as GATT notifications. `onBatchEnd`, when given, runs on
+    /// the queue after each pass that delivered messages (everything one wake-up read), so a subscriber
+    /// can buffer in `onMessage` and wake its consumer once per pass instead of once per message.
     public func subscribe(_ rules: [MatchRule], timeout: Duration = .seconds(10),
                           onMessage: @escaping @Sendable (DBusMessage) -> Void,
+                          onBatchEnd: (@Sendable () -> Void)? = nil,
                           onEnd: @escaping @Sendable () -> Void) async throws(DBusError) -> DBusSubscription {
         let key = Keys.next()
         let core = self.core
         let queue = self.queue
         let subscription = DBusSubscription { queue.async { core.value.removeSubscription(key, removeMatch: true) } }
-        let entry = ConnectionCore.Subscription(rules: rules, deliver: onMessage, finish: onEnd)
+        let entry = ConnectionCore.Subscription(rules: rules, deliver: onMessage, finish: onEnd, endOfBatch: onBatchEnd)
         let added = await perform { $0.addSubscription(key, entry) }
         guard added else { throw DBusError(.disconnected, "not connected to the bus") }
         do {

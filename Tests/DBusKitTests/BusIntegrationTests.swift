@@ -193,6 +193,35 @@ struct TimeoutError: Error, CustomStringConvertible {
         await pair.close()
     }
 
+    @Test func batchEndFollowsEveryPassThatDeliveredMessages() async throws {
+        let pair = try await BusPair()
+        // (messages delivered, messages delivered when the last pass ended, passes ended)
+        let state = Mutex<(seen: Int, atLastEnd: Int, ends: Int)>((0, 0, 0))
+        let rule = MatchRule(interface: "org.example.Tick", member: "Tick")
+        let subscription = try await pair.client.subscribe([rule], onMessage: { _ in
+            state.withLock { $0.seen += 1 }
+        }, onBatchEnd: {
+            state.withLock { s in
+                // A pass ends only after it delivered something new.
+                if s.seen == s.atLastEnd { s.ends = -1_000 }
+                s.atLastEnd = s.seen
+                s.ends += 1
+            }
+        }, onEnd: {})
+        for n in UInt32(0)..<200 {
+            try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(n)])
+        }
+        try await withTimeout(5) {
+            while state.withLock({ $0.atLastEnd }) < 200 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        let final = state.withLock { $0 }
+        #expect(final.seen == 200)
+        #expect(final.atLastEnd == 200)
+        #expect((1...200).contains(final.ends))
+        subscription.cancel()
+        await pair.close()
+    }
+
     @Test func callbackSubscriptionAndLocalFilter() async throws {
         let pair = try await BusPair()
         let seen = Mutex<[UInt32]>([])
