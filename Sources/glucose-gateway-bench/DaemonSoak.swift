@@ -17,26 +17,14 @@ enum DaemonSoak {
     static let address = "C0:26:DA:50:AC:01"
 
     static func run(_ args: [String]) async -> Int32 {
-        var scale = 60.0
-        var idleSeconds = 60.0
-        var probes = 5
-        var mode = "discovery"
-        var gateway = DownloadBenchmark.siblingExecutable("glucose-gateway")
-        var i = 0
-        while i < args.count {
-            let value = i + 1 < args.count ? args[i + 1] : nil
-            switch args[i] {
-            case "--time-scale": scale = value.flatMap { Double($0) } ?? -1; i += 1
-            case "--idle": idleSeconds = value.flatMap { Double($0) } ?? -1; i += 1
-            case "--probes": probes = value.flatMap { Int($0) } ?? -1; i += 1
-            case "--scan-mode": mode = value ?? ""; i += 1
-            case "--gateway": gateway = value ?? ""; i += 1
-            default:
-                print("usage: glucose-gateway-bench daemon-soak [--time-scale X] [--idle SECONDS] [--probes N] [--scan-mode discovery|profile] [--gateway PATH]")
-                return 64
-            }
-            i += 1
-        }
+        guard let o = BenchArguments(args, names: ["time-scale", "idle", "probes", "scan-mode", "gateway"],
+                                     usage: "daemon-soak [--time-scale X] [--idle SECONDS] [--probes N] [--scan-mode discovery|profile] [--gateway PATH]")
+        else { return 64 }
+        let scale = o.double("time-scale", 60)
+        let idleSeconds = o.double("idle", 60)
+        let probes = o.int("probes", 5)
+        let mode = o.string("scan-mode", "discovery")
+        let gateway = o.string("gateway", DownloadBenchmark.siblingExecutable("glucose-gateway"))
         guard scale >= 1, idleSeconds > 0, (1...50).contains(probes), mode == "discovery" || mode == "profile", access(gateway, X_OK) == 0 else {
             print("daemon-soak: need --time-scale >= 1, --idle > 0, 1...50 probes and an executable gateway (\(gateway))")
             return 64

@@ -15,23 +15,11 @@ enum DownloadBenchmark {
     static let address = "C0:26:DA:0B:E4:01"
 
     static func run(_ args: [String]) async -> Int32 {
-        var records = 1000
-        var runs = 5
-        var gateway = siblingExecutable("glucose-gateway")
-        var i = 0
-        while i < args.count {
-            let a = args[i]
-            let value = i + 1 < args.count ? args[i + 1] : nil
-            switch a {
-            case "--records": records = value.flatMap { Int($0) } ?? -1; i += 1
-            case "--runs": runs = value.flatMap { Int($0) } ?? -1; i += 1
-            case "--gateway": gateway = value ?? ""; i += 1
-            default:
-                print("usage: glucose-gateway-bench download [--records N] [--runs K] [--gateway PATH]")
-                return 64
-            }
-            i += 1
-        }
+        guard let o = BenchArguments(args, names: ["records", "runs", "gateway"],
+                                     usage: "download [--records N] [--runs K] [--gateway PATH]") else { return 64 }
+        let records = o.int("records", 1000)
+        let runs = o.int("runs", 5)
+        let gateway = o.string("gateway", siblingExecutable("glucose-gateway"))
         guard (1...65_000).contains(records), (1...100).contains(runs), access(gateway, X_OK) == 0 else {
             print("download: need 1...65000 records, 1...100 runs and an executable gateway (\(gateway))")
             return 64

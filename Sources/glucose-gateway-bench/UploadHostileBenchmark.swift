@@ -15,24 +15,12 @@ import SyncEngine
 /// (VmHWM) and VmRSS after the readings are acknowledged. Only the processes it started are stopped.
 enum UploadHostileBenchmark {
     static func run(_ args: [String]) async -> Int32 {
-        var size = 100_000_000
-        var answers = 5
-        var gateway = DownloadBenchmark.siblingExecutable("glucose-gateway")
-        var script = "SystemTests/fake_nightscout.py"
-        var i = 0
-        while i < args.count {
-            let value = i + 1 < args.count ? args[i + 1] : nil
-            switch args[i] {
-            case "--size": size = value.flatMap { Int($0) } ?? -1; i += 1
-            case "--answers": answers = value.flatMap { Int($0) } ?? -1; i += 1
-            case "--gateway": gateway = value ?? ""; i += 1
-            case "--server": script = value ?? ""; i += 1
-            default:
-                print("usage: glucose-gateway-bench upload-hostile [--size BYTES] [--answers N] [--gateway PATH] [--server PATH]")
-                return 64
-            }
-            i += 1
-        }
+        guard let o = BenchArguments(args, names: ["size", "answers", "gateway", "server"],
+                                     usage: "upload-hostile [--size BYTES] [--answers N] [--gateway PATH] [--server PATH]") else { return 64 }
+        let size = o.int("size", 100_000_000)
+        let answers = o.int("answers", 5)
+        let gateway = o.string("gateway", DownloadBenchmark.siblingExecutable("glucose-gateway"))
+        let script = o.string("server", "SystemTests/fake_nightscout.py")
         guard size > 0, (1...100).contains(answers), access(gateway, X_OK) == 0 else {
             print("upload-hostile: need --size > 0, 1...100 answers and an executable gateway (\(gateway))")
             return 64
