@@ -182,7 +182,10 @@ public actor GatewayDaemon {
     private let logger: Logger
     private let hooks: DaemonHooks
     private let now: @Sendable () -> UnixMillis
-    private let clock = ContinuousClock()
+    /// Monotonic time for every wait and period of the daemon (quiet period, retry delay, stop grace, health
+    /// checks, rechecks): `ContinuousClock` in the product, a `ManualClock` in tests. A download keeps its
+    /// own clock (`MeterDownload`).
+    private let clock: any SessionClock
 
     private struct Session {
         let task: Task<Void, Never>
@@ -209,7 +212,6 @@ public actor GatewayDaemon {
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
     private var ready = false
-    private let healthClock: any SessionClock
     private var healthTask: Task<Void, Never>?
     private var checkingBluetoothd = false
     /// When the daemon's own loop last ran its health check: the watchdog is fed only while it does.
@@ -218,7 +220,7 @@ public actor GatewayDaemon {
     public init(radio: any MeterRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
                 logger: Logger, hooks: DaemonHooks = DaemonHooks(), pid: Int32 = 0,
                 now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = ContinuousClock()) {
-        self.healthClock = clock
+        self.clock = clock
         self.lastBeat = Mutex(clock.now)
         self.radio = radio
         self.store = store
@@ -301,21 +303,21 @@ public actor GatewayDaemon {
         await withTaskGroup(of: Void.self) { group in
             for (_, session) in running {
                 if let link = session.link {
-                    group.addTask { await link.abortProcedure(timeout: .milliseconds(800)) }
+                    group.addTask { [clock] in await link.abortProcedure(timeout: .milliseconds(800), clock: clock) }
                 }
             }
         }
         for (_, session) in running { session.link?.end(reason: "gateway stopping") }
         let deadline = clock.now.advanced(by: settings.stopGrace)
         for (address, session) in running {
-            let finished = await Self.wait(for: session.task, until: deadline)
+            let finished = await Self.wait(for: session.task, until: deadline, on: clock)
             if !finished {
                 logger.warning("meter \(address): the download did not end in time; leaving it")
                 session.task.cancel()
             }
         }
         uploadTask?.cancel()
-        if let uploadTask { _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .milliseconds(800))) }
+        if let uploadTask { _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .milliseconds(800)), on: clock) }
         await radio.close()
         snapshot.phase = "stopped"
         snapshot.activeSessions = []
@@ -328,14 +330,14 @@ public actor GatewayDaemon {
     /// True when `task` finished before `deadline`. Returns at the deadline even when the task does not end
     /// (a connect still waiting for bluetoothd): a task group would wait for its child awaiting `task.value`,
     /// which cancellation cannot end, so the two waits race on a stream and the loser is left behind.
-    private static func wait(for task: Task<Void, Never>, until deadline: ContinuousClock.Instant) async -> Bool {
+    private static func wait(for task: Task<Void, Never>, until deadline: ContinuousClock.Instant, on clock: any SessionClock) async -> Bool {
         let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(2))
         Task {
             await task.value
             continuation.yield(true)
         }
         let timer = Task {
-            try? await Task.sleep(until: deadline, clock: .continuous)
+            try? await clock.sleep(until: deadline)
             continuation.yield(false)
         }
         var first = false
@@ -354,7 +356,7 @@ public actor GatewayDaemon {
     /// for a sign of life. The check runs in its own task and is bounded by `bluetoothdAnswerTimeout`, so
     /// a hung bluetoothd never blocks the daemon.
     private func startHealthChecks() {
-        let clock = healthClock
+        let clock = self.clock
         healthTask = Task { [weak self] in
             while !Task.isCancelled {
                 guard let interval = await self?.settings.healthInterval else { return }
@@ -371,11 +373,11 @@ public actor GatewayDaemon {
     /// bluetoothd, so the pings go on; they stop only when the daemon's own loop no longer runs.
     public nonisolated func isResponsive(within window: Duration) -> Bool {
         let last = lastBeat.withLock { $0 }
-        return healthClock.now - last <= window
+        return clock.now - last <= window
     }
 
     func checkHealth() async {
-        let beat = healthClock.now
+        let beat = clock.now
         lastBeat.withLock { $0 = beat }
         guard !stopRequested, !checkingBluetoothd else { return }
         guard snapshot.radio.bluetoothdRunning else {
@@ -438,7 +440,7 @@ public actor GatewayDaemon {
         snapshot.lastReloadError = nil
         if let uploadTask {
             uploadTask.cancel()
-            _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .seconds(2)))
+            _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .seconds(2)), on: clock)
         }
         uploads = newUploads
         await prepareUploads()
@@ -546,8 +548,8 @@ public actor GatewayDaemon {
         guard !watchRetryScheduled else { return }
         watchRetryScheduled = true
         let delay = settings.retryDelay
-        Task { [weak self] in
-            try? await Task.sleep(for: delay)
+        Task { [weak self, clock] in
+            try? await clock.sleep(for: delay)
             await self?.watchRetry()
         }
     }
@@ -605,8 +607,9 @@ public actor GatewayDaemon {
         let logger = self.logger.with(label: "meter")
         let store = self.store
         let now = self.now
+        let clock = self.clock
         let task = Task { [weak self] in
-            let reaction = seenAt.duration(to: ContinuousClock.now)
+            let reaction = seenAt.duration(to: clock.now)
             await self?.noteReaction(reaction)
             // Held until this task ends: another process (a manual `sync`) downloading from the same meter
             // would have its procedure aborted by ours.
@@ -637,7 +640,7 @@ public actor GatewayDaemon {
                 await link.disconnect()
                 return
             }
-            logger.info("\(address): connected \(Self.milliseconds(reaction)) ms after it was seen; downloading")
+            logger.info("\(address): connected \(reaction.wholeMilliseconds) ms after it was seen; downloading")
             try? await store.log(GatewayEvent(at: now(), kind: .connected, meterAddress: address, message: "connected for download"))
             let download = MeterDownload(store: store, options: settings.download, logger: logger, now: now)
             do throws(DownloadError) {
@@ -659,7 +662,7 @@ public actor GatewayDaemon {
     }
 
     private func noteReaction(_ reaction: Duration) {
-        snapshot.lastReactionMs = Self.milliseconds(reaction)
+        snapshot.lastReactionMs = Int(reaction.wholeMilliseconds)
     }
 
     private func attach(_ link: StoppableLink, to address: String) -> Bool {
@@ -691,8 +694,8 @@ public actor GatewayDaemon {
 
     private func scheduleRecheck(_ address: String, at instant: ContinuousClock.Instant) {
         guard recheckScheduled.insert(address).inserted else { return }
-        Task { [weak self] in
-            try? await Task.sleep(until: instant, clock: .continuous)
+        Task { [weak self, clock] in
+            try? await clock.sleep(until: instant)
             await self?.recheck(address)
         }
     }
@@ -715,10 +718,6 @@ public actor GatewayDaemon {
         case .timeout: "timeout"
         case .notSupported: "not-supported"
         }
-    }
-
-    static func milliseconds(_ d: Duration) -> Int {
-        Int(d.components.seconds) * 1000 + Int(d.components.attoseconds / 1_000_000_000_000_000)
     }
 
     // MARK: - Other writers
@@ -749,8 +748,8 @@ public actor GatewayDaemon {
     public func uploadStateChanged() {
         guard !publishScheduled else { return }
         publishScheduled = true
-        Task { [weak self] in
-            try? await Task.sleep(for: .milliseconds(200))
+        Task { [weak self, clock] in
+            try? await clock.sleep(for: .milliseconds(200))
             await self?.publishScheduledNow()
         }
     }
@@ -822,12 +821,12 @@ final class StoppableLink: MeterLink, Sendable {
         continuation.finish()
     }
 
-    /// Sends RACP Abort Operation, waiting at most `timeout` for the write to be acknowledged.
-    func abortProcedure(timeout: Duration) async {
+    /// Sends RACP Abort Operation, waiting at most `timeout` on `clock` for the write to be acknowledged.
+    func abortProcedure(timeout: Duration, clock: any SessionClock) async {
         let base = self.base
         await withTaskGroup(of: Void.self) { group in
             group.addTask { try? await base.write(.recordAccessControlPoint, RACPRequest.abort.encoded()) }
-            group.addTask { try? await Task.sleep(for: timeout) }
+            group.addTask { try? await clock.sleep(for: timeout) }
             _ = await group.next()
             group.cancelAll()
         }

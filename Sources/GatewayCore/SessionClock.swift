@@ -52,3 +52,10 @@ public struct ScaledClock: SessionClock {
         }
     }
 }
+
+extension Duration {
+    /// Whole milliseconds, rounded toward zero (timeouts handed to C libraries, numbers in status and logs).
+    public var wholeMilliseconds: Int64 {
+        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
+    }
+}

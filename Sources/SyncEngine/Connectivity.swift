@@ -1,3 +1,4 @@
+import GatewayCore
 import Synchronization
 
 /// What the system says about the network.
@@ -11,50 +12,33 @@ public enum Connectivity: String, Sendable {
 public protocol ConnectivityMonitor: Sendable {
     /// The current state as last reported; `.unknown` when the source cannot tell.
     func current() -> Connectivity
-    /// Returns true as soon as connectivity is reported back (an event), false when `timeoutMs` passes
-    /// first. Used by recovery mode instead of spending retries while the network is down.
-    func waitForUp(timeoutMs: Int) async -> Bool
+    /// Returns true as soon as connectivity is reported back (an event), false when `timeout` passes
+    /// first on `clock`. Used by recovery mode instead of spending retries while the network is down.
+    func waitForUp(timeout: Duration, clock: any SessionClock) async -> Bool
 }
 
-/// A monitor fed by any number of event sources; each `report` wakes the waiters on `.up`.
-public final class ConnectivityHub: ConnectivityMonitor {
+/// An event that any number of tasks wait for, each with a timeout on a clock: `fire()` wakes every task
+/// waiting at that moment (a fire while nobody waits is not remembered; waiters look at their state again
+/// before they wait).
+public final class WakeSignal: Sendable {
     private struct Waiter {
         let id: UInt64
         let continuation: CheckedContinuation<Bool, Never>
         let timer: Task<Void, Never>
     }
     private struct State {
-        /// What each source last said; the first known one in `priority` order wins.
-        var sources: [String: Connectivity] = [:]
-        var connectivity: Connectivity = .unknown
         var waiters: [Waiter] = []
         var nextID: UInt64 = 0
-        /// Bumped on every `.up` report, so an event between a failure and the wait is not missed.
-        var upEvents: UInt64 = 0
     }
     private let state = Mutex(State())
 
-    /// Sources in order of authority: NetworkManager knows about captive portals, netlink only routes.
-    public static let priority = ["networkmanager", "netlink", "manual"]
+    public init() {}
 
-    public init(initial: Connectivity = .unknown) {
-        state.withLock { $0.connectivity = initial }
-    }
+    /// Tasks waiting now.
+    public var waiting: Int { state.withLock { $0.waiters.count } }
 
-    public func current() -> Connectivity { state.withLock { $0.connectivity } }
-
-    /// The number of `.up` events so far.
-    public var upEventCount: UInt64 { state.withLock { $0.upEvents } }
-
-    /// A source's new verdict. `.up` wakes every waiter, even when it was up already: a spurious wake
-    /// costs one request, a missed one costs a probe interval.
-    public func report(_ connectivity: Connectivity, source: String = "manual") {
-        let woken: [Waiter] = state.withLock { s in
-            s.sources[source] = connectivity
-            let ordered = Self.priority.compactMap { s.sources[$0] } + s.sources.filter { !Self.priority.contains($0.key) }.map(\.value)
-            s.connectivity = ordered.first { $0 != .unknown } ?? .unknown
-            guard connectivity == .up else { return [] }
-            s.upEvents += 1
+    public func fire() {
+        let woken = state.withLock { s in
             let list = s.waiters
             s.waiters.removeAll()
             return list
@@ -65,7 +49,8 @@ public final class ConnectivityHub: ConnectivityMonitor {
         }
     }
 
-    public func waitForUp(timeoutMs: Int) async -> Bool {
+    /// True when woken by `fire()`; false when `timeout` passed on `clock` or the task was cancelled.
+    public func wait(timeout: Duration, clock: any SessionClock) async -> Bool {
         let id: UInt64 = state.withLock { s in
             s.nextID += 1
             return s.nextID
@@ -73,7 +58,7 @@ public final class ConnectivityHub: ConnectivityMonitor {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let timer = Task {
-                    try? await Task.sleep(for: .milliseconds(max(0, timeoutMs)))
+                    try? await clock.sleep(for: max(.zero, timeout))
                     self.resume(id, with: false)
                 }
                 state.withLock { $0.waiters.append(Waiter(id: id, continuation: continuation, timer: timer)) }
@@ -92,5 +77,51 @@ public final class ConnectivityHub: ConnectivityMonitor {
         }
         waiter?.timer.cancel()
         waiter?.continuation.resume(returning: value)
+    }
+}
+
+/// A monitor fed by any number of event sources; each `report(.up)` wakes the waiters.
+public final class ConnectivityHub: ConnectivityMonitor {
+    private struct State {
+        /// What each source last said; the first known one in `priority` order wins.
+        var sources: [String: Connectivity] = [:]
+        var connectivity: Connectivity = .unknown
+        /// Bumped on every `.up` report, so an event between a failure and the wait is not missed.
+        var upEvents: UInt64 = 0
+    }
+    private let state = Mutex(State())
+    private let up = WakeSignal()
+
+    /// Sources in order of authority: NetworkManager knows about captive portals, netlink only routes.
+    public static let priority = ["networkmanager", "netlink", "manual"]
+
+    public init(initial: Connectivity = .unknown) {
+        state.withLock { $0.connectivity = initial }
+    }
+
+    public func current() -> Connectivity { state.withLock { $0.connectivity } }
+
+    /// The number of `.up` events so far.
+    public var upEventCount: UInt64 { state.withLock { $0.upEvents } }
+
+    /// Tasks waiting for connectivity now.
+    public var waiting: Int { up.waiting }
+
+    /// A source's new verdict. `.up` wakes every waiter, even when it was up already: a spurious wake
+    /// costs one request, a missed one costs a probe interval.
+    public func report(_ connectivity: Connectivity, source: String = "manual") {
+        let wake: Bool = state.withLock { s in
+            s.sources[source] = connectivity
+            let ordered = Self.priority.compactMap { s.sources[$0] } + s.sources.filter { !Self.priority.contains($0.key) }.map(\.value)
+            s.connectivity = ordered.first { $0 != .unknown } ?? .unknown
+            guard connectivity == .up else { return false }
+            s.upEvents += 1
+            return true
+        }
+        if wake { up.fire() }
+    }
+
+    public func waitForUp(timeout: Duration, clock: any SessionClock) async -> Bool {
+        await up.wait(timeout: timeout, clock: clock)
     }
 }

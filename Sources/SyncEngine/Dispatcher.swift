@@ -86,7 +86,9 @@ public actor Dispatcher {
     let classifier: NetworkClassifier
     let connectivity: (any ConnectivityMonitor)?
     let logger: Logger
-    let clock = ContinuousClock()
+    /// Monotonic time for backoff, retries, probes and deadlines (a `ManualClock` in tests, a `ScaledClock`
+    /// under `run --time-scale`).
+    let clock: any SessionClock
     var rng = SystemRandomNumberGenerator()
 
     private(set) var batchSize: Int
@@ -98,8 +100,9 @@ public actor Dispatcher {
     private var persisted: DestinationState
 
     init(destination: any UploadDestination, store: any OutboxStore, settings: RecoverySettings, timing: UploadTiming,
-         http: any HTTPClient, connectivity: (any ConnectivityMonitor)?, logger: Logger, isLocal: Bool) {
+         http: any HTTPClient, connectivity: (any ConnectivityMonitor)?, logger: Logger, isLocal: Bool, clock: any SessionClock) {
         self.name = destination.name
+        self.clock = clock
         self.destination = destination
         self.store = store
         self.settings = settings
@@ -152,14 +155,10 @@ public actor Dispatcher {
         case .drained:
             longBackoffLevel = 0
             nextAttemptAt = nil
-        case .deferred:
-            let delay = Backoff.longTerm(level: longBackoffLevel, baseMs: timing.longBackoffBaseMs, capMs: timing.longBackoffCapMs, using: &rng)
+        case .deferred, .paused, .blocked:
+            let delay = Backoff.longTerm(level: longBackoffLevel, base: timing.longBackoffBase, cap: timing.longBackoffCap, using: &rng)
             longBackoffLevel += 1
-            nextAttemptAt = clock.now.advanced(by: .milliseconds(delay))
-        case .paused, .blocked:
-            let delay = Backoff.longTerm(level: longBackoffLevel, baseMs: timing.longBackoffBaseMs, capMs: timing.longBackoffCapMs, using: &rng)
-            longBackoffLevel += 1
-            nextAttemptAt = clock.now.advanced(by: .milliseconds(delay))
+            nextAttemptAt = clock.now.advanced(by: delay)
         }
         return SessionReport(destination: name, end: end, uploaded: counters.uploaded, duplicates: counters.duplicates,
                              quarantined: counters.quarantined, requests: counters.requests)
@@ -173,7 +172,7 @@ public actor Dispatcher {
         }
         if persisted.state == "paused" {
             // Credentials were refused earlier: check them (long timeout) before sending anything.
-            switch await destination.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, settings.networkTimeoutMs)) {
+            switch await destination.checkCredentials(timeoutMs: credentialTimeoutMs) {
             case .accepted:
                 logger.notice("credentials accepted by \(destination.origin); resuming")
             case .refused(let why):
@@ -323,7 +322,7 @@ public actor Dispatcher {
         if limitReached, failure.isTimeout, code == NetworkErrorCode.timeout {
             // Nightscout answers a wrong secret only after a delay that grows with each failure, so wrong
             // credentials look like timeouts: ask the credential check, which waits long enough.
-            if case .refused(let why) = await destination.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, settings.networkTimeoutMs)) {
+            if case .refused(let why) = await destination.checkCredentials(timeoutMs: credentialTimeoutMs) {
                 await releaseAll(batch)
                 let message = "credentials refused by \(destination.origin) (\(why)); uploads paused until they are fixed"
                 await report(state: "paused", code: 401, message: message)
@@ -335,19 +334,20 @@ public actor Dispatcher {
             await releaseAll(batch)
             throw Stop.end(.deferred(code: code, message: message))
         }
-        var delay = Backoff.fullJitter(attempt: attempts - 1, baseMs: timing.retryBaseMs, capMs: timing.retryCapMs, using: &rng)
-        if let after = failure.retryAfterMs {
-            if after > timing.retryAfterCapMs {
+        var delay = Backoff.fullJitter(attempt: attempts - 1, base: timing.retryBase, cap: timing.retryCap, using: &rng)
+        if let afterMs = failure.retryAfterMs {
+            let after = Duration.milliseconds(afterMs)
+            if after > timing.retryAfterCap {
                 await releaseAll(batch)
                 throw Stop.end(.deferred(code: code, message: message))
             }
             delay = max(delay, after)
         }
-        if let deadline, clock.now.advanced(by: .milliseconds(delay)) >= deadline {
+        if let deadline, clock.now.advanced(by: delay) >= deadline {
             await releaseAll(batch)
             throw Stop.end(.deferred(code: code, message: message))
         }
-        try? await Task.sleep(for: .milliseconds(delay))
+        try? await clock.sleep(for: delay)
         if Task.isCancelled {
             await releaseAll(batch)
             throw Stop.end(.deferred(code: code, message: "stopped"))
@@ -360,18 +360,18 @@ public actor Dispatcher {
     private func waitForNetwork(deadline: ContinuousClock.Instant?) async -> Bool {
         while !Task.isCancelled {
             // The probe interval keeps growing across waits of one outage; a success resets it.
-            var interval = Backoff.ceilingMs(attempt: recoveryLevel, baseMs: timing.probeBaseMs, capMs: timing.probeCapMs)
+            var interval = Backoff.ceiling(attempt: recoveryLevel, base: timing.probeBase, cap: timing.probeCap)
             recoveryLevel += 1
             if let deadline {
                 let left = clock.now.duration(to: deadline)
                 if left <= .zero { return false }
-                interval = min(interval, Int(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
+                interval = min(interval, .milliseconds(left.wholeMilliseconds + 1))
             }
             let woken: Bool
             if let connectivity {
-                woken = await connectivity.waitForUp(timeoutMs: interval)
+                woken = await connectivity.waitForUp(timeout: interval, clock: clock)
             } else {
-                try? await Task.sleep(for: .milliseconds(interval))
+                try? await clock.sleep(for: interval)
                 woken = false
             }
             if Task.isCancelled { return false }
@@ -406,6 +406,11 @@ public actor Dispatcher {
         let message = "a reading is refused by \(destination.origin) (\(words)); uploads to it are blocked (error_bypass is off)"
         await report(state: "blocked", code: status, message: message)
         throw Stop.end(.blocked(code: status, message: message))
+    }
+
+    /// Credential checks get the longer of the credential timeout and the network timeout.
+    var credentialTimeoutMs: Int {
+        max(Int(timing.credentialTimeout.wholeMilliseconds), settings.networkTimeoutMs)
     }
 
     static func halves(_ items: [OutboxItem]) -> [[OutboxItem]] {

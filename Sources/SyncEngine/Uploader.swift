@@ -38,21 +38,27 @@ public final class Uploader: DaemonUploads, Sendable {
     let connectivity: (any ConnectivityMonitor)?
     public let dispatchers: [Dispatcher]
     private let destinations: [any UploadDestination]
-    private let wake = ConnectivityHub(initial: .unknown)
+    let clock: any SessionClock
+    /// Fired when new readings are queued or the network comes back: every destination looks at its
+    /// queue again at once instead of at its next timer.
+    private let queueChanged = WakeSignal()
 
     public convenience init(settings: UploadSettings, store: any OutboxStore, http: any HTTPClient = CurlHTTPClient(),
                             connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard,
-                            loopbackIgnoresConnectivity: Bool = true) {
+                            loopbackIgnoresConnectivity: Bool = true, clock: any SessionClock = ContinuousClock()) {
         self.init(settings: settings, destinations: Self.destinations(settings, http: http), store: store, http: http,
-                  connectivity: connectivity, logger: logger, timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity)
+                  connectivity: connectivity, logger: logger, timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity,
+                  clock: clock)
     }
 
     /// With explicit destinations (tests, other servers).
     /// `loopbackIgnoresConnectivity`: a server on this host is reachable whatever the system says about
     /// the network (a Nightscout on the gateway itself); tests of connectivity handling turn it off.
     public init(settings: UploadSettings, destinations: [any UploadDestination], store: any OutboxStore, http: any HTTPClient,
-                connectivity: (any ConnectivityMonitor)?, logger: Logger, timing: UploadTiming, loopbackIgnoresConnectivity: Bool = true) {
+                connectivity: (any ConnectivityMonitor)?, logger: Logger, timing: UploadTiming, loopbackIgnoresConnectivity: Bool = true,
+                clock: any SessionClock = ContinuousClock()) {
         self.settings = settings
+        self.clock = clock
         self.store = store
         self.logger = logger
         self.timing = timing
@@ -60,7 +66,7 @@ public final class Uploader: DaemonUploads, Sendable {
         self.destinations = destinations
         self.dispatchers = destinations.map { d in
             Dispatcher(destination: d, store: store, settings: settings.recovery, timing: timing, http: http,
-                       connectivity: connectivity, logger: logger, isLocal: loopbackIgnoresConnectivity && Self.isLocal(d.origin))
+                       connectivity: connectivity, logger: logger, isLocal: loopbackIgnoresConnectivity && Self.isLocal(d.origin), clock: clock)
         }
     }
 
@@ -126,7 +132,7 @@ public final class Uploader: DaemonUploads, Sendable {
                                          recovery: RecoverySettings) async -> [(DestinationName, CredentialCheck)] {
         var results: [(DestinationName, CredentialCheck)] = []
         for d in destinations {
-            results.append((d.name, await d.checkCredentials(timeoutMs: max(timing.credentialTimeoutMs, recovery.networkTimeoutMs))))
+            results.append((d.name, await d.checkCredentials(timeoutMs: max(Int(timing.credentialTimeout.wholeMilliseconds), recovery.networkTimeoutMs))))
         }
         return results
     }
@@ -151,30 +157,30 @@ public final class Uploader: DaemonUploads, Sendable {
 
     /// New readings were stored: start a session now rather than at the next timer.
     public func readingsStored() {
-        wake.report(.up)
+        queueChanged.fire()
     }
 
     /// The daemon's upload service, looking at the queue at least hourly: it sleeps until new readings,
     /// connectivity or the end of a backoff, so the hourly look is only a safety net.
     public func run() async {
-        await run(idleCheckMs: 3_600_000)
+        await run(idleCheck: .seconds(3600))
     }
 
     /// The daemon's upload service: a session per destination whenever there is something to send,
     /// then waiting for new readings, connectivity, or the end of the long-term backoff. Stops on
-    /// cancellation. `idleCheckMs` bounds how long it sleeps without looking at the queue.
-    public func run(idleCheckMs: Int) async {
+    /// cancellation. `idleCheck` bounds how long it sleeps without looking at the queue.
+    public func run(idleCheck: Duration) async {
         await withTaskGroup(of: Void.self) { group in
             for d in dispatchers {
-                group.addTask { await self.serve(d, idleCheckMs: idleCheckMs) }
+                group.addTask { await self.serve(d, idleCheck: idleCheck) }
             }
             if let connectivity {
                 // Connectivity back: forget the long-term backoff and wake the dispatchers.
                 group.addTask {
                     while !Task.isCancelled {
-                        if await connectivity.waitForUp(timeoutMs: 3_600_000) {
+                        if await connectivity.waitForUp(timeout: .seconds(3600), clock: self.clock) {
                             for d in self.dispatchers { await d.resetBackoff() }
-                            self.wake.report(.up)
+                            self.queueChanged.fire()
                         }
                     }
                 }
@@ -182,8 +188,7 @@ public final class Uploader: DaemonUploads, Sendable {
         }
     }
 
-    private func serve(_ d: Dispatcher, idleCheckMs: Int) async {
-        let clock = ContinuousClock()
+    private func serve(_ d: Dispatcher, idleCheck: Duration) async {
         while !Task.isCancelled {
             let counts = try? await store.counts(d.name)
             let hasWork = (counts?.pending ?? 0) > 0
@@ -192,12 +197,11 @@ public final class Uploader: DaemonUploads, Sendable {
                 _ = await d.session(deadline: nil)
                 continue
             }
-            var waitMs = idleCheckMs
+            var wait = idleCheck
             if hasWork, let notBefore {
-                let left = clock.now.duration(to: notBefore)
-                waitMs = min(waitMs, max(1, Int(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+                wait = min(wait, max(.milliseconds(1), clock.now.duration(to: notBefore)))
             }
-            _ = await wake.waitForUp(timeoutMs: waitMs)
+            _ = await queueChanged.wait(timeout: wait, clock: clock)
         }
     }
 }

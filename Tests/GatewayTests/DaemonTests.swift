@@ -105,7 +105,8 @@ struct DaemonTests {
     func downloadsOnAppearance() async throws {
         let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...5)))
         let stranger = FakeMeter(address: "AA:BB:CC:DD:EE:09", script: FakeMeterScript(records: Self.records(1...2)))
-        let f = try await Fixture(meters: [meter, stranger], paired: [meter])
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter, stranger], paired: [meter], clock: clock)
         // Many advertisements while the download runs: one session.
         for _ in 0..<20 { f.radio.send(.meterSeen(address: meter.address, connected: false)) }
         f.radio.send(.meterSeen(address: stranger.address, connected: false))
@@ -117,11 +118,14 @@ struct DaemonTests {
 
         // Still advertising right after: left alone during the quiet period, then downloaded again.
         meter.update { $0.records += Self.records(6...7) }
-        f.radio.send(.meterSeen(address: meter.address, connected: false))
-        try await Task.sleep(for: .milliseconds(50))
+        // Handled directly rather than through the event stream, so the test knows when each was looked at.
+        await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
         #expect(f.radio.calls.filter { $0 == "connect \(meter.address)" }.count == 1)
-        try await Task.sleep(for: .milliseconds(350))
-        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        clock.advance(by: Fixture.settings.quietAfterDownload - .milliseconds(1))
+        await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
+        #expect(f.radio.calls.filter { $0 == "connect \(meter.address)" }.count == 1)
+        clock.advance(by: .milliseconds(1))
+        await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
         try await Fixture.until("7 readings") { try await f.sequences(meter.address) == Array(1...7) }
         try await Fixture.until("second session end") { await f.daemon.currentSnapshot().counters.downloads == 2 }
         let snapshot = await f.daemon.currentSnapshot()
@@ -201,16 +205,16 @@ struct DaemonTests {
         let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: script)
         var settings = Fixture.settings
         settings.download.inactivityTimeout = .seconds(30)
-        let f = try await Fixture(meters: [meter], settings: settings)
+        // The daemon's clock never moves: run can return only if the session ends by itself, not by the
+        // stop grace running out.
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], settings: settings, clock: clock)
         f.radio.send(.meterSeen(address: meter.address, connected: false))
         try await Fixture.until("4 received") { meter.callLog.contains { $0.hasPrefix("write 01") } }
-        try await Task.sleep(for: .milliseconds(200))
-        let started = ContinuousClock.now
+        try await Fixture.until("the 4 records taken in") { try await f.sequences(meter.address).count == 4 }
         await f.daemon.stop()
         let end = await f.runner.value
         #expect(end == .stopped)
-        let took = ContinuousClock.now - started
-        #expect(took < .seconds(3))
         #expect(meter.callLog.contains("write 03 00"))
         #expect(meter.callLog.contains("disconnect"))
         let stored = try await f.sequences(meter.address)
@@ -222,18 +226,27 @@ struct DaemonTests {
     @Test("SIGTERM while a connect is still pending: run returns after the stop grace, not when the connect ends")
     func stopDuringConnect() async throws {
         let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
-        let f = try await Fixture(meters: [meter])
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
         // bluetoothd takes its time to connect (seen under emulation: 9 s); the unit allows 5 s for a stop.
         f.radio.set { $0.connectDelay = .seconds(30) }
         f.radio.send(.meterSeen(address: meter.address, connected: false))
         try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
-        let started = ContinuousClock.now
+        let returned = Mutex(false)
+        let runner = f.runner
+        let watcher = Task {
+            let end = await runner.value
+            returned.withLock { $0 = true }
+            return end
+        }
         await f.daemon.stop()
-        let end = await f.runner.value
+        // run waits for the session until the stop grace (2 s in the fixture) has passed on the daemon's clock.
+        let graceEnds = clock.now + Fixture.settings.stopGrace
+        try await Fixture.until("the stop grace") { clock.deadlines.contains(graceEnds) }
+        #expect(!returned.withLock { $0 })
+        clock.advance(by: Fixture.settings.stopGrace)
+        let end = await watcher.value
         #expect(end == .stopped)
-        let took = ContinuousClock.now - started
-        // stopGrace is 2 s in the fixture.
-        #expect(took < .seconds(5))
         #expect(f.radio.calls.last == "close")
         await f.store.close()
     }

@@ -210,7 +210,7 @@ struct DaemonServiceTests {
         let uploader = Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings()), store: store,
                                 connectivity: ConnectivityHub(), logger: .silent, timing: fastTiming())
         try await uploader.prepare()
-        let service = Task { await uploader.run(idleCheckMs: 60_000) }
+        let service = Task { await uploader.run(idleCheck: .seconds(60)) }
         await store.enqueue(syntheticReading(1), meter: testMeter, builders: [NightscoutBodyBuilder()], createdAt: 1)
         uploader.readingsStored()
         // Wait on the client's own state: the server counts an entry before the client has read its

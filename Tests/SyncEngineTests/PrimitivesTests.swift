@@ -69,19 +69,19 @@ struct TimeTests {
     @Test func fullJitterStaysInBounds() {
         var rng = SplitMix(seed: 1)
         for attempt in 0..<20 {
-            let ceiling = min(30_000, 1000 << min(attempt, 20))
-            var seen = Set<Int>()
+            let ceiling = Duration.milliseconds(min(30_000, 1000 << min(attempt, 20)))
+            var seen = Set<Duration>()
             for _ in 0..<200 {
-                let d = Backoff.fullJitter(attempt: attempt, baseMs: 1000, capMs: 30_000, using: &rng)
-                #expect(d >= 0 && d <= ceiling)
+                let d = Backoff.fullJitter(attempt: attempt, base: .seconds(1), cap: .seconds(30), using: &rng)
+                #expect(d >= .zero && d <= ceiling)
                 seen.insert(d)
             }
             #expect(seen.count > 50)
         }
         for level in 0..<40 {
-            let d = Backoff.longTerm(level: level, baseMs: 30_000, capMs: 900_000, using: &rng)
-            #expect(d >= 30_000 && d <= 900_000)
+            let d = Backoff.longTerm(level: level, base: .seconds(30), cap: .seconds(900), using: &rng)
+            #expect(d >= .seconds(30) && d <= .seconds(900))
         }
-        #expect(Backoff.longTerm(level: 100, baseMs: 30_000, capMs: 900_000, using: &rng) <= 900_000)
+        #expect(Backoff.longTerm(level: 100, base: .seconds(30), cap: .seconds(900), using: &rng) <= .seconds(900))
     }
 }

@@ -11,8 +11,8 @@ struct RecoveryTests {
     struct Fault: CustomStringConvertible, Sendable {
         var name: String
         var control: [String: String]
-        /// Bring the API back up this long after the upload starts (for `down`).
-        var upAfterMs: Int?
+        /// Bring the API back up once the session waits for the network (for `down`).
+        var upWhenRecovering = false
         var description: String { name }
     }
 
@@ -22,7 +22,7 @@ struct RecoveryTests {
         Fault(name: "hangs past the timeout", control: ["mode": "hang", "hang_s": "2", "times": "2", "after": "4"]),
         Fault(name: "answers slowly (commits after the timeout)", control: ["mode": "slow", "delay_ms": "700", "times": "3", "after": "1"]),
         Fault(name: "commits then drops the connection", control: ["mode": "commit_drop", "times": "3", "after": "5"]),
-        Fault(name: "refuses connections (network down)", control: ["mode": "down", "health": "down"], upAfterMs: 800),
+        Fault(name: "refuses connections (network down)", control: ["mode": "down", "health": "down"], upWhenRecovering: true),
     ]
 
     @Test(arguments: faults)
@@ -35,9 +35,13 @@ struct RecoveryTests {
         let recovery = RecoverySettings(retryCount: 6, networkTimeoutMs: 400, healthCheckURL: server.healthURL, recoveryMode: true)
         let uploader = Uploader(settings: nightscoutSettings(server, recovery: recovery), store: store, logger: .silent, timing: fastTiming())
         try await uploader.prepare()
-        if let after = fault.upAfterMs {
+        if fault.upWhenRecovering {
             Task {
-                try await Task.sleep(for: .milliseconds(after))
+                // Up again once the dispatcher reports that it waits for the network, however long a loaded
+                // machine takes to get there.
+                while try await store.destinationState(.nightscout)?.state != "recovering" {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
                 try await server.control(["mode": "up", "health": "up"])
             }
         }
@@ -51,7 +55,7 @@ struct RecoveryTests {
         let stats = try await server.stats()
         #expect(stats["max_in_flight"] as? Int == 1)
         #expect(try await store.counts(.nightscout).acknowledged == 1000)
-        if fault.upAfterMs == nil {
+        if !fault.upWhenRecovering {
             #expect(((stats["faults"] as? [String: Int]) ?? [:]).values.reduce(0, +) > 0, "the fault was never injected")
         }
     }
@@ -101,12 +105,22 @@ struct RecoveryTests {
         let http = CountingHTTPClient()
         // retry_count 0: a single counted failure would end the session; waiting for the network is free.
         let recovery = RecoverySettings(retryCount: 0, networkTimeoutMs: 300, healthCheckURL: server.healthURL, recoveryMode: true)
-        let uploader = Uploader(settings: nightscoutSettings(server, recovery: recovery), store: store, http: http, logger: .silent, timing: fastTiming())
-        Task {
-            try await Task.sleep(for: .milliseconds(1200))
-            try await server.control(["mode": "up", "health": "up"])
+        let clock = ManualClock()
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: recovery), store: store, http: http, logger: .silent,
+                                timing: fastTiming(), clock: clock)
+        let drain = Task { await uploader.drain(deadline: clock.now + .seconds(30)) }
+        // Each probe interval ends when the test says so: two probes of the health URL (the server's root,
+        // counted under its full URL) while the network is down, then it comes back.
+        for _ in 0..<2 {
+            try #require(await waitUntil(20) { clock.sleeping > 0 })
+            let before = http.count("http")
+            clock.advance(by: fastTiming().probeCap)
+            try #require(await waitUntil(20) { http.count("http") > before })
         }
-        let outcome = await uploader.drain(deadline: deadline(seconds: 30))
+        try await server.control(["mode": "up", "health": "up"])
+        try #require(await waitUntil(20) { clock.sleeping > 0 })
+        clock.advance(by: fastTiming().probeCap)
+        let outcome = await drain.value
         #expect(outcome.uploaded == 300)
         #expect(!outcome.deferred)
         #expect(http.count("/") > 1, "the health URL was probed while waiting")
@@ -134,13 +148,14 @@ struct RecoveryTests {
         hub.report(.down, source: "networkmanager")
         let store = await filledStore(5)
         let http = CountingHTTPClient()
+        // A clock that never moves: the session must end without waiting for anything.
+        let clock = ManualClock()
         let uploader = Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings()), store: store, http: http,
-                                connectivity: hub, logger: .silent, timing: fastTiming(), loopbackIgnoresConnectivity: false)
-        let started = ContinuousClock.now
-        let outcome = await uploader.drain(deadline: deadline(seconds: 30))
+                                connectivity: hub, logger: .silent, timing: fastTiming(), loopbackIgnoresConnectivity: false, clock: clock)
+        let outcome = await uploader.drain(deadline: clock.now + .seconds(30))
         #expect(outcome.reports.first?.end.code == 1001)
         #expect(http.count("/") == 0)
-        #expect(ContinuousClock.now - started < .seconds(1))
+        #expect(clock.sleeping == 0)
     }
 
     @Test func errorBypassQuarantinesThePoisonReadingAndTheRestContinue() async throws {
@@ -238,8 +253,10 @@ struct RecoveryTests {
         let uploader = Uploader(settings: nightscoutSettings(server, recovery: recovery), store: store,
                                 logger: Logger(label: "t", minimumLevel: .info, sink: log), timing: fastTiming())
         _ = await uploader.drain(deadline: deadline(seconds: 30))
-        try await Task.sleep(for: .milliseconds(500))
-        let lines = (try? String(contentsOfFile: file, encoding: .utf8))?.split(separator: "\n") ?? []
+        func alerts() -> [Substring] { (try? String(contentsOfFile: file, encoding: .utf8))?.split(separator: "\n") ?? [] }
+        // The commands run in the background: wait for the two expected lines, then look at what arrived.
+        _ = await waitUntil(10) { alerts().count >= 2 }
+        let lines = alerts()
         // retrying -> backoff: two state changes, two alerts (not one per attempt).
         #expect(lines.count == 2, "\(lines)")
         #expect(lines.allSatisfy { $0.hasPrefix("1001|7|network not connected") }, "\(lines)")

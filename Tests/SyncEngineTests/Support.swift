@@ -122,13 +122,13 @@ final class CountingHTTPClient: HTTPClient {
 /// Fast timings so recovery tests take seconds, not minutes.
 func fastTiming() -> UploadTiming {
     var t = UploadTiming()
-    t.retryBaseMs = 20
-    t.retryCapMs = 200
-    t.longBackoffBaseMs = 100
-    t.longBackoffCapMs = 1000
-    t.probeBaseMs = 50
-    t.probeCapMs = 300
-    t.credentialTimeoutMs = 5000
+    t.retryBase = .milliseconds(20)
+    t.retryCap = .milliseconds(200)
+    t.longBackoffBase = .milliseconds(100)
+    t.longBackoffCap = .milliseconds(1000)
+    t.probeBase = .milliseconds(50)
+    t.probeCap = .milliseconds(300)
+    t.credentialTimeout = .seconds(5)
     return t
 }
 

@@ -25,6 +25,9 @@ public final class ManualClock: SessionClock {
     /// Sleepers waiting now.
     public var sleeping: Int { state.withLock { $0.sleepers.count } }
 
+    /// The deadlines of the sleepers waiting now, earliest first.
+    public var deadlines: [ContinuousClock.Instant] { state.withLock { $0.sleepers.values.map(\.deadline).sorted() } }
+
     public func advance(by duration: Duration) {
         let woken = state.withLock { s -> [CheckedContinuation<Void, any Error>] in
             s.offset += duration

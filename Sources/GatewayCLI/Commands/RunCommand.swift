@@ -38,8 +38,9 @@ enum RunCommand: GatewayCommand {
     Options:
       --quiet-after SECONDS      leave a meter alone this long after a complete download (default 20)
       --connect-timeout SECONDS  connect and resolve services within this time (default 20)
-      --time-scale X             divide the upload retry and backoff times by X (demos and tests that
-                                 compress an hour of outage into minutes; default 1)
+      --time-scale X             run the upload side's clock X times as fast, so its retry, backoff and
+                                 probe waits take 1/X of their time (demos and tests that compress an
+                                 hour of outage into minutes; default 1)
       --health-interval SECONDS  how often to check that bluetoothd answers (default 15); a bluetoothd
                                  that keeps its bus name but answers nothing for 5 s is logged, shown by
                                  status, and runs on_network_error with GATEWAY_ERROR_CODE=2001
@@ -56,15 +57,8 @@ enum RunCommand: GatewayCommand {
         let healthInterval = try arguments.secondsOption("--health-interval", max: 3_600) ?? 15
         guard healthInterval >= 0.1 else { throw GatewayFailure(.usage, "--health-interval must be at least 0.1 seconds") }
         guard scale >= 1 else { throw GatewayFailure(.usage, "--time-scale must be 1 or more") }
-        var timing = UploadTiming.standard
-        func scaled(_ ms: Int) -> Int { max(1, Int(Double(ms) / scale)) }
-        timing.retryBaseMs = scaled(timing.retryBaseMs)
-        timing.retryCapMs = scaled(timing.retryCapMs)
-        timing.longBackoffBaseMs = scaled(timing.longBackoffBaseMs)
-        timing.longBackoffCapMs = scaled(timing.longBackoffCapMs)
-        timing.probeBaseMs = scaled(timing.probeBaseMs)
-        timing.probeCapMs = scaled(timing.probeCapMs)
-        timing.retryAfterCapMs = scaled(timing.retryAfterCapMs)
+        // The upload side keeps the product's timings and runs on a clock `scale` times as fast.
+        let uploadClock: any SessionClock = scale == 1 ? ContinuousClock() : ScaledClock(rate: scale)
         try arguments.finish()
         let signals = DaemonSignals()
         let config = try context.loadConfig()
@@ -144,7 +138,8 @@ enum RunCommand: GatewayCommand {
         }
         let connectivity = await UploadWiring.startConnectivity(logger: logger)
         func uploads(_ settings: UploadSettings) -> Uploader {
-            Uploader(settings: settings, store: sqlite, connectivity: connectivity.hub, logger: context.logger.with(label: "upload"), timing: timing)
+            Uploader(settings: settings, store: sqlite, connectivity: connectivity.hub, logger: context.logger.with(label: "upload"),
+                     clock: uploadClock)
         }
 
         func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
