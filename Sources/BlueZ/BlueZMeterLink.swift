@@ -2,8 +2,9 @@ import DBusKit
 import GatewayCore
 import Synchronization
 
-/// Retry pacing for transient connection failures.
-public struct Backoff: Sendable, Equatable {
+/// How often and how far apart a connection is tried again after a transient failure: `attempts` in all,
+/// pausing `initial`, doubling up to `maximum`. (The upload side's jittered backoff is `Backoff` in SyncEngine.)
+public struct ConnectRetry: Sendable, Equatable {
     public var initial: Duration
     public var maximum: Duration
     public var attempts: Int
@@ -31,17 +32,17 @@ extension BlueZClient {
     /// BlueZ replies to `Connect` before service discovery ends, so this waits for `ServicesResolved`
     /// while watching for `Connected=false` and for the object vanishing. Transient failures
     /// (`le-connection-abort-by-local`, `br-connection-canceled`, `InProgress`, a drop before resolution)
-    /// are retried with `backoff` while time remains; permanent ones are thrown at once.
+    /// are retried as `retry` says while time remains; permanent ones are thrown at once.
     public func connectMeter(address: String, timeout: Duration = .seconds(60),
-                             backoff: Backoff = Backoff()) async throws(MeterLinkError) -> BlueZMeterLink {
+                             retry: ConnectRetry = ConnectRetry()) async throws(MeterLinkError) -> BlueZMeterLink {
         do {
-            return try await connectLink(address: address, timeout: timeout, backoff: backoff)
+            return try await connectLink(address: address, timeout: timeout, retry: retry)
         } catch {
             throw error.meterLinkError
         }
     }
 
-    private func connectLink(address: String, timeout: Duration, backoff: Backoff) async throws(BlueZError) -> BlueZMeterLink {
+    private func connectLink(address: String, timeout: Duration, retry: ConnectRetry) async throws(BlueZError) -> BlueZMeterLink {
         let deadline = ContinuousClock.now + timeout
         func remaining() -> Duration { deadline - ContinuousClock.now }
         var attempt = 0
@@ -49,8 +50,8 @@ extension BlueZClient {
             attempt += 1
             do {
                 return try await connectOnce(address: address, deadline: deadline)
-            } catch where error.kind == .transient && attempt < backoff.attempts {
-                let pause = backoff.delay(before: attempt)
+            } catch where error.kind == .transient && attempt < retry.attempts {
+                let pause = retry.delay(before: attempt)
                 guard remaining() > pause + .milliseconds(100) else { throw error }
                 logger.info("bluez: connecting \(address) failed (\(error)); retry \(attempt) in \(pause)")
                 do { try await Task.sleep(for: pause) } catch { throw BlueZError(.timeout, "cancelled while connecting") }

@@ -43,11 +43,11 @@ extension ConnectionCore {
             return
         }
         let handler = method.handler
-        defer_(message) { try await handler(call) }
+        answerWhenDone(message) { try await handler(call) }
     }
 
     /// Runs `work` in a task and sends its result as the reply to `message` when it finishes.
-    private func defer_(_ message: OpaquePointer, _ work: @escaping @Sendable () async throws -> [DBusValue]) {
+    private func answerWhenDone(_ message: OpaquePointer, _ work: @escaping @Sendable () async throws -> [DBusValue]) {
         let key = Keys.next()
         dbus_message_ref(message)
         incoming[key] = message
@@ -141,7 +141,7 @@ extension ConnectionCore {
             let path = call.path
             let me = QueueConfined(value: self)
             let queue = self.queue
-            defer_(message) {
+            answerWhenDone(message) {
                 try await setter(name, value, call)
                 queue.async { me.value.updateProperties(path: path, interface: ifaceName, [name: value], invalidated: [], emit: true) }
                 return []

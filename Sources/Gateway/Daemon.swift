@@ -94,11 +94,59 @@ public struct DaemonSettings: Sendable, Equatable {
     }
 }
 
+/// What the daemon is doing as a whole, as the run-state file and `status` show it.
+public struct DaemonPhase: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    /// Loading the paired meters, preparing the upload queue, starting to watch.
+    public static let starting = DaemonPhase(rawValue: "starting")
+    public static let running = DaemonPhase(rawValue: "running")
+    /// A signal came: downloads are ending.
+    public static let stopping = DaemonPhase(rawValue: "stopping")
+    public static let stopped = DaemonPhase(rawValue: "stopped")
+    /// Holding off all work until a restart (a damaged database); see `HeldAlert`.
+    public static let alert = DaemonPhase(rawValue: "alert")
+}
+
+/// Why a meter session ended without a complete download: the `reason` label of the failure counters.
+public struct SessionFailure: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    /// Another process (a manual `sync`) holds the meter's session lock.
+    public static let busy = SessionFailure(rawValue: "busy")
+    /// The download ended before the meter said it was complete (the link dropped, the gateway stopped).
+    public static let interrupted = SessionFailure(rawValue: "interrupted")
+    /// The meter answered wrongly.
+    public static let meter = SessionFailure(rawValue: "meter")
+    /// The store refused the readings (a full disk); the meter keeps them.
+    public static let store = SessionFailure(rawValue: "store")
+    // A failed connection, by the kind of link error.
+    public static let transient = SessionFailure(rawValue: "transient")
+    public static let permanent = SessionFailure(rawValue: "permanent")
+    public static let disconnected = SessionFailure(rawValue: "disconnected")
+    public static let timeout = SessionFailure(rawValue: "timeout")
+    public static let notSupported = SessionFailure(rawValue: "not-supported")
+
+    /// A failed connection.
+    public init(_ kind: MeterLinkError.Kind) {
+        switch kind {
+        case .transient: self = .transient
+        case .permanent: self = .permanent
+        case .disconnected: self = .disconnected
+        case .timeout: self = .timeout
+        case .notSupported: self = .notSupported
+        }
+    }
+}
+
 /// Counters since the daemon started, for status and metrics.
 public struct DaemonCounters: Sendable, Equatable {
     public var connects = 0
-    /// Failed connections and downloads by reason: `timeout`, `transient`, `permanent`, `disconnected`,
-    /// `not-supported`, `interrupted`, `meter`, `store`.
+    /// Failed connections and downloads by `SessionFailure` name.
     public var failures: [String: Int] = [:]
     public var downloads = 0
     /// Readings new to the store, from this daemon's downloads.
@@ -125,7 +173,7 @@ public struct DaemonSnapshot: Sendable, Equatable {
     public var pid: Int32 = 0
     public var startedAt: UnixMillis = 0
     public var updatedAt: UnixMillis = 0
-    public var phase: String = "starting"
+    public var phase: DaemonPhase = .starting
     public var radio: RadioState = .absent
     /// Mode in effect (`discovery`, `profile`), nil while not watching.
     public var watching: ScanMode?
@@ -252,7 +300,7 @@ public actor GatewayDaemon {
         await prepareUploads()
         startUploads()
         await ensureWatching()
-        snapshot.phase = "running"
+        snapshot.phase = .running
         await publish()
         ready = true
         hooks.ready(snapshot.statusLine)
@@ -294,7 +342,7 @@ public actor GatewayDaemon {
     }
 
     private func shutdown() async {
-        snapshot.phase = "stopping"
+        snapshot.phase = .stopping
         hooks.stopping()
         logger.notice("stopping: \(sessions.count) download(s) to end")
         let running = sessions
@@ -319,7 +367,7 @@ public actor GatewayDaemon {
         uploadTask?.cancel()
         if let uploadTask { _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .milliseconds(800)), on: clock) }
         await radio.close()
-        snapshot.phase = "stopped"
+        snapshot.phase = .stopped
         snapshot.activeSessions = []
         await refreshUploadState()
         snapshot.updatedAt = now()
@@ -415,7 +463,7 @@ public actor GatewayDaemon {
         snapshot.pid = pid
         snapshot.startedAt = now()
         snapshot.updatedAt = snapshot.startedAt
-        snapshot.phase = "alert"
+        snapshot.phase = .alert
         snapshot.alert = alert
         logger.error(snapshot.statusLine)
         hooks.snapshot(snapshot)
@@ -423,7 +471,7 @@ public actor GatewayDaemon {
         hooks.alert(alert.code, alert.message)
         await stopped()
         hooks.stopping()
-        snapshot.phase = "stopped"
+        snapshot.phase = .stopped
         snapshot.updatedAt = now()
         hooks.snapshot(snapshot)
         logger.notice("stopped")
@@ -619,7 +667,7 @@ public actor GatewayDaemon {
                     meterLock = try MeterSessionLock.acquire(database: database, address: address)
                     if meterLock == nil {
                         logger.info("\(address): another glucose-gateway process is downloading from this meter; trying again later")
-                        await self?.sessionEnded(address, failure: "busy", complete: false, stored: 0)
+                        await self?.sessionEnded(address, failure: .busy, complete: false, stored: 0)
                         return
                     }
                 } catch {
@@ -632,7 +680,7 @@ public actor GatewayDaemon {
                 link = try await radio.connect(address: address, timeout: settings.connectTimeout)
             } catch {
                 logger.warning("\(address): cannot connect: \(error.message)")
-                await self?.sessionEnded(address, failure: Self.reason(error.kind), complete: false, stored: 0)
+                await self?.sessionEnded(address, failure: SessionFailure(error.kind), complete: false, stored: 0)
                 return
             }
             let stoppable = StoppableLink(link)
@@ -648,13 +696,13 @@ public actor GatewayDaemon {
                 var line = "\(address): \(report.outcome); \(report.received) received, \(report.stored) new"
                 if report.duplicates > 0 { line += ", \(report.duplicates) already stored" }
                 logger.notice(line)
-                let failure: String? = report.outcome.isComplete ? nil : "interrupted"
+                let failure: SessionFailure? = report.outcome.isComplete ? nil : .interrupted
                 await self?.sessionEnded(address, failure: failure, complete: report.outcome.isComplete, stored: report.stored)
             } catch {
                 // A store failure (a full disk) loses nothing: the meter keeps its records.
                 let kept = error.kind == .store ? "; the meter keeps its records, and they are downloaded at its next connection" : ""
                 logger.warning("\(address): download failed: \(error.message)\(kept)")
-                await self?.sessionEnded(address, failure: error.kind == .store ? "store" : "meter", complete: false, stored: error.stored)
+                await self?.sessionEnded(address, failure: error.kind == .store ? .store : .meter, complete: false, stored: error.stored)
             }
         }
         sessions[address] = Session(task: task, link: nil)
@@ -674,16 +722,16 @@ public actor GatewayDaemon {
         return true
     }
 
-    private func sessionEnded(_ address: String, failure: String?, complete: Bool, stored: Int) async {
+    private func sessionEnded(_ address: String, failure: SessionFailure?, complete: Bool, stored: Int) async {
         sessions[address] = nil
         snapshot.activeSessions = sessions.keys.sorted()
-        if let failure { snapshot.counters.failures[failure, default: 0] += 1 }
+        if let failure { snapshot.counters.failures[failure.rawValue, default: 0] += 1 }
         if complete { snapshot.counters.downloads += 1 }
         snapshot.counters.readingsStored += stored
         let next = clock.now.advanced(by: complete ? settings.quietAfterDownload : settings.retryDelay)
         notBefore[address] = next
         if pendingConnected.remove(address) != nil { scheduleRecheck(address, at: next) }
-        if failure == "busy" {
+        if failure == .busy {
             busyRetry.insert(address)
             scheduleRecheck(address, at: next)
         }
@@ -708,16 +756,6 @@ public actor GatewayDaemon {
             return
         }
         if await radio.isConnected(address: address) { await meterSeen(address, connected: true) }
-    }
-
-    static func reason(_ kind: MeterLinkError.Kind) -> String {
-        switch kind {
-        case .transient: "transient"
-        case .permanent: "permanent"
-        case .disconnected: "disconnected"
-        case .timeout: "timeout"
-        case .notSupported: "not-supported"
-        }
     }
 
     // MARK: - Other writers

@@ -13,7 +13,7 @@ public enum DaemonStateFile {
     public static func json(_ s: DaemonSnapshot) -> JSONValue {
         var o = JSONObjectBuilder()
         o.add("pid", Int(s.pid))
-        o.add("phase", s.phase)
+        o.add("phase", s.phase.rawValue)
         o.add("started_at", Int(s.startedAt))
         o.add("updated_at", Int(s.updatedAt))
         var radio = JSONObjectBuilder()
@@ -58,7 +58,7 @@ public struct DaemonStatus: Sendable {
     /// The pid in the file is alive (and the file does not say it stopped).
     public var running = false
     public var pid: Int32?
-    public var phase: String?
+    public var phase: DaemonPhase?
     public var startedAt: UnixMillis?
     public var updatedAt: UnixMillis?
     public var watching: String?
@@ -83,7 +83,7 @@ extension DaemonStateFile {
               let object = try? JSONParser.parse(bytes), case .object = object else { return status }
         let pid = object["pid"]?.int64Value.flatMap { Int32(exactly: $0) }
         status.pid = pid
-        status.phase = object["phase"]?.stringValue
+        status.phase = object["phase"]?.stringValue.map(DaemonPhase.init(rawValue:))
         status.startedAt = object["started_at"]?.int64Value
         status.updatedAt = object["updated_at"]?.int64Value
         status.watching = object["radio"]?["watching"]?.stringValue
@@ -105,7 +105,7 @@ extension DaemonStateFile {
         if let alert = object["alert"], let code = alert["code"]?.int64Value.flatMap({ Int(exactly: $0) }) {
             status.alert = (code, alert["name"]?.stringValue ?? DaemonSnapshot.codeName(code), alert["message"]?.stringValue ?? "")
         }
-        if let pid, pid > 0, status.phase != "stopped" {
+        if let pid, pid > 0, status.phase != .stopped {
             status.running = kill(pid, 0) == 0 || errno == EPERM
         }
         return status

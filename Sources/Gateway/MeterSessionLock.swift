@@ -17,6 +17,13 @@ public final class MeterSessionLock: Sendable {
         try LockFile.acquire(path: path(database: database, address: address)).map(MeterSessionLock.init)
     }
 
+    /// Runs `body` while this process holds the meter's lock (see `LockFile.withLock`): nil when another
+    /// process holds it, `MeterSessionLockError` when the lock file cannot be opened.
+    public static func withLock<R>(database: String, address: String, isolation: isolated (any Actor)? = #isolation,
+                                   _ body: () async throws -> R) async throws -> R? {
+        try await LockFile.withLock(path: path(database: database, address: address), body)
+    }
+
     private init(_ file: LockFile) { self.file = file }
 }
 

@@ -5,7 +5,8 @@ import Darwin
 #endif
 
 /// An advisory, exclusive `flock` on a lock file (created mode 0600 when missing), held for the life of
-/// this object and released when it is deinitialized or the process exits, even by SIGKILL.
+/// this object and released when it is deinitialized or the process exits, even by SIGKILL. Prefer
+/// `withLock(path:_:)`, whose scope shows how long the lock is held.
 public final class LockFile: Sendable {
     private let fd: Int32
     public let path: String
@@ -22,6 +23,16 @@ public final class LockFile: Sendable {
             throw LockFileError(path: path, errno: e)
         }
         return LockFile(fd: fd, path: path)
+    }
+
+    /// Runs `body` while holding the lock on `path`, released when `body` returns or throws. Nil, without
+    /// running `body`, when another process holds the lock; throws `LockFileError` (without running `body`)
+    /// when the file cannot be opened or locked, and whatever `body` throws.
+    public static func withLock<R>(path: String, isolation: isolated (any Actor)? = #isolation,
+                                   _ body: () async throws -> R) async throws -> R? {
+        guard let lock = try acquire(path: path) else { return nil }
+        defer { withExtendedLifetime(lock) {} }
+        return try await body()
     }
 
     private init(fd: Int32, path: String) {

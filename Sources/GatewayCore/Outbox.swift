@@ -96,16 +96,36 @@ public protocol OutboxStore: Sendable {
 }
 
 /// What `status` shows of a destination, persisted so a one-shot command and the daemon agree.
+/// Where one destination's uploads stand, as stored and shown. An open set of names, so that a state
+/// written by another version of the gateway reads back as itself.
+public struct UploadState: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    /// The last attempt worked, or nothing failed yet.
+    public static let ok = UploadState(rawValue: "ok")
+    /// A failure within a session: the next attempt follows a jittered backoff.
+    public static let retrying = UploadState(rawValue: "retrying")
+    /// Recovery mode: the network is down, and the session waits for it without spending attempts.
+    public static let recovering = UploadState(rawValue: "recovering")
+    /// The session's attempts ran out: the next session follows the long-term backoff.
+    public static let backoff = UploadState(rawValue: "backoff")
+    /// Credentials refused or the URL wrong: nothing is sent until that is fixed.
+    public static let paused = UploadState(rawValue: "paused")
+    /// A reading the server refuses blocks this destination (error_bypass off).
+    public static let blocked = UploadState(rawValue: "blocked")
+}
+
 public struct DestinationState: Sendable, Equatable, Codable {
     public var destination: DestinationName
-    /// `ok`, `retrying`, `recovering`, `paused` (auth), `blocked` (poison reading), `backoff`.
-    public var state: String
+    public var state: UploadState
     /// 1001 NETWORK_NOT_CONNECTED, 1002 NETWORK_TIMEOUT, or an HTTP status; nil after success.
     public var lastErrorCode: Int?
     public var lastErrorMessage: String?
     public var lastErrorAt: UnixMillis?
     public var lastSuccessAt: UnixMillis?
-    public init(destination: DestinationName, state: String) {
+    public init(destination: DestinationName, state: UploadState) {
         self.destination = destination
         self.state = state
     }

@@ -521,7 +521,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 last_error_message = excluded.last_error_message, last_error_at = excluded.last_error_at,
                 last_success_at = excluded.last_success_at
             """, [
-                .text(state.destination.rawValue), .text(state.state), SQLiteValue(state.lastErrorCode),
+                .text(state.destination.rawValue), .text(state.state.rawValue), SQLiteValue(state.lastErrorCode),
                 SQLiteValue(state.lastErrorMessage), SQLiteValue(state.lastErrorAt), SQLiteValue(state.lastSuccessAt),
             ])
         committed(.uploads)
@@ -532,7 +532,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             SELECT state, last_error_code, last_error_message, last_error_at, last_success_at
             FROM destination_state WHERE destination = ?
             """, [.text(destination.rawValue)]) { row in
-            var state = DestinationState(destination: destination, state: row.text(0))
+            var state = DestinationState(destination: destination, state: UploadState(rawValue: row.text(0)))
             state.lastErrorCode = row.optionalInt(1)
             state.lastErrorMessage = row.optionalText(2)
             state.lastErrorAt = row.optionalInt64(3)

@@ -96,7 +96,7 @@ public actor Dispatcher {
     private var recoveryLevel = 0
     /// When the next session may start after a deferred one (long-term backoff); nil: any time.
     public private(set) var nextAttemptAt: ContinuousClock.Instant?
-    private var lastReported: (state: String, code: Int?)?
+    private var lastReported: (state: UploadState, code: Int?)?
     private var persisted: DestinationState
 
     init(destination: any UploadDestination, store: any OutboxStore, settings: RecoverySettings, timing: UploadTiming,
@@ -112,7 +112,7 @@ public actor Dispatcher {
         self.batchSize = timing.maxBatch
         self.classifier = NetworkClassifier(healthCheckURL: settings.healthCheckURL, networkTimeoutMs: settings.networkTimeoutMs,
                                             http: http, connectivity: connectivity, destinationIsLocal: isLocal)
-        self.persisted = DestinationState(destination: destination.name, state: "ok")
+        self.persisted = DestinationState(destination: destination.name, state: .ok)
     }
 
     /// Loads the persisted state so `paused`/`blocked` survive a restart.
@@ -167,17 +167,17 @@ public actor Dispatcher {
     private func runSession(deadline: ContinuousClock.Instant?) async -> SessionEnd {
         if !classifier.destinationIsLocal, connectivity?.current() == .down {
             let message = "no network connectivity"
-            await report(state: settings.recoveryMode ? "recovering" : "backoff", code: NetworkErrorCode.notConnected, message: message)
+            await report(state: settings.recoveryMode ? .recovering : .backoff, code: NetworkErrorCode.notConnected, message: message)
             return .deferred(code: NetworkErrorCode.notConnected, message: message)
         }
-        if persisted.state == "paused" {
+        if persisted.state == .paused {
             // Credentials were refused earlier: check them (long timeout) before sending anything.
             switch await destination.checkCredentials(timeoutMs: credentialTimeoutMs) {
             case .accepted:
                 logger.notice("credentials accepted by \(destination.origin); resuming")
             case .refused(let why):
                 let code = persisted.lastErrorCode ?? 401
-                await report(state: "paused", code: code, message: why)
+                await report(state: .paused, code: code, message: why)
                 return .paused(code: code, message: why)
             case .unreachable(let why):
                 return .deferred(code: persisted.lastErrorCode ?? NetworkErrorCode.timeout, message: why)
@@ -277,12 +277,12 @@ public actor Dispatcher {
                 case let .auth(status, _):
                     await releaseAll(batch)
                     let message = "credentials refused by \(destination.origin) (HTTP \(status)); uploads paused until they are fixed"
-                    await report(state: "paused", code: status, message: message)
+                    await report(state: .paused, code: status, message: message)
                     throw Stop.end(.paused(code: status, message: message))
                 case let .misconfigured(status, _):
                     await releaseAll(batch)
                     let message = "\(destination.origin) answered HTTP \(status): check the URL; uploads paused"
-                    await report(state: "paused", code: status, message: message)
+                    await report(state: .paused, code: status, message: message)
                     throw Stop.end(.paused(code: status, message: message))
                 case let .transient(failure):
                     if failure.isTimeout, batch.count > 1 {
@@ -310,7 +310,7 @@ public actor Dispatcher {
         let code = await classifier.classify(failure)
         let message = code == NetworkErrorCode.notConnected ? "network not connected (\(failure.message))" : "\(destination.origin): \(failure.message)"
         if code == NetworkErrorCode.notConnected && settings.recoveryMode {
-            await report(state: "recovering", code: code, message: message)
+            await report(state: .recovering, code: code, message: message)
             let back = await waitForNetwork(deadline: deadline)
             if !back {
                 await releaseAll(batch)
@@ -325,11 +325,11 @@ public actor Dispatcher {
             if case .refused(let why) = await destination.checkCredentials(timeoutMs: credentialTimeoutMs) {
                 await releaseAll(batch)
                 let message = "credentials refused by \(destination.origin) (\(why)); uploads paused until they are fixed"
-                await report(state: "paused", code: 401, message: message)
+                await report(state: .paused, code: 401, message: message)
                 throw Stop.end(.paused(code: 401, message: message))
             }
         }
-        await report(state: limitReached ? "backoff" : "retrying", code: code, message: message)
+        await report(state: limitReached ? .backoff : .retrying, code: code, message: message)
         if limitReached {
             await releaseAll(batch)
             throw Stop.end(.deferred(code: code, message: message))
@@ -404,7 +404,7 @@ public actor Dispatcher {
         }
         await releaseAll([item] + holding)
         let message = "a reading is refused by \(destination.origin) (\(words)); uploads to it are blocked (error_bypass is off)"
-        await report(state: "blocked", code: status, message: message)
+        await report(state: .blocked, code: status, message: message)
         throw Stop.end(.blocked(code: status, message: message))
     }
 
@@ -422,8 +422,8 @@ public actor Dispatcher {
 
     private func reportSuccess() async {
         let now = SystemClock.now()
-        let changed = persisted.state != "ok" || persisted.lastErrorCode != nil
-        persisted.state = "ok"
+        let changed = persisted.state != .ok || persisted.lastErrorCode != nil
+        persisted.state = .ok
         persisted.lastErrorCode = nil
         persisted.lastErrorMessage = nil
         persisted.lastErrorAt = nil
@@ -436,7 +436,7 @@ public actor Dispatcher {
     }
 
     /// Records an error state; logs it and runs the alert command once per change of state or code.
-    private func report(state: String, code: Int, message: String) async {
+    private func report(state: UploadState, code: Int, message: String) async {
         persisted.state = state
         persisted.lastErrorCode = code
         persisted.lastErrorMessage = message
@@ -446,8 +446,8 @@ public actor Dispatcher {
         lastReported = (state, code)
         let label = code >= 1000 ? "\(code) \(NetworkErrorCode.name(code))" : "\(code)"
         switch state {
-        case "retrying": logger.warning("error \(label): \(message); retrying")
-        case "recovering": logger.warning("error \(label): \(message); waiting for the network")
+        case .retrying: logger.warning("error \(label): \(message); retrying")
+        case .recovering: logger.warning("error \(label): \(message); waiting for the network")
         default: logger.error("error \(label): \(message)")
         }
         if let command = settings.onNetworkError {

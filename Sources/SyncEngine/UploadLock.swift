@@ -13,6 +13,13 @@ public final class UploadLock: Sendable {
         try LockFile.acquire(path: database + ".upload.lock").map(UploadLock.init)
     }
 
+    /// Runs `body` while this process holds the upload lock (see `LockFile.withLock`): nil when another
+    /// process holds it, `UploadLockError` when the lock file cannot be opened.
+    public static func withLock<R>(database: String, isolation: isolated (any Actor)? = #isolation,
+                                   _ body: () async throws -> R) async throws -> R? {
+        try await LockFile.withLock(path: database + ".upload.lock", body)
+    }
+
     private init(_ file: LockFile) { self.file = file }
 }
 

@@ -148,7 +148,7 @@ public final class Uploader: DaemonUploads, Sendable {
         var list: [DestinationStatus] = []
         for d in dispatchers {
             let counts = try await store.counts(d.name)
-            let state = try await store.destinationState(d.name) ?? DestinationState(destination: d.name, state: "ok")
+            let state = try await store.destinationState(d.name) ?? DestinationState(destination: d.name, state: .ok)
             list.append(DestinationStatus(destination: d.name, state: state, counts: counts,
                                           oldestUnsentAgeSeconds: counts.oldestUnsent.map { max(0, (now - $0) / 1000) }))
         }

@@ -133,7 +133,7 @@ final class Rig: Sendable {
         try await rig.fake.addDevice(address: meterAddress, name: "Meter")
         _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
         let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(20),
-                                                     backoff: Backoff(initial: .milliseconds(20), attempts: 6))
+                                                     retry: ConnectRetry(initial: .milliseconds(20), attempts: 6))
         #expect(rig.fake.calls.filter { $0 == "Connect" }.count == 4)
         #expect(await link.hasCharacteristic(.glucoseMeasurement))
         await link.disconnect()
@@ -378,8 +378,8 @@ final class Rig: Sendable {
     }
 
     @Test func backoffDoublesUpToTheCap() {
-        let backoff = Backoff(initial: .milliseconds(250), maximum: .seconds(1), attempts: 6)
-        #expect((1...5).map { backoff.delay(before: $0) } == [.milliseconds(250), .milliseconds(500), .seconds(1), .seconds(1), .seconds(1)])
+        let retry = ConnectRetry(initial: .milliseconds(250), maximum: .seconds(1), attempts: 6)
+        #expect((1...5).map { retry.delay(before: $0) } == [.milliseconds(250), .milliseconds(500), .seconds(1), .seconds(1), .seconds(1)])
     }
 }
 

@@ -247,7 +247,7 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         }
         try await rig.standIn.setQuirks(StandInRig.address, [.silentConnected])
         let link = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(5),
-                                                     backoff: Backoff(attempts: 1))
+                                                     retry: ConnectRetry(attempts: 1))
         #expect(await rig.client.device(address: StandInRig.address)?.connected == true)
         try await link.subscribe(.glucoseMeasurement)
         try await link.subscribe(.recordAccessControlPoint)

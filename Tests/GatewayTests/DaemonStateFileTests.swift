@@ -15,7 +15,7 @@ struct DaemonStateFileTests {
         let database = dir.path + "/gateway.sqlite3"
         var s = DaemonSnapshot()
         s.pid = getpid()
-        s.phase = "alert"
+        s.phase = .alert
         s.startedAt = 1_700_000_000_000
         s.updatedAt = 1_700_000_060_000
         s.watching = .profile
@@ -30,7 +30,7 @@ struct DaemonStateFileTests {
         let read = DaemonStateFile.read(database: database)
         #expect(read.running)
         #expect(read.pid == getpid())
-        #expect(read.phase == "alert")
+        #expect(read.phase == .alert)
         #expect(read.startedAt == 1_700_000_000_000)
         #expect(read.updatedAt == 1_700_000_060_000)
         #expect(read.watching == "profile")
@@ -54,7 +54,7 @@ struct DaemonStateFileTests {
 
         var s = DaemonSnapshot()
         s.pid = getpid()
-        s.phase = "stopped"
+        s.phase = .stopped
         try dir.write("gateway.sqlite3.daemon.json", DaemonStateFile.json(s).compactText)
         let stopped = DaemonStateFile.read(database: database)
         #expect(!stopped.running)

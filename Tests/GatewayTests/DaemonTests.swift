@@ -174,7 +174,7 @@ struct DaemonTests {
         }
         #expect(events.withLock { $0 } == ["ready ALERT 2002 DATABASE_DAMAGED: database /x is damaged", "alert 2002", "waiting", "stopping"])
         let written = snapshots.withLock { $0 }
-        #expect(written.map(\.phase) == ["alert", "stopped"])
+        #expect(written.map(\.phase) == [.alert, .stopped])
         let state = DaemonStateFile.json(try #require(written.first)).compactText
         #expect(state.contains(#""alert":{"code":2002,"name":"DATABASE_DAMAGED","message":"database /x is damaged"}"#))
         #expect(state.contains(#""pid":42"#))
@@ -348,7 +348,7 @@ struct DaemonTests {
         let end = await f.runner.value
         #expect(end == .busLost)
         let snapshot = await f.daemon.currentSnapshot()
-        #expect(snapshot.phase == "stopped")
+        #expect(snapshot.phase == .stopped)
         await f.store.close()
     }
 
@@ -357,7 +357,7 @@ struct DaemonTests {
         var s = DaemonSnapshot()
         s.radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true)
         s.pairedMeters = 2
-        var state = DestinationState(destination: .nightscout, state: "recovering")
+        var state = DestinationState(destination: .nightscout, state: .recovering)
         state.lastErrorCode = 1001
         s.destinations = [DestinationSnapshot(name: .nightscout, counts: OutboxCounts(pending: 3, inFlight: 1, acknowledged: 9, quarantined: 0, oldestUnsent: 10_000), state: state)]
         s.counters.failures = ["timeout": 2]

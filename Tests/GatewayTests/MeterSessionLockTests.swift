@@ -34,6 +34,28 @@ struct MeterSessionLockTests {
         #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01") != nil)
     }
 
+    @Test("withLock holds the lock for its body only; nil without running the body while another holder has it")
+    func scopedLock() async throws {
+        let db = Self.temporaryDatabase()
+        let inside = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") {
+            let second = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { "ran" }
+            #expect(second == nil)
+            return "held"
+        }
+        #expect(inside == "held")
+        // Released when the body returned.
+        #expect(try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { 1 } == 1)
+        // And when it threw.
+        struct Failure: Error {}
+        await #expect(throws: Failure.self) {
+            _ = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { throw Failure() }
+        }
+        #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01") != nil)
+        await #expect(throws: MeterSessionLockError.self) {
+            _ = try await MeterSessionLock.withLock(database: "/nonexistent-dir/x/gateway.sqlite3", address: "AA:BB:CC:DD:EE:01") { 1 }
+        }
+    }
+
     @Test func unopenableLockFileIsAnError() {
         #expect(throws: MeterSessionLockError.self) {
             _ = try MeterSessionLock.acquire(database: "/nonexistent-dir/x/gateway.sqlite3", address: "AA:BB:CC:DD:EE:01")

@@ -35,7 +35,7 @@ import Testing
         await store.injectFaults([SQLiteFault(.step, sqlContains: "COMMIT", code: ResultCode(rawValue: 778))])
         await #expect(throws: SQLiteError.self) { try await store.insert([sampleReading(sequence: 3)]) }
         #expect(try await store.readingCount() == 2)
-        try await store.saveDestinationState(DestinationState(destination: .nightscout, state: "ok"))
+        try await store.saveDestinationState(DestinationState(destination: .nightscout, state: .ok))
         try await store.resetHighestSequence(meterA, to: 1)
         #expect(try await store.unpair(meterB, at: 2_000) == false)
         await store.close()

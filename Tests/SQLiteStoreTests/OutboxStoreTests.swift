@@ -104,13 +104,13 @@ import Testing
     @Test func destinationStateRoundTrips() async throws {
         let store = try SQLiteStore(path: ":memory:")
         #expect(try await store.destinationState(.nightscout) == nil)
-        var state = DestinationState(destination: .nightscout, state: "retrying")
+        var state = DestinationState(destination: .nightscout, state: .retrying)
         state.lastErrorCode = 1002
         state.lastErrorMessage = "NETWORK_TIMEOUT"
         state.lastErrorAt = 77
         try await store.saveDestinationState(state)
         #expect(try await store.destinationState(.nightscout) == state)
-        state.state = "ok"
+        state.state = .ok
         state.lastErrorCode = nil
         state.lastSuccessAt = 99
         try await store.saveDestinationState(state)

@@ -88,7 +88,7 @@ struct ConnectivityTests {
         try await nm.set(state: 20, connectivity: 1)
         #expect(await waitUntil(5) { hub.current() == .down })
         try await server.control(["mode": "down"])
-        #expect(await waitUntil(10) { (try? await store.destinationState(.nightscout))?.state == "recovering" })
+        #expect(await waitUntil(10) { (try? await store.destinationState(.nightscout))?.state == .recovering })
         try await server.control(["mode": "up"])
         try await nm.set(state: 70, connectivity: 4)
         let outcome = await drain.value

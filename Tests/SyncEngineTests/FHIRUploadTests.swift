@@ -133,7 +133,7 @@ struct FHIRUploadTests {
             return
         }
         #expect(outcome.reports.first?.requests == 3)  // retry_count 2: retried like a 5xx
-        #expect(try await uploader.status(now: 0).first?.state.state == "backoff")
+        #expect(try await uploader.status(now: 0).first?.state.state == .backoff)
     }
 
     @Test func anyTwoHundredStatusCountsAsStored() async throws {

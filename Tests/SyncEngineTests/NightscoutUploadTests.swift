@@ -95,7 +95,7 @@ struct NightscoutUploadTests {
         #expect(message.contains("HTTP 200"), "\(message)")
         #expect(http.count("/api") == 1 + recovery.retryCount)  // retried like a 5xx
         let state = try #require(try await uploader.status(now: 0).first).state
-        #expect(state.state == "backoff")
+        #expect(state.state == .backoff)
         #expect(state.lastErrorCode == 1002)
     }
 
@@ -225,7 +225,7 @@ struct DaemonServiceTests {
         #expect(status.first?.counts.acknowledged == 11)
         #expect(status.first?.counts.pending == 0)
         #expect(status.first?.oldestUnsentAgeSeconds == nil)
-        #expect(status.first?.state.state == "ok")
+        #expect(status.first?.state.state == .ok)
         #expect(status.first?.state.lastSuccessAt != nil)
         let stopped = ContinuousClock.now
         service.cancel()
@@ -241,7 +241,7 @@ struct DaemonServiceTests {
                                 logger: .silent, timing: fastTiming())
         _ = await uploader.drain(deadline: deadline(seconds: 10))
         let status = try #require(try await uploader.status(now: 60_000).first)
-        #expect(status.state.state == "backoff")
+        #expect(status.state.state == .backoff)
         #expect(status.state.lastErrorCode == 1002)
         #expect(status.state.lastErrorMessage?.contains("HTTP 503") == true)
         #expect(status.counts.pending == 3)

@@ -39,7 +39,7 @@ struct RecoveryTests {
             Task {
                 // Up again once the dispatcher reports that it waits for the network, however long a loaded
                 // machine takes to get there.
-                while try await store.destinationState(.nightscout)?.state != "recovering" {
+                while try await store.destinationState(.nightscout)?.state != .recovering {
                     try await Task.sleep(for: .milliseconds(10))
                 }
                 try await server.control(["mode": "up", "health": "up"])
@@ -94,7 +94,7 @@ struct RecoveryTests {
         #expect(outcome.reports.first?.end.code == c.expected, "\(String(describing: outcome.reports.first?.end))")
         let state = try await store.destinationState(.nightscout)
         #expect(state?.lastErrorCode == c.expected)
-        #expect(state?.state == "backoff")
+        #expect(state?.state == .backoff)
         #expect(try await store.counts(.nightscout).pending == 10)
     }
 
@@ -201,7 +201,7 @@ struct RecoveryTests {
         let counts = try await store.counts(.nightscout)
         #expect(counts.acknowledged + counts.pending == 200)
         #expect(try await server.stats()["count"] as? Int == counts.acknowledged)
-        #expect(try await store.destinationState(.nightscout)?.state == "blocked")
+        #expect(try await store.destinationState(.nightscout)?.state == .blocked)
     }
 
     @Test func wrongCredentialsPauseThenFixedResume() async throws {
@@ -220,7 +220,7 @@ struct RecoveryTests {
         #expect(code == 401)
         let counts = try await store.counts(.nightscout)
         #expect(counts.pending == 120 && counts.quarantined == 0)
-        #expect(try await store.destinationState(.nightscout)?.state == "paused")
+        #expect(try await store.destinationState(.nightscout)?.state == .paused)
         #expect(!log.entries.joined().contains("wrong-secret-value"))
         #expect(!log.entries.joined().contains(SHA1.hex("wrong-secret-value".utf8)))
         // A check with a timeout shorter than the server's delay cannot tell; the long check can.
@@ -236,7 +236,7 @@ struct RecoveryTests {
         let after = await fixed.drain(deadline: deadline(seconds: 30))
         #expect(after.uploaded == 120)
         #expect(!after.deferred)
-        #expect(try await store.destinationState(.nightscout)?.state == "ok")
+        #expect(try await store.destinationState(.nightscout)?.state == .ok)
         #expect(try await server.stats()["count"] as? Int == 120)
     }
 

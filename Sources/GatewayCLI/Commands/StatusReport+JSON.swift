@@ -14,7 +14,7 @@ extension StatusReport {
         var d = JSONObjectBuilder()
         d.add("running", daemon.running)
         d.add("pid", daemon.pid.map { JSONValue.int($0) } ?? .null)
-        d.add("phase", Self.string(daemon.phase))
+        d.add("phase", Self.string(daemon.phase?.rawValue))
         d.add("started_at", Self.time(daemon.startedAt))
         d.add("updated_at", Self.time(daemon.updatedAt))
         d.add("watching", Self.string(daemon.watching))
@@ -85,7 +85,7 @@ extension StatusReport {
             var o = JSONObjectBuilder()
             o.add("name", dest.name.rawValue)
             o.add("enabled", dest.enabled)
-            o.add("state", dest.state?.state ?? "ok")
+            o.add("state", (dest.state?.state ?? .ok).rawValue)
             var e = JSONObjectBuilder()
             if let state = dest.state, let code = state.lastErrorCode {
                 e.add("code", code)

@@ -22,7 +22,7 @@ extension StatusReport {
         let e = TerminalText.escaped as (String) -> String
         var out = ""
         if daemon.running, let pid = daemon.pid {
-            out += "daemon: running (pid \(pid)), \(e(daemon.phase ?? "?"))"
+            out += "daemon: running (pid \(pid)), \(e(daemon.phase?.rawValue ?? "?"))"
             if let w = daemon.watching { out += ", watching by \(e(w))" }
             if !daemon.activeSessions.isEmpty { out += ", downloading from \(e(daemon.activeSessions.joined(separator: ", ")))" }
             out += "\n"
@@ -76,7 +76,7 @@ extension StatusReport {
         }
         if store.destinations.isEmpty { out += "uploads: no destination configured\n" }
         for dest in store.destinations {
-            var line = "\(dest.name): \(e(dest.state?.state ?? "ok"))"
+            var line = "\(dest.name): \(e((dest.state?.state ?? .ok).rawValue))"
             if !dest.enabled { line += " (not enabled in the config)" }
             line += ", \(dest.counts.pending + dest.counts.inFlight) pending, \(dest.counts.quarantined) quarantined, \(dest.counts.acknowledged) uploaded"
             if let age = dest.oldestUnsentAgeSeconds { line += ", oldest unsent \(Self.age(age))" }
