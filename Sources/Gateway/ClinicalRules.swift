@@ -12,10 +12,13 @@ public struct ClinicalSettings: Sendable, Equatable {
     public var clockSkewCorrection: Bool
     /// Skews up to this many seconds (either way) are left alone.
     public var clockSkewThresholdSeconds: Int
+    /// A reading more than this many seconds ahead of the gateway's clock at download is `time-in-future`.
+    public var futureToleranceSeconds: Int
 
-    public init(clockSkewCorrection: Bool = true, clockSkewThresholdSeconds: Int = 120) {
+    public init(clockSkewCorrection: Bool = true, clockSkewThresholdSeconds: Int = 120, futureToleranceSeconds: Int = 600) {
         self.clockSkewCorrection = clockSkewCorrection
         self.clockSkewThresholdSeconds = clockSkewThresholdSeconds
+        self.futureToleranceSeconds = futureToleranceSeconds
     }
 }
 
@@ -74,6 +77,9 @@ public struct DecodedMeasurement: Sendable, Equatable {
 ///   stored and excluded. Battery low (bit 0) and time fault (bit 11) alone exclude nothing.
 /// - Context meal value 6 (reserved by the specification, used by i-SENS CareSens for blood ketone) makes
 ///   the reading a ketone reading: mmol/L = the glucose-field value in mg/dL / 10.
+/// - An instant (after any skew correction) more than `futureToleranceSeconds` after `receivedAt`, the
+///   gateway's clock when the record arrived, is stored and excluded as `time-in-future`, whatever else
+///   is wrong with it (the value, HI/LO or special value is still stored).
 public struct ReadingInterpreter: Sendable {
     public var meterAddress: String
     /// Nil when the meter's zone cannot be loaded: every time is then unresolved.
@@ -149,6 +155,10 @@ public struct ReadingInterpreter: Sendable {
         }
         if exclusion == nil, isKetone {
             exclusion = .ketone
+        }
+        // Before every other reason: a future HI or LO must not become a note at a time that has not come.
+        if let instant, instant - receivedAt > Int64(settings.futureToleranceSeconds) * 1000 {
+            exclusion = .timeInFuture
         }
 
         return NewReading(

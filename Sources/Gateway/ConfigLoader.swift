@@ -130,7 +130,7 @@ struct ConfigBuilder {
     static let schema: [(section: String, keys: [String])] = [
         ("gateway", [
             "database", "adapter", "log_level", "metrics_file", "time_zone", "clock_skew_correction",
-            "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode",
+            "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s",
         ]),
         ("nightscout", ["enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file"]),
         ("fhir", ["enabled", "base_url", "subject", "bearer_token", "bearer_token_file", "ca_file"]),
@@ -221,6 +221,7 @@ struct ConfigBuilder {
         }
         if let v = bool(s, "clock_skew_correction") { g.clockSkewCorrection = v.value }
         if let v = integer(s, "clock_skew_threshold_s", in: GatewaySection.clockSkewThresholdRange) { g.clockSkewThresholdSeconds = v.value }
+        if let v = integer(s, "future_tolerance_s", in: GatewaySection.futureToleranceRange) { g.futureToleranceSeconds = v.value }
         if let v = integer(s, "download_idle_timeout_s", in: GatewaySection.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
         if let v = string(s, "scan_mode") {
             if let mode = ScanMode(rawValue: v.value) { g.scanMode = mode } else {

@@ -25,6 +25,7 @@ public struct GatewaySection: Sendable, Equatable {
     public static let defaultDatabase = "/var/lib/glucose-gateway/gateway.sqlite3"
     public static let clockSkewThresholdRange = 0...86_400
     public static let downloadIdleTimeoutRange = 5...600
+    public static let futureToleranceRange = 0...86_400
 
     /// SQLite database with readings, outbox and events.
     public var database: String = GatewaySection.defaultDatabase
@@ -38,6 +39,8 @@ public struct GatewaySection: Sendable, Equatable {
     /// Correct meter times when the meter clock is off by more than the threshold.
     public var clockSkewCorrection: Bool = true
     public var clockSkewThresholdSeconds: Int = 120
+    /// Readings more than this far ahead of the gateway's clock at download are kept as `time-in-future`.
+    public var futureToleranceSeconds: Int = 600
     /// A download with no data for this long is abandoned (and retried on the next connection).
     public var downloadIdleTimeoutSeconds: Int = 30
     public var scanMode: ScanMode = .discovery
@@ -142,6 +145,7 @@ public struct GatewayConfig: Sendable, Equatable {
         lines.append("time_zone: \(gateway.timeZone ?? "(system)")")
         lines.append("clock_skew_correction: \(gateway.clockSkewCorrection)")
         lines.append("clock_skew_threshold_s: \(gateway.clockSkewThresholdSeconds)")
+        lines.append("future_tolerance_s: \(gateway.futureToleranceSeconds)")
         lines.append("download_idle_timeout_s: \(gateway.downloadIdleTimeoutSeconds)")
         lines.append("scan_mode: \(gateway.scanMode.rawValue)")
         lines.append("[nightscout]")

@@ -89,7 +89,8 @@ public struct DaemonSettings: Sendable, Equatable {
     public init(config: GatewayConfig, destinations: [DestinationName]) {
         var options = DownloadOptions(inactivityTimeout: .seconds(config.gateway.downloadIdleTimeoutSeconds))
         options.clinical = ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
-                                            clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds)
+                                            clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
+                                            futureToleranceSeconds: config.gateway.futureToleranceSeconds)
         self.init(adapter: config.gateway.adapter, scanMode: config.gateway.scanMode, download: options, destinations: destinations)
     }
 }

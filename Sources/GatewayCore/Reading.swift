@@ -22,6 +22,9 @@ public struct ExclusionReason: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let reservedValue = ExclusionReason(rawValue: "reserved-value")
     public static let sensorFault = ExclusionReason(rawValue: "sensor-fault")
     public static let timeUnresolved = ExclusionReason(rawValue: "time-unresolved")
+    /// More than `future_tolerance_s` after the gateway's clock at download (a fast meter clock, a bogus
+    /// far-future record): Nightscout hides data behind future items.
+    public static let timeInFuture = ExclusionReason(rawValue: "time-in-future")
     public static let ketone = ExclusionReason(rawValue: "ketone")
     public var description: String { rawValue }
 }

@@ -7,6 +7,8 @@ import Testing
 struct ClinicalRulesTests {
     static let address = "AA:BB:CC:DD:EE:01"
     static let base = GlucoseDateTime(year: 2024, month: 5, day: 1, hour: 8, minute: 0, second: 0)!
+    /// The gateway's clock at download: after every reading here, so none is in the future.
+    static let downloadedAt = utc(2025, 1, 1, 0, 0)
 
     static func measurement(
         seq: UInt16 = 1, base: GlucoseDateTime = base, offset: Int16? = 0, value: SFloat? = .value(mantissa: 111, exponent: -5),
@@ -22,7 +24,7 @@ struct ClinicalRulesTests {
         settings: ClinicalSettings = ClinicalSettings(), skew: ClockSkew? = nil
     ) -> NewReading {
         ReadingInterpreter(meterAddress: address, zone: MeterTimeZone(identifier: zone), settings: settings, skew: skew)
-            .reading(d, context: context, rawContext: context?.encoded(), receivedAt: 1)
+            .reading(d, context: context, rawContext: context?.encoded(), receivedAt: Self.downloadedAt)
     }
 
     static func utc(_ y: Int, _ mo: Int, _ d: Int, _ h: Int, _ mi: Int) -> UnixMillis {

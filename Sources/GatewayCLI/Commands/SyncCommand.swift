@@ -74,7 +74,8 @@ enum SyncCommand: GatewayCommand {
         let options = DownloadOptions(
             inactivityTimeout: .seconds(config.gateway.downloadIdleTimeoutSeconds),
             clinical: ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
-                                       clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds)
+                                       clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
+                                       futureToleranceSeconds: config.gateway.futureToleranceSeconds)
         )
         let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: options, logger: logger))
         var reachable = 0
