@@ -131,6 +131,7 @@ struct ConfigBuilder {
         ("gateway", [
             "database", "adapter", "log_level", "metrics_file", "time_zone", "clock_skew_correction",
             "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s",
+            "heartbeat_url", "heartbeat_api", "heartbeat_interval_s", "heartbeat_max_pending_s", "heartbeat_on_fail",
         ]),
         ("nightscout", ["enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file"]),
         ("fhir", ["enabled", "base_url", "subject", "bearer_token", "bearer_token_file", "ca_file"]),
@@ -226,6 +227,35 @@ struct ConfigBuilder {
         if let v = string(s, "scan_mode") {
             if let mode = ScanMode(rawValue: v.value) { g.scanMode = mode } else {
                 problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\", got \(ConfigKeys.shown("scan_mode", v.value))")
+            }
+        }
+        buildHeartbeat(&g)
+    }
+
+    /// The heartbeat keys. The URL is never echoed in a message: its path is the monitor's token.
+    private mutating func buildHeartbeat(_ g: inout GatewaySection) {
+        let s = "gateway"
+        if let v = string(s, "heartbeat_url") {
+            let withoutScheme = v.value.drop { $0 != "/" }
+            if withoutScheme.contains("?") || withoutScheme.contains("#") {
+                problem(v.line, "\(s).heartbeat_url: must not carry a query or fragment (for Uptime Kuma give the push URL up to its token, with heartbeat_api = \"uptime-kuma\"; the gateway adds status and msg)")
+            } else {
+                switch Self.normalizedHTTPURL(v.value) {
+                case .success(let url): g.heartbeatURL = ConfigSecret(url)
+                case .failure(let reason): problem(v.line, "\(s).heartbeat_url: \(reason.message)")
+                }
+            }
+        }
+        if let v = string(s, "heartbeat_api") {
+            if let api = HeartbeatAPI(rawValue: v.value) { g.heartbeatAPI = api } else {
+                problem(v.line, "\(s).heartbeat_api: expected \"healthchecks\" or \"uptime-kuma\", got \(ConfigKeys.shown("heartbeat_api", v.value))")
+            }
+        }
+        if let v = integer(s, "heartbeat_interval_s", in: HeartbeatPolicy.intervalRange) { g.heartbeatIntervalSeconds = v.value }
+        if let v = integer(s, "heartbeat_max_pending_s", in: HeartbeatPolicy.maxPendingRange) { g.heartbeatMaxPendingSeconds = v.value }
+        if let v = string(s, "heartbeat_on_fail") {
+            if let mode = HeartbeatFailMode(rawValue: v.value) { g.heartbeatOnFail = mode } else {
+                problem(v.line, "\(s).heartbeat_on_fail: expected \"report\" or \"silent\", got \(ConfigKeys.shown("heartbeat_on_fail", v.value))")
             }
         }
     }

@@ -44,8 +44,24 @@ public struct GatewaySection: Sendable, Equatable {
     /// A download with no data for this long is abandoned (and retried on the next connection).
     public var downloadIdleTimeoutSeconds: Int = 30
     public var scanMode: ScanMode = .discovery
+    /// `heartbeat_url`: the monitor pinged while the gateway is healthy; nil: no heartbeat. A capability
+    /// (anyone holding it can report for this gateway), so it is kept like a secret and shown as
+    /// scheme://host only.
+    public var heartbeatURL: ConfigSecret?
+    public var heartbeatAPI: HeartbeatAPI = .healthchecks
+    public var heartbeatIntervalSeconds: Int = HeartbeatPolicy.defaultIntervalSeconds
+    public var heartbeatMaxPendingSeconds: Int = HeartbeatPolicy.defaultMaxPendingSeconds
+    public var heartbeatOnFail: HeartbeatFailMode = .report
 
     public init() {}
+
+    /// The heartbeat's monitor and policy, nil when `heartbeat_url` is not set.
+    public var heartbeat: (target: HeartbeatTarget, policy: HeartbeatPolicy)? {
+        guard let url = heartbeatURL else { return nil }
+        return (HeartbeatTarget(url: url.value, api: heartbeatAPI),
+                HeartbeatPolicy(interval: .seconds(heartbeatIntervalSeconds), maxPending: .seconds(heartbeatMaxPendingSeconds),
+                                onFail: heartbeatOnFail))
+    }
 }
 
 /// How the gateway proves itself to Nightscout.
@@ -148,6 +164,11 @@ public struct GatewayConfig: Sendable, Equatable {
         lines.append("future_tolerance_s: \(gateway.futureToleranceSeconds)")
         lines.append("download_idle_timeout_s: \(gateway.downloadIdleTimeoutSeconds)")
         lines.append("scan_mode: \(gateway.scanMode.rawValue)")
+        lines.append("heartbeat_url: \(gateway.heartbeatURL.map { HeartbeatTarget.origin($0.value) + " (path hidden)" } ?? "(not set)")")
+        lines.append("heartbeat_api: \(gateway.heartbeatAPI.rawValue)")
+        lines.append("heartbeat_interval_s: \(gateway.heartbeatIntervalSeconds)")
+        lines.append("heartbeat_max_pending_s: \(gateway.heartbeatMaxPendingSeconds)")
+        lines.append("heartbeat_on_fail: \(gateway.heartbeatOnFail.rawValue)")
         lines.append("[nightscout]")
         lines.append("enabled: \(nightscout.enabled)")
         lines.append("url: \(opt(nightscout.url))")
