@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import GatewayCore
 
 /// The service manager notification protocol (`sd_notify`), without libsystemd.
 ///
@@ -60,11 +61,12 @@ public struct SystemdNotifier: Sendable {
 
     /// Sends `WATCHDOG=1` every `watchdogInterval` until the task is cancelled; returns at once when the
     /// watchdog is off. `alive` lets the caller withhold the ping when its main loop is stuck.
-    public func runWatchdog(alive: @Sendable () -> Bool = { true }) async {
+    /// `clock` paces the pings; systemd's watchdog runs on real time, so only tests pass another.
+    public func runWatchdog(alive: @Sendable () -> Bool = { true }, clock: any SessionClock = ContinuousClock()) async {
         guard let interval = watchdogInterval, isEnabled else { return }
         while !Task.isCancelled {
             if alive() { watchdog() }
-            do { try await Task.sleep(for: interval) } catch { return }
+            do { try await clock.sleep(for: interval) } catch { return }
         }
     }
 

@@ -6,8 +6,13 @@ import GlucoseProfile
 /// into seconds.
 public struct SimulationClock: Sendable {
     public var scale: Double
+    /// The clock the simulated time runs on: the real one, or a manual one in tests.
+    public var base: any SessionClock
     /// `scale` is kept within 0.001...100000.
-    public init(scale: Double = 1) { self.scale = scale.isFinite && scale > 0 ? min(max(scale, 0.001), 100_000) : 1 }
+    public init(scale: Double = 1, base: any SessionClock = ContinuousClock()) {
+        self.scale = scale.isFinite && scale > 0 ? min(max(scale, 0.001), 100_000) : 1
+        self.base = base
+    }
 
     /// Real seconds for simulated `seconds`, at most about 30 years (so the conversion cannot overflow).
     public func realSeconds(_ seconds: Double) -> Double {
@@ -18,7 +23,7 @@ public struct SimulationClock: Sendable {
     public func sleep(seconds: Double) async throws {
         let real = realSeconds(seconds)
         guard real > 0 else { return }
-        try await Task.sleep(for: .milliseconds(Int64((real * 1000).rounded(.up))))
+        try await base.sleep(for: .milliseconds(Int64((real * 1000).rounded(.up))))
     }
 }
 

@@ -4,22 +4,6 @@ import GatewayCore
 import TestSupport
 @testable import BlueZ
 
-func withTimeout<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .seconds(seconds))
-            return nil
-        }
-        guard let first = try await group.next(), let value = first else {
-            group.cancelAll()
-            throw BlueZError(.timeout, "test step timed out after \(seconds) s")
-        }
-        group.cancelAll()
-        return value
-    }
-}
-
 let meterAddress = "AA:BB:CC:DD:EE:01"
 
 /// A private bus, the fake BlueZ and a client.

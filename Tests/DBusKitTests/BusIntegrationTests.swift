@@ -23,28 +23,6 @@ final class BusPair: Sendable {
     }
 }
 
-/// Fails the test instead of hanging when `body` takes longer than `seconds`.
-func withTimeout<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .seconds(seconds))
-            return nil
-        }
-        guard let first = try await group.next(), let value = first else {
-            group.cancelAll()
-            throw TimeoutError(seconds: seconds)
-        }
-        group.cancelAll()
-        return value
-    }
-}
-
-struct TimeoutError: Error, CustomStringConvertible {
-    var seconds: Double
-    var description: String { "timed out after \(seconds) s" }
-}
-
 @Suite(.timeLimit(.minutes(1))) struct BusIntegrationTests {
     @Test func callReachesHandlerWithSenderAndArguments() async throws {
         let pair = try await BusPair()
@@ -107,23 +85,30 @@ struct TimeoutError: Error, CustomStringConvertible {
 
     @Test func callTimesOutWithItsOwnTimeout() async throws {
         let pair = try await BusPair()
+        // The handler answers only once the test has seen the call end.
+        let callEnded = TestEvent()
         try await pair.server.export(path: "/slow", interfaces: [
             DBusInterface("org.example.Slow", methods: [
                 DBusMethod("Sleep") { _ in
-                    try await Task.sleep(for: .seconds(10))
+                    try await callEnded.wait()
                     return []
                 },
             ]),
         ])
-        let start = ContinuousClock.now
-        let error = await #expect(throws: DBusError.self) {
-            try await pair.client.call(destination: pair.server.uniqueName, path: "/slow", interface: "org.example.Slow",
-                                       member: "Sleep", timeout: .milliseconds(200))
+        let client = pair.client
+        let dest = pair.server.uniqueName
+        let error = try await withTimeout(20) { () -> DBusError? in
+            do throws(DBusError) {
+                _ = try await client.call(destination: dest, path: "/slow", interface: "org.example.Slow",
+                                          member: "Sleep", timeout: .milliseconds(200))
+                return nil
+            } catch {
+                return error
+            }
         }
-        let elapsed = ContinuousClock.now - start
+        // Ended by the call's own timeout: the handler answers only after this.
+        callEnded.signal()
         #expect(error?.isTimeout == true)
-        // Bounded by the call's own timeout, not by the handler's 10 s.
-        #expect(elapsed < .seconds(5))
         // The connection still works after a timeout.
         let names = try await pair.client.call(destination: DBusNames.bus, path: DBusNames.busPath,
                                                interface: DBusNames.bus, member: "ListNames", timeout: .seconds(5))
@@ -133,10 +118,13 @@ struct TimeoutError: Error, CustomStringConvertible {
 
     @Test func cancellingTheTaskAbandonsTheCall() async throws {
         let pair = try await BusPair()
+        let received = TestEvent()
+        let callEnded = TestEvent()
         try await pair.server.export(path: "/slow", interfaces: [
             DBusInterface("org.example.Slow", methods: [
                 DBusMethod("Sleep") { _ in
-                    try await Task.sleep(for: .seconds(10))
+                    received.signal()
+                    try await callEnded.wait()
                     return []
                 },
             ]),
@@ -147,8 +135,10 @@ struct TimeoutError: Error, CustomStringConvertible {
             try await client.call(destination: dest, path: "/slow", interface: "org.example.Slow", member: "Sleep",
                                   timeout: .seconds(30))
         }
-        try await Task.sleep(for: .milliseconds(100))
+        // Cancelled while the call is at the server, unanswered.
+        try await withTimeout(20) { try await received.wait() }
         task.cancel()
+        defer { callEnded.signal() }
         let result = await task.result
         guard case .failure(let error as DBusError) = result else {
             Issue.record("expected a DBusError, got \(result)")
@@ -211,9 +201,7 @@ struct TimeoutError: Error, CustomStringConvertible {
         for n in UInt32(0)..<200 {
             try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(n)])
         }
-        try await withTimeout(5) {
-            while state.withLock({ $0.atLastEnd }) < 200 { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try #require(await waitUntil(20) { state.withLock { $0.atLastEnd } >= 200 })
         let final = state.withLock { $0 }
         #expect(final.seen == 200)
         #expect(final.atLastEnd == 200)
@@ -243,14 +231,10 @@ struct TimeoutError: Error, CustomStringConvertible {
             return out
         }
         #expect(evens == [0, 2, 4, 6, 8])
-        try await withTimeout(5) {
-            while seen.withLock({ $0.count }) < 10 { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try #require(await waitUntil(20) { seen.withLock { $0.count } >= 10 })
         #expect(seen.withLock { $0 } == Array(0..<10))
         subscription.cancel()
-        try await withTimeout(5) {
-            while !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try #require(await waitUntil(20) { ended.withLock { $0 } })
         try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(10)])
         _ = try await pair.client.call(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus,
                                        member: "GetId", timeout: .seconds(5))
@@ -403,9 +387,11 @@ struct TimeoutError: Error, CustomStringConvertible {
 
     @Test func busLossIsAnEventNotAnExit() async throws {
         let pair = try await BusPair()
+        let received = TestEvent()
         try await pair.server.export(path: "/slow", interfaces: [
             DBusInterface("org.example.Slow", methods: [
                 DBusMethod("Sleep") { _ in
+                    received.signal()
                     try await Task.sleep(for: .seconds(30))
                     return []
                 },
@@ -419,7 +405,8 @@ struct TimeoutError: Error, CustomStringConvertible {
             try await client.call(destination: dest, path: "/slow", interface: "org.example.Slow", member: "Sleep",
                                   timeout: .seconds(60))
         }
-        try await Task.sleep(for: .milliseconds(100))
+        // The bus goes while the call is at the server, unanswered.
+        try await withTimeout(20) { try await received.wait() }
         pair.bus.kill()
         try await withTimeout(10) {
             for await _ in lost { break }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Testing
+import TestSupport
 
 @testable import Gateway
 
@@ -47,19 +48,24 @@ import Testing
             return String(decoding: buffer[0..<n], as: UTF8.self)
         }
 
-        /// The next datagram without blocking a thread of the shared pool: polls, sleeping between tries,
-        /// for at most `seconds`. Generous: when the whole suite starts, hundreds of tests queue on the
-        /// same two-thread pool ahead of the watchdog task, which can then wait tens of seconds to run.
-        func receiveAsync(within seconds: Int = 120) async -> String? {
-            let clock = ContinuousClock()
-            let deadline = clock.now + .seconds(seconds)
+        /// A datagram already waiting, without blocking; nil when there is none.
+        func pending() -> String? {
             var buffer = [UInt8](repeating: 0, count: 4096)
-            while clock.now < deadline {
-                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-                if n >= 0 { return String(decoding: buffer[0..<n], as: UTF8.self) }
-                do { try await Task.sleep(for: .milliseconds(10)) } catch { return nil }
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            guard n >= 0 else { return nil }
+            return String(decoding: buffer[0..<n], as: UTF8.self)
+        }
+
+        /// The next datagram without blocking a thread of the shared pool, waiting at most `seconds`.
+        /// Generous: when the whole suite starts, hundreds of tests queue on the same two-thread pool
+        /// ahead of the watchdog task, which can then wait tens of seconds to run.
+        func receiveAsync(within seconds: Double = 120) async -> String? {
+            var received: String?
+            _ = await waitUntil(seconds) {
+                received = pending()
+                return received != nil
             }
-            return nil
+            return received
         }
 
         func closeAndRemove() {
@@ -119,13 +125,20 @@ import Testing
         defer { listener.closeAndRemove() }
         let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": listener.address, "WATCHDOG_USEC": "100000"])
         #expect(notifier.watchdogInterval == .milliseconds(50))
-        let task = Task { await notifier.runWatchdog() }
-        let start = ContinuousClock.now
+        let clock = ManualClock()
+        let task = Task { await notifier.runWatchdog(clock: clock) }
         #expect(await listener.receiveAsync() == "WATCHDOG=1")
-        #expect(await listener.receiveAsync() == "WATCHDOG=1")
-        #expect(await listener.receiveAsync() == "WATCHDOG=1")
-        // Three pings take at least two intervals: the loop waits between pings.
-        #expect(ContinuousClock.now - start >= .milliseconds(100))
+        for _ in 0..<2 {
+            // The loop waits one interval between pings: asleep until then, and nothing sent meanwhile.
+            let next = clock.now + .milliseconds(50)
+            try #require(await waitUntil(120) { clock.deadlines == [next] })
+            #expect(listener.pending() == nil)
+            clock.advance(by: .milliseconds(49))
+            #expect(clock.deadlines == [next])
+            #expect(listener.pending() == nil)
+            clock.advance(by: .milliseconds(1))
+            #expect(await listener.receiveAsync() == "WATCHDOG=1")
+        }
         task.cancel()
         await task.value
     }
