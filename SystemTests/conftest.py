@@ -58,8 +58,7 @@ def bluezoo(private_bus, tmp_path):
     pid afterwards. Yields the adapters' addresses."""
     import subprocess
     import sys
-    import time
-    from gg_bus import stop_process
+    from gg_bus import stop_process, wait_until
 
     env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=private_bus)
     addresses = ["00:00:00:01:00:00", "00:00:00:02:00:00"]
@@ -70,17 +69,16 @@ def bluezoo(private_bus, tmp_path):
     process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
         # Ready when org.bluez answers with both adapters.
-        deadline = time.monotonic() + 15
-        while True:
+        def powered():
+            if process.poll() is not None:
+                raise RuntimeError("bluezoo exited: " + (tmp_path / "bluezoo.log").read_text()[-2000:])
             probe = subprocess.run(
                 ["dbus-send", "--bus=" + private_bus, "--print-reply", "--dest=org.bluez", "/org/bluez/hci1",
                  "org.freedesktop.DBus.Properties.Get", "string:org.bluez.Adapter1", "string:Powered"],
                 capture_output=True, text=True, timeout=5)
-            if probe.returncode == 0 and "true" in probe.stdout:
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("bluezoo did not come up: " + (tmp_path / "bluezoo.log").read_text()[-2000:])
-            time.sleep(0.1)
+            return probe.returncode == 0 and "true" in probe.stdout
+
+        wait_until("bluezoo to power hci1 (log: %s)" % (tmp_path / "bluezoo.log"), powered, timeout=15, interval=0.1)
         yield addresses
     finally:
         stop_process(process)

@@ -10,6 +10,23 @@ import tempfile
 import time
 from pathlib import Path
 
+def wait_until(what, condition, timeout=20.0, interval=0.05):
+    """Polls `condition` until it returns something truthy and returns that; fails after `timeout` seconds.
+    The one way the system tests wait for a state: on the state itself, with a generous deadline, never
+    by a fixed pause."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    last = condition()
+    if last:
+        return last
+    raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
+
+
 # The private bus configuration shared with the Swift tests and the benchmarks; {socket} is filled in.
 BUS_CONFIG_PATH = Path(__file__).resolve().parent.parent / "Tests" / "TestSupport" / "private-bus.conf"
 
@@ -33,14 +50,16 @@ class PrivateBus:
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.directory, "bus.log"), "w"),
         )
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.socket):
+        def listening():
             if self.process.poll() is not None:
                 raise RuntimeError("dbus-daemon exited with %s" % self.process.returncode)
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("dbus-daemon did not start")
-            time.sleep(0.01)
+            return os.path.exists(self.socket)
+
+        try:
+            wait_until("dbus-daemon to create its socket", listening, timeout=10, interval=0.01)
+        except AssertionError:
+            self.stop()
+            raise
 
     def stop(self):
         stop_process(self.process)

@@ -9,29 +9,16 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from gg_bus import gateway_binary, stop_process
+from gg_bus import gateway_binary, stop_process, wait_until  # noqa: F401 (wait_until: for the tests)
 
 HERE = Path(__file__).resolve().parent
 CONTROL_DEST = "org.bluez"
 CONTROL_PATH = "/org/glucosegateway/simulator"
 CONTROL_IFACE = "org.glucosegateway.Simulator1"
-
-
-def wait_until(what, condition, timeout=20.0, interval=0.05):
-    """Polls `condition` until it returns something truthy; fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
 
 
 def control(bus, method, *args):

@@ -9,11 +9,10 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from gg_bus import Simulator, gateway_binary, stop_process
+from gg_bus import Simulator, gateway_binary, stop_process, wait_until
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 POLICY = REPO / "config" / "glucose-gateway-dbus.conf"
@@ -78,11 +77,11 @@ def policy_bus(request):
     bus = subprocess.Popen(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=%s" % conf],
                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(directory, "bus.log"), "w"))
     try:
-        deadline = time.monotonic() + 10
-        while not os.path.exists(socket_path):
+        def listening():
             assert bus.poll() is None, pathlib.Path(directory, "bus.log").read_text()
-            assert time.monotonic() < deadline, "dbus-daemon did not start"
-            time.sleep(0.01)
+            return os.path.exists(socket_path)
+
+        wait_until("dbus-daemon to create its socket", listening, timeout=10, interval=0.01)
         yield {"address": "unix:path=" + socket_path, "user": user, "with_policy": with_policy, "directory": directory}
     finally:
         stop_process(bus)

@@ -7,6 +7,7 @@ Real parts: the daemon, the BlueZ stand-in on a private bus, a loopback Nightsco
 import os
 import subprocess
 import time
+from pathlib import Path
 
 
 from gg_daemon import Gateway, control, gateways, nightscout, wait_until  # noqa: F401 (fixtures)
@@ -23,13 +24,15 @@ def meter(address, count):
 
 def test_readings_a_manual_sync_stores_are_uploaded_by_the_running_daemon(private_bus, standin, meter_file, tmp_path,
                                                                           gateways, nightscout):
-    standin("--time-scale", "20", "--meter", meter_file(meter(A, 6)))
+    sim = standin("--verbose", "--time-scale", "20", "--meter", meter_file(meter(A, 6)))
     gw = Gateway(tmp_path, private_bus, nightscout_url=nightscout.url, secret=nightscout.secret,
                  args=("--quiet-after", "0.3", "--time-scale", "20"))
     gateways.append(gw)
     control(private_bus, "Advertise", A, 20.0)
     gw.pair(A, PIN)
-    time.sleep(1.5)  # the pairing burst (20 simulated seconds at 20x) is over
+    # The pairing burst (20 simulated seconds) is over: the meter is silent until it is told to advertise.
+    wait_until("the pairing burst to end", lambda: "meter %s advertising off" % A in Path(sim.log_path).read_text())
+    control(private_bus, "ClearCallLog")
 
     # The sync takes the meter's lock before it looks for the meter, and the daemon starts after it: when
     # the meter advertises, the daemon finds it busy and leaves it to the sync.
@@ -38,7 +41,8 @@ def test_readings_a_manual_sync_stores_are_uploaded_by_the_running_daemon(privat
     try:
         lock = "%s.meter-%s.lock" % (gw.database, A.replace(":", ""))
         wait_until("the sync to hold the meter", lambda: os.path.exists(lock), timeout=10)
-        time.sleep(0.3)
+        wait_until("the sync to look for the meter",
+                   lambda: "org.bluez.Adapter1.StartDiscovery" in control(private_bus, "CallLog"), timeout=10)
         gw.start()
         control(private_bus, "Advertise", A, 20.0)
         out, err = sync.communicate(timeout=60)
@@ -93,8 +97,16 @@ def test_a_row_queued_by_another_writer_is_uploaded_and_the_daemon_own_writes_do
     wait_until("the re-queued row sent again", lambda: nightscout.stats()["elements_received"] == posts + 1, timeout=15, interval=0.02)
     wait_until("acknowledged again", lambda: gw.query("SELECT count(*) FROM outbox WHERE state = 'acknowledged'")[0][0] == 3,
                timeout=10)
-    time.sleep(2)
-    assert nightscout.stats()["elements_received"] == posts + 1
     assert gw.log().count("another process wrote to the database") == 1
+    # A second outside write that queues nothing and leaves every row as it was: once the daemon has
+    # noticed it, it has handled every change before it, its own writes of the resend included.
+    shell = subprocess.run(["sqlite3", gw.database,
+                            "PRAGMA busy_timeout = 5000; BEGIN IMMEDIATE; CREATE TABLE probe (x); DROP TABLE probe; COMMIT;"],
+                           capture_output=True, text=True, timeout=30)
+    assert shell.returncode == 0, shell.stderr
+    wait_until("the second outside write noticed", lambda: gw.log().count("another process wrote to the database") >= 2,
+               timeout=15)
+    assert nightscout.stats()["elements_received"] == posts + 1
+    assert gw.log().count("another process wrote to the database") == 2
     assert len(nightscout.entries()) == 3
     assert gw.stop() == 0

@@ -1,6 +1,7 @@
 """Downloads through the BlueZ stand-in: first and incremental sync, resumption, counter reset, context
 pairing, records arriving meanwhile, and the clinical rules end to end."""
 
+from gg_bus import wait_until
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
 
@@ -126,11 +127,8 @@ def test_records_arriving_during_a_sync(private_bus, standin, meter_file, tmp_pa
     gw.pair(ADDRESS)
     gw.sync()
     # Wait until the meter has made all its new records, then sync again: every one exactly once.
-    import time
-    deadline = time.monotonic() + 20
-    while len(control(private_bus, "Records", "s", [ADDRESS])[0]) < 206:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until("the meter's 6 new records", lambda: len(control(private_bus, "Records", "s", [ADDRESS])[0]) >= 206,
+               timeout=20, interval=0.2)
     gw.sync()
     assert gw.sequences() == list(range(1, 207))
 

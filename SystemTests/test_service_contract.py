@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from gg_bus import gateway_binary, stop_process
+from gg_bus import gateway_binary, stop_process, wait_until
 
 SECRET = "topsecret-value-123"
 
@@ -114,12 +114,7 @@ def test_run_speaks_the_notify_protocol(private_bus, tmp_path, abstract):
 
 
 def wait_for_log(log, fragment, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if fragment in log.read_text():
-            return
-        time.sleep(0.05)
-    raise AssertionError("%r never appeared in the log:\n%s" % (fragment, log.read_text()))
+    wait_until("%r in the log %s" % (fragment, log), lambda: fragment in log.read_text(), timeout=timeout)
 
 
 def test_bad_config_exits_78_at_once_without_notifying(private_bus, tmp_path):

@@ -15,6 +15,7 @@ ADDRESS = "C0:26:DA:01:02:03"
 GM = "00002a18-0000-1000-8000-00805f9b34fb"
 RACP = "00002a52-0000-1000-8000-00805f9b34fb"
 FEATURE = "00002a51-0000-1000-8000-00805f9b34fb"
+ADP = "org.bluez.Adapter1"
 DEV = "org.bluez.Device1"
 CHR = "org.bluez.GattCharacteristic1"
 
@@ -183,9 +184,15 @@ def test_racp_att_errors_and_notify_sessions_per_sender(standin, meter_file, pri
         values = [bytes(m.body[1]["Value"].value) for m in a.signals[mark:]
                   if props_changed(gm, CHR)(m) and "Value" in m.body[1]]
         assert [struct.unpack_from("<H", v, 1)[0] for v in values] == [7, 8, 9]
-        # b leaves the bus: a's session keeps Notifying; a's StopNotify ends it.
+        # b leaves the bus: a's session keeps Notifying; a's StopNotify ends it. b alone discovers, so
+        # Discovering going false shows that the stand-in has ended all of b's sessions.
+        assert (await a.get(ADAPTER, ADP, "Discovering")) is False
+        mark = len(a.signals)
+        await b.bluez(ADAPTER, ADP, "StartDiscovery")
+        assert (await a.get(ADAPTER, ADP, "Discovering")) is True
         b.disconnect()
-        await asyncio.sleep(0.3)
+        await a.wait_signal(lambda m: props_changed(ADAPTER, ADP)(m) and m.body[1].get("Discovering") is not None
+                            and m.body[1]["Discovering"].value is False, timeout=20, since=mark)
         assert (await a.get(gm, CHR, "Notifying")) is True
         await a.bluez(gm, CHR, "StopNotify")
         assert (await a.get(gm, CHR, "Notifying")) is False

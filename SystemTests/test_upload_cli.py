@@ -12,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from gg_bus import wait_until
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = "correct-horse-battery"
 
@@ -102,9 +104,7 @@ def test_kill_9_during_upload_then_restart_sends_each_reading_once(nightscout, t
     # Slow answers (the server commits each batch after 300 ms) so the kill lands mid-replay.
     server.control(mode="slow", delay_ms=300)
     proc = subprocess.Popen([binary(), "--config", config, "upload"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while server.get("/__stats")["uploads"] < 3 and time.time() < deadline:
-        time.sleep(0.02)
+    wait_until("three batches at the server", lambda: server.get("/__stats")["uploads"] >= 3, timeout=30, interval=0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     before = states(db)
@@ -158,9 +158,7 @@ def test_network_down_exits_75_runs_the_alert_command_then_recovers(nightscout, 
     assert out.returncode == 75, out.stdout + out.stderr
     assert "1001" in out.stdout and "NETWORK_NOT_CONNECTED" in out.stdout
     assert "1001 NETWORK_NOT_CONNECTED" in out.stderr   # logged with its code
-    deadline = time.time() + 5
-    while not alerts.exists() and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until("the network-error command", alerts.exists, timeout=20)
     assert alerts.read_text().split("\n")[0] == "1001 20"
     # Server down but network up: 1002.
     server.control(health="up")
@@ -194,9 +192,8 @@ def test_one_uploader_per_database(nightscout, tmp_path):
     server.control(mode="slow", delay_ms=500)
     first = subprocess.Popen([binary(), "--config", config, "upload"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 30
-        while server.get("/__stats")["uploads"] < 1 and time.time() < deadline:
-            time.sleep(0.02)
+        wait_until("the first upload at the server", lambda: server.get("/__stats")["uploads"] >= 1, timeout=30,
+                   interval=0.02)
         second = upload(config)
         assert second.returncode == 75
         assert "another glucose-gateway process is uploading" in second.stderr

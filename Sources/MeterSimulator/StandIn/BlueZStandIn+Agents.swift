@@ -67,16 +67,14 @@ extension BlueZStandIn {
     }
 
     /// A client left the bus: its agent, discovery session and notify sessions end with it, and a
-    /// pairing it started is cancelled.
+    /// pairing it started is cancelled. Its discovery ends last, so a client that sees `Discovering` go
+    /// false after the last discoverer left knows the rest is done.
     func senderLeft(_ sender: String, _ run: BluetoothdRun) async {
         guard !run.isOver else { return }
         agents.removeValue(forKey: sender)
         profiles.removeValue(forKey: sender)
         if defaultAgentSender == sender { defaultAgentSender = nil }
         filters.removeValue(forKey: sender)
-        if discovery.removeValue(forKey: sender) != nil, discovery.isEmpty {
-            await setAdapter(["Discovering": .bool(false)])
-        }
         for (path, var sessions) in notifySessions where sessions.contains(sender) {
             sessions.remove(sender)
             if sessions.isEmpty, let (address, _, ch) = lookupCharacteristic(path) {
@@ -87,6 +85,9 @@ extension BlueZStandIn {
         }
         for d in devices.values where d.pairAgent?.sender == sender || d.pairCaller == sender {
             d.pairTask?.cancel()
+        }
+        if discovery.removeValue(forKey: sender) != nil, discovery.isEmpty {
+            await setAdapter(["Discovering": .bool(false)])
         }
     }
 }
