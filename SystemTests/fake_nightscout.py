@@ -12,6 +12,7 @@ What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization)
     Nightscout uses 5 s).
   * GET /api/v1/verifyauth: always 200, message OK or UNAUTHORIZED (after the same delay).
   * GET /api/v1/status.json.
+  * API v3 and the v2 token exchange: see fake_nightscout_v3.py.
 
 Control channel (on the API port while it listens, and always on the control port):
   POST /__control  {"mode": "ok"|"hang"|"slow"|"status"|"commit_drop"|"empty"|"answer"|"huge"|"down"|"up",
@@ -49,6 +50,8 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import fake_nightscout_v3 as v3
 
 
 class State:
@@ -219,6 +222,7 @@ class BaseHandler(BaseHTTPRequestHandler):
                 self.reply(400, {"error": "bad json"})
                 return True
             mode = req.get("mode")
+            v3.handle_control(self, path, req)
             if mode == "down":
                 self.app.close_api()
             elif mode == "up":
@@ -244,6 +248,8 @@ class BaseHandler(BaseHTTPRequestHandler):
             self.reply(200, {"mode": current, "api_port": self.app.api_port, "api_listening": self.app.api is not None,
                              "health_listening": self.app.health is not None})
             return True
+        if v3.handle_control(self, path):
+            return True
         if self.command == "GET" and path == "/__entries":
             with st.lock:
                 docs = [st.docs[k] for k in st.order]
@@ -255,6 +261,7 @@ class BaseHandler(BaseHTTPRequestHandler):
             return True
         if self.command == "POST" and path == "/__reset":
             st.reset()
+            st.v3.reset()
             self.reply(200, {"ok": True})
             return True
         return False
@@ -313,12 +320,17 @@ class ApiHandler(BaseHandler):
             self.reply(200, {"status": "ok", "name": "nightscout", "version": "15.0.7-fake",
                              "serverTimeEpoch": int(time.time() * 1000), "apiEnabled": True})
             return
+        if v3.handle_get(self):
+            return
         self.reply(404, {"status": 404, "message": "Not found"})
 
     def do_POST(self):
         if self.control():
             return
         url = urllib.parse.urlsplit(self.path)
+        if url.path.startswith("/api/v3/"):
+            v3.handle_post(self, self.body())
+            return
         if url.path not in ("/api/v1/entries", "/api/v1/entries.json"):
             self.reply(404, {"status": 404, "message": "Not found"})
             return
@@ -496,8 +508,10 @@ def main():
     parser.add_argument("--secret", default="correct-horse-battery")
     parser.add_argument("--token", default=None)
     parser.add_argument("--delay-401", type=float, default=5.0, help="seconds per recent failed authentication")
+    v3.add_arguments(parser)
     args = parser.parse_args()
     state = State(args.secret, args.token, args.delay_401)
+    state.v3 = v3.V3State(args)
     servers = Servers(state, args.host, args.port, args.control_port, args.health_port)
     print(json.dumps({"port": servers.api_port, "control_port": servers.control.server_address[1],
                       "health_port": servers.health_port}), flush=True)

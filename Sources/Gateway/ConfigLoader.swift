@@ -133,7 +133,7 @@ struct ConfigBuilder {
             "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s",
             "heartbeat_url", "heartbeat_api", "heartbeat_interval_s", "heartbeat_max_pending_s", "heartbeat_on_fail",
         ]),
-        ("nightscout", ["enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file"]),
+        ("nightscout", ["enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file", "api"]),
         ("fhir", ["enabled", "base_url", "subject", "bearer_token", "bearer_token_file", "ca_file"]),
         ("network", [
             "retry_count", "network_timeout_ms", "health_check_url", "recovery_mode", "error_bypass",
@@ -301,6 +301,21 @@ struct ConfigBuilder {
             if credential == nil {
                 problem(line, "[nightscout] needs one of api_secret, api_secret_file, token or token_file")
             }
+        }
+        nightscoutAPI(&n, credential: credential?.key)
+    }
+
+    /// `api = "v1" | "v3"`; v3 authenticates with an access token only.
+    private mutating func nightscoutAPI(_ n: inout NightscoutSection, credential: String?) {
+        let s = "nightscout"
+        guard let v = string(s, "api") else { return }
+        guard v.value == "v1" || v.value == "v3" else {
+            problem(v.line, "\(s).api: expected \"v1\" or \"v3\", got \(ConfigKeys.shown("api", v.value))")
+            return
+        }
+        n.api = v.value
+        if v.value == "v3", let credential, credential.hasPrefix("api_secret") {
+            problem(v.line, "\(s).api = \"v3\" takes an access token (token or token_file), not \(credential)")
         }
     }
 

@@ -87,6 +87,8 @@ public struct NightscoutSection: Sendable, Equatable {
     public var credential: NightscoutCredential?
     /// PEM bundle to trust instead of the system store.
     public var caFile: String?
+    /// `api`: "v1" (the default) or "v3" (needs `token` or `token_file`).
+    public var api: String = "v1"
 
     public init() {}
 }
@@ -178,6 +180,7 @@ public struct GatewayConfig: Sendable, Equatable {
         case nil: lines.append("credential: (not set)")
         }
         lines.append("ca_file: \(nightscout.caFile ?? "(system)")")
+        lines.append("api: \(nightscout.api)")
         lines.append("[fhir]")
         lines.append("enabled: \(fhir.enabled)")
         lines.append("base_url: \(opt(fhir.baseURL))")

@@ -17,6 +17,7 @@ extension GatewayConfig {
         var ns: SyncEngine.NightscoutSettings?
         if nightscout.enabled, let url = nightscout.url {
             var settings = SyncEngine.NightscoutSettings(url: url, caFile: nightscout.caFile)
+            settings.api = SyncEngine.NightscoutAPI(rawValue: nightscout.api) ?? .v1
             switch nightscout.credential {
             case .apiSecret(let s): settings.apiSecret = SyncEngine.Secret(s.value)
             case .token(let s): settings.token = SyncEngine.Secret(s.value)

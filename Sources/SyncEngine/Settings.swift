@@ -69,7 +69,7 @@ public struct RecoverySettings: Sendable, Equatable {
 
 /// The `[nightscout]` section.
 public struct NightscoutSettings: Sendable, Equatable {
-    public static let keys = ["url", "api_secret", "api_secret_file", "token", "ca_file", "enabled"]
+    public static let keys = ["url", "api_secret", "api_secret_file", "token", "ca_file", "enabled", "api"]
     /// Nightscout refuses API secrets shorter than this.
     public static let minimumSecretLength = 12
     /// Site root, e.g. `https://example.org` (a path prefix is kept).
@@ -80,6 +80,8 @@ public struct NightscoutSettings: Sendable, Equatable {
     public var token: Secret?
     /// PEM bundle of a private CA, trusted instead of the system store (verification itself is always on).
     public var caFile: String?
+    /// `api`: v1 (the default) or v3, which needs an access token (`token`).
+    public var api: NightscoutAPI = .v1
 
     public init(url: String, apiSecret: Secret? = nil, token: Secret? = nil, caFile: String? = nil) {
         self.url = url
@@ -92,6 +94,7 @@ public struct NightscoutSettings: Sendable, Equatable {
         var problems: [String] = []
         if !HTTPURL.isValid(url) { problems.append("url must be an http:// or https:// URL") }
         if apiSecret == nil && token == nil { problems.append("api_secret, api_secret_file or token is required") }
+        if api == .v3 && token == nil { problems.append("api = \"v3\" needs an access token (token or token_file)") }
         if let s = apiSecret, s.value.count < Self.minimumSecretLength {
             problems.append("api_secret must be at least \(Self.minimumSecretLength) characters")
         }

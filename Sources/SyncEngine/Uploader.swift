@@ -46,7 +46,7 @@ public final class Uploader: DaemonUploads, Sendable {
     public convenience init(settings: UploadSettings, store: any OutboxStore, http: any HTTPClient = CurlHTTPClient(),
                             connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard,
                             loopbackIgnoresConnectivity: Bool = true, clock: any SessionClock = ContinuousClock()) {
-        self.init(settings: settings, destinations: Self.destinations(settings, http: http), store: store, http: http,
+        self.init(settings: settings, destinations: Self.destinations(settings, http: http, clock: clock), store: store, http: http,
                   connectivity: connectivity, logger: logger, timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity,
                   clock: clock)
     }
@@ -71,9 +71,12 @@ public final class Uploader: DaemonUploads, Sendable {
     }
 
     /// The destinations the settings enable.
-    static func destinations(_ settings: UploadSettings, http: any HTTPClient) -> [any UploadDestination] {
+    static func destinations(_ settings: UploadSettings, http: any HTTPClient, clock: any SessionClock) -> [any UploadDestination] {
         var list: [any UploadDestination] = []
-        if let ns = settings.nightscout { list.append(NightscoutDestination(settings: ns, http: http)) }
+        if let ns = settings.nightscout {
+            if ns.api == .v3, let v3 = NightscoutV3Destination(settings: ns, http: http, clock: clock) { list.append(v3) }
+            else { list.append(NightscoutDestination(settings: ns, http: http)) }
+        }
         if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
         return list
     }
@@ -125,7 +128,7 @@ public final class Uploader: DaemonUploads, Sendable {
     /// `upload --check` without an upload queue: the verdicts of the destinations the settings enable.
     public static func checkCredentials(settings: UploadSettings, http: any HTTPClient = CurlHTTPClient(),
                                         timing: UploadTiming = .standard) async -> [(DestinationName, CredentialCheck)] {
-        await checkCredentials(destinations(settings, http: http), timing: timing, recovery: settings.recovery)
+        await checkCredentials(destinations(settings, http: http, clock: ContinuousClock()), timing: timing, recovery: settings.recovery)
     }
 
     private static func checkCredentials(_ destinations: [any UploadDestination], timing: UploadTiming,
