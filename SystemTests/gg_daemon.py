@@ -41,10 +41,11 @@ def control(bus, method, *args):
 class NightscoutDouble:
     """SystemTests/fake_nightscout.py as a child process, with its control channel."""
 
-    def __init__(self, secret="demo-secret-123456", log_path=None):
+    def __init__(self, secret="demo-secret-123456", log_path=None, delay_401=None):
         self.secret = secret
         stderr = open(log_path, "w") if log_path else subprocess.DEVNULL
-        self.process = subprocess.Popen([sys.executable, str(HERE / "fake_nightscout.py"), "--secret", secret],
+        extra = ["--delay-401", str(delay_401)] if delay_401 is not None else []
+        self.process = subprocess.Popen([sys.executable, str(HERE / "fake_nightscout.py"), "--secret", secret] + extra,
                                         stdout=subprocess.PIPE, stderr=stderr, text=True)
         line = self.process.stdout.readline()
         ports = json.loads(line)

@@ -88,12 +88,15 @@ enum RunCommand: GatewayCommand {
         let metricsPath = Mutex(config.gateway.metricsFile)
         let pendingNow = Mutex(0)
         let alertCommand = upload.recovery.onNetworkError
+        let heartbeat = RunHeartbeat(config: config, logger: logger)
+        defer { heartbeat.stop() }
         let hooks = DaemonHooks(
             ready: { notifier.ready(status: $0) },
             status: { notifier.status($0) },
             stopping: { notifier.stopping() },
             snapshot: { snapshot in
                 pendingNow.withLock { $0 = snapshot.pending }
+                heartbeat.observe(snapshot)
                 do {
                     try AtomicFile.write(DaemonStateFile.json(snapshot).compactText + "\n", to: statePath)
                 } catch {
@@ -187,6 +190,7 @@ enum RunCommand: GatewayCommand {
                             logger.warning("readings stored from now on are queued for the destinations enabled at start; restart to change which are enabled")
                         }
                         metricsPath.withLock { $0 = fresh.gateway.metricsFile }
+                        heartbeat.configure(fresh)
                         await daemon.reload(settings: daemonSettings(fresh, freshUpload), uploads: uploads(freshUpload))
                     } catch let failure as GatewayFailure {
                         await daemon.reloadFailed(failure.message)

@@ -19,6 +19,8 @@ enum StatusCommand: GatewayCommand {
                     discovering
       meters        last seen, last sync, highest sequence, clock skew, and a warning for meters that keep
                     one bond only (pairing a phone with such a meter unpairs the gateway)
+      heartbeat     the last ping to heartbeat_url's monitor (shown as scheme://host): when, ok or fail
+                    with the reason, and whether the monitor answered
       destinations  state, last error code (1001 NETWORK_NOT_CONNECTED, 1002 NETWORK_TIMEOUT, or HTTP) and
                     message, pending, quarantined, age of the oldest unsent reading, last success
 
@@ -41,7 +43,8 @@ enum StatusCommand: GatewayCommand {
             generatedAt: now,
             daemon: DaemonStateFile.read(database: config.gateway.database),
             bluetooth: await BluetoothStatus.read(adapter: config.gateway.adapter),
-            store: try await StoreStatusReader.read(config: config, now: now)
+            store: try await StoreStatusReader.read(config: config, now: now),
+            heartbeat: config.gateway.heartbeatURL == nil ? nil : HeartbeatStateFile.read(database: config.gateway.database)
         )
         StandardStream.writeOutput(json ? report.json.prettyText + "\n" : report.text)
         return report.store.error == nil ? .ok : .failure
@@ -56,6 +59,8 @@ struct StatusReport {
     var daemon: DaemonStatus
     var bluetooth: BluetoothStatus
     var store: StoreStatus
+    /// The heartbeat's last attempt, when `heartbeat_url` is set and the daemon has made one.
+    var heartbeat: HeartbeatStateFile.Contents? = nil
 }
 
 // MARK: - Database

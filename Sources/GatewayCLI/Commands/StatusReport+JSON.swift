@@ -42,6 +42,16 @@ extension StatusReport {
             d.add("alert", JSONValue.null)
         }
         root.add("daemon", d.value)
+        root.add("heartbeat", heartbeat.map { h -> JSONValue in
+            var o = JSONObjectBuilder()
+            o.add("monitor", h.monitor)
+            o.add("at", Self.time(h.report.at))
+            o.add("signal", h.report.signal)
+            o.add("reason", Self.string(h.report.reason))
+            o.add("delivered", h.report.delivered)
+            o.add("error", Self.string(h.report.error))
+            return o.value
+        } ?? .null)
 
         var b = JSONObjectBuilder()
         b.add("bus_reachable", bluetooth.busReachable)

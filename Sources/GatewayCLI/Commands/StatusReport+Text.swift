@@ -38,6 +38,17 @@ extension StatusReport {
         } else {
             out += "daemon: not running\n"
         }
+        if let h = heartbeat {
+            let r = h.report
+            var line = "heartbeat: \(e(r.signal)) at \(Self.iso(r.at))"
+            if let reason = r.reason { line += " (\(e(reason)))" }
+            if r.signal == "silent" {
+                line += ", not pinging \(e(h.monitor))"
+            } else {
+                line += r.delivered ? ", \(e(h.monitor)) answered" : ", \(e(h.monitor)) not reached: \(e(r.error ?? "?"))"
+            }
+            out += line + "\n"
+        }
         if !bluetooth.busReachable {
             out += "bluetooth: \(e(bluetooth.error ?? "system bus not reachable"))\n"
         } else if !bluetooth.bluetoothdRunning {

@@ -1,0 +1,39 @@
+import GatewayCore
+import Testing
+
+@testable import Gateway
+
+/// What the heartbeat reads from a daemon snapshot.
+@Suite struct DaemonSnapshotHeartbeatTests {
+    static func running() -> DaemonSnapshot {
+        var s = DaemonSnapshot()
+        s.phase = .running
+        s.radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true)
+        return s
+    }
+
+    @Test func onlyARunningDaemonHasAHealth() {
+        var s = Self.running()
+        #expect(s.heartbeatHealth(now: 0) == HeartbeatHealth(bluetoothdReachable: true, adapterPowered: true))
+        for phase in [DaemonPhase.starting, .stopping, .stopped, .alert] {
+            s.phase = phase
+            #expect(s.heartbeatHealth(now: 0) == nil)
+        }
+    }
+
+    @Test func bluetoothAdapterDestinationsAndTheOldestUnsentReading() throws {
+        var s = Self.running()
+        s.bluetoothdAnswering = false
+        s.radio.adapterPowered = false
+        s.destinations = [
+            DestinationSnapshot(name: .nightscout, counts: OutboxCounts(pending: 1, oldestUnsent: 5_000), state: DestinationState(destination: .nightscout, state: .paused)),
+            DestinationSnapshot(name: .fhir, counts: OutboxCounts(pending: 1, oldestUnsent: 2_000), state: DestinationState(destination: .fhir, state: .retrying)),
+        ]
+        let health = try #require(s.heartbeatHealth(now: 62_000))
+        #expect(!health.bluetoothdReachable)
+        #expect(!health.adapterPowered)
+        #expect(health.blockedDestinations.map(\.name) == ["nightscout"])
+        #expect(health.blockedDestinations.map(\.state) == ["paused"])
+        #expect(health.oldestUnsentAge == .seconds(60))
+    }
+}
