@@ -17,10 +17,9 @@ public final class MeterSessionLock: Sendable {
         try LockFile.acquire(path: path(database: database, address: address)).map(MeterSessionLock.init)
     }
 
-    /// Runs `body` while this process holds the meter's lock (see `LockFile.withLock`): nil when another
-    /// process holds it, `MeterSessionLockError` when the lock file cannot be opened.
-    public static func withLock<R>(database: String, address: String, isolation: isolated (any Actor)? = #isolation,
-                                   _ body: () async throws -> R) async throws -> R? {
+    /// Runs `body` while this process holds the meter's lock (see `LockFile.withLock`).
+    public static func withLock<R, E: Error>(database: String, address: String, isolation: isolated (any Actor)? = #isolation,
+                                             _ body: () async throws(E) -> R) async throws(E) -> LockAttempt<R> {
         try await LockFile.withLock(path: path(database: database, address: address), body)
     }
 

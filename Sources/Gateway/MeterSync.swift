@@ -9,6 +9,10 @@ public struct MeterSyncResult: Sendable, Equatable {
         case unreachable(String)
         /// The download failed (meter refused the procedure, store failed).
         case failed(DownloadError)
+        /// Another process (the daemon) is downloading from this meter.
+        case busy
+        /// The meter's lock file cannot be opened: not downloaded.
+        case lockFailed(LockFileError)
     }
     public var address: String
     public var status: Status
@@ -31,6 +35,10 @@ public struct MeterSyncResult: Sendable, Equatable {
             return "\(address): not reachable (\(why))"
         case .failed(let e):
             return "\(address): download failed: \(e.message)"
+        case .busy:
+            return "\(address): skipped, another glucose-gateway process is downloading it"
+        case .lockFailed(let e):
+            return "\(address): not downloaded: \(e.description)"
         }
     }
 
@@ -40,41 +48,29 @@ public struct MeterSyncResult: Sendable, Equatable {
     }
 }
 
-/// `sync`: one download session per paired meter that is reachable.
+/// `sync`: one download session (`MeterSession`) per paired meter that is reachable.
 public struct MeterSync: Sendable {
-    public var radio: any MeterRadio
-    public var download: MeterDownload
-    public var connectTimeout: Duration
+    public var session: MeterSession
 
-    public init(radio: any MeterRadio, download: MeterDownload, connectTimeout: Duration = .seconds(20)) {
-        self.radio = radio
-        self.download = download
-        self.connectTimeout = connectTimeout
+    /// `lockDatabase`: the database whose per-meter lock files each session holds; nil: no lock.
+    public init(radio: any MeterRadio, download: MeterDownload, connectTimeout: Duration = .seconds(20), lockDatabase: String? = nil) {
+        session = MeterSession(radio: radio, download: download, connectTimeout: connectTimeout, lockDatabase: lockDatabase)
     }
 
-    /// Waits up to `wait` for the meter to be seen (zero: try to connect right away), connects and
-    /// downloads.
+    /// Takes the meter's session lock, waits up to `wait` for the meter to be seen (zero: try to connect
+    /// right away), connects and downloads.
     public func sync(_ meter: MeterInfo, wait: Duration,
                      progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }) async -> MeterSyncResult {
-        let address = meter.address
-        if wait > .zero {
-            do {
-                _ = try await radio.waitForMeter(address: address, timeout: wait)
-            } catch {
-                return MeterSyncResult(address: address, status: .unreachable(error.message))
-            }
+        let status: MeterSyncResult.Status
+        switch await session.run(meter, wait: wait, ifLockFails: .skip, progress: progress) {
+        case .busy: status = .busy
+        case .lockFailed(let error): status = .lockFailed(error)
+        case .notSeen(let error): status = .unreachable(error.message)
+        case .unreachable(let error): status = .unreachable(error.message)
+        case .declined: status = .unreachable("the connection was declined")
+        case .downloaded(let report): status = .downloaded(report)
+        case .failed(let error): status = .failed(error)
         }
-        let link: any MeterLink
-        do {
-            link = try await radio.connect(address: address, timeout: max(connectTimeout, wait))
-        } catch {
-            return MeterSyncResult(address: address, status: .unreachable(error.message))
-        }
-        do {
-            let report = try await download.run(link: link, meter: meter, progress: progress)
-            return MeterSyncResult(address: address, status: .downloaded(report))
-        } catch {
-            return MeterSyncResult(address: address, status: .failed(error))
-        }
+        return MeterSyncResult(address: meter.address, status: status)
     }
 }

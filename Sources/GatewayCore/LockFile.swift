@@ -25,14 +25,20 @@ public final class LockFile: Sendable {
         return LockFile(fd: fd, path: path)
     }
 
-    /// Runs `body` while holding the lock on `path`, released when `body` returns or throws. Nil, without
-    /// running `body`, when another process holds the lock; throws `LockFileError` (without running `body`)
-    /// when the file cannot be opened or locked, and whatever `body` throws.
-    public static func withLock<R>(path: String, isolation: isolated (any Actor)? = #isolation,
-                                   _ body: () async throws -> R) async throws -> R? {
-        guard let lock = try acquire(path: path) else { return nil }
+    /// Runs `body` while holding the lock on `path`, released when `body` returns or throws; `body` does not
+    /// run when another process holds the lock or the file cannot be opened or locked. Rethrows what `body`
+    /// throws.
+    public static func withLock<R, E: Error>(path: String, isolation: isolated (any Actor)? = #isolation,
+                                             _ body: () async throws(E) -> R) async throws(E) -> LockAttempt<R> {
+        let lock: LockFile?
+        do {
+            lock = try acquire(path: path)
+        } catch {
+            return .unavailable(error)
+        }
+        guard let lock else { return .held }
         defer { withExtendedLifetime(lock) {} }
-        return try await body()
+        return .ran(try await body())
     }
 
     private init(fd: Int32, path: String) {
@@ -43,7 +49,20 @@ public final class LockFile: Sendable {
     deinit { close(fd) }
 }
 
-public struct LockFileError: Error, CustomStringConvertible, Sendable {
+/// What `LockFile.withLock` did.
+public enum LockAttempt<R> {
+    /// The body ran, holding the lock, and returned this.
+    case ran(R)
+    /// Another process holds the lock: the body did not run.
+    case held
+    /// The lock file cannot be opened or locked: the body did not run.
+    case unavailable(LockFileError)
+}
+
+extension LockAttempt: Sendable where R: Sendable {}
+extension LockAttempt: Equatable where R: Equatable {}
+
+public struct LockFileError: Error, CustomStringConvertible, Sendable, Equatable {
     public var path: String
     public var errno: Int32
     public var description: String { "cannot lock \(path): \(String(cString: strerror(errno)))" }

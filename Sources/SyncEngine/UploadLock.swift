@@ -13,10 +13,9 @@ public final class UploadLock: Sendable {
         try LockFile.acquire(path: database + ".upload.lock").map(UploadLock.init)
     }
 
-    /// Runs `body` while this process holds the upload lock (see `LockFile.withLock`): nil when another
-    /// process holds it, `UploadLockError` when the lock file cannot be opened.
-    public static func withLock<R>(database: String, isolation: isolated (any Actor)? = #isolation,
-                                   _ body: () async throws -> R) async throws -> R? {
+    /// Runs `body` while this process holds the upload lock (see `LockFile.withLock`).
+    public static func withLock<R, E: Error>(database: String, isolation: isolated (any Actor)? = #isolation,
+                                             _ body: () async throws(E) -> R) async throws(E) -> LockAttempt<R> {
         try await LockFile.withLock(path: database + ".upload.lock", body)
     }
 

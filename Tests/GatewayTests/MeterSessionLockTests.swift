@@ -34,26 +34,29 @@ struct MeterSessionLockTests {
         #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01") != nil)
     }
 
-    @Test("withLock holds the lock for its body only; nil without running the body while another holder has it")
+    @Test("withLock holds the lock for its body only; the body does not run while another holder has it")
     func scopedLock() async throws {
         let db = Self.temporaryDatabase()
-        let inside = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") {
-            let second = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { "ran" }
-            #expect(second == nil)
-            return "held"
+        let inside = await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") {
+            let second = await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { "ran" }
+            #expect(second == .held)
+            return "inside"
         }
-        #expect(inside == "held")
+        #expect(inside == .ran("inside"))
         // Released when the body returned.
-        #expect(try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { 1 } == 1)
+        #expect(await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { 1 } == .ran(1))
         // And when it threw.
         struct Failure: Error {}
         await #expect(throws: Failure.self) {
-            _ = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { throw Failure() }
+            _ = try await MeterSessionLock.withLock(database: db, address: "AA:BB:CC:DD:EE:01") { () throws(Failure) -> Int in throw Failure() }
         }
         #expect(try MeterSessionLock.acquire(database: db, address: "AA:BB:CC:DD:EE:01") != nil)
-        await #expect(throws: MeterSessionLockError.self) {
-            _ = try await MeterSessionLock.withLock(database: "/nonexistent-dir/x/gateway.sqlite3", address: "AA:BB:CC:DD:EE:01") { 1 }
+        let unopenable = await MeterSessionLock.withLock(database: "/nonexistent-dir/x/gateway.sqlite3", address: "AA:BB:CC:DD:EE:01") { 1 }
+        guard case .unavailable(let error) = unopenable else {
+            Issue.record("expected the lock file to be unavailable, got \(unopenable)")
+            return
         }
+        #expect(error.errno == ENOENT)
     }
 
     @Test func unopenableLockFileIsAnError() {

@@ -77,38 +77,30 @@ enum SyncCommand: GatewayCommand {
                                        clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
                                        futureToleranceSeconds: config.gateway.futureToleranceSeconds)
         )
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: options, logger: logger))
+        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: options, logger: logger),
+                             lockDatabase: config.gateway.database)
         var reachable = 0
         var incomplete = false
         for meter in meters {
-            let lock: MeterSessionLock?
-            do {
-                lock = try MeterSessionLock.acquire(database: config.gateway.database, address: meter.address)
-            } catch {
-                StandardStream.writeError("glucose-gateway sync: \(meter.address): not downloaded: \(TerminalText.escaped(error.description))\n")
-                incomplete = true
-                continue
-            }
-            guard let lock else {
-                StandardStream.writeOutput("\(meter.address): skipped, another glucose-gateway process is downloading it\n")
-                reachable += 1
-                continue
-            }
             let bar = ProgressBar(label: meter.address, enabled: MeterCommandSupport.stdoutIsTerminal)
             let result = await sync.sync(meter, wait: .milliseconds(Int(wait * 1000))) { bar.update($0) }
-            withExtendedLifetime(lock) {}
             bar.clear()
             // A failed download's reason is an error: stderr, as every error (the summaries go to stdout).
-            if case .failed = result.status {
+            switch result.status {
+            case .failed, .lockFailed:
                 StandardStream.writeError("glucose-gateway sync: " + TerminalText.escaped(result.summary) + "\n")
-            } else {
+            case .downloaded, .unreachable, .busy:
                 StandardStream.writeOutput(TerminalText.escaped(result.summary) + "\n")
             }
             switch result.status {
             case .unreachable: break
-            case .downloaded, .failed: reachable += 1
+            case .downloaded, .failed, .busy: reachable += 1
+            case .lockFailed: incomplete = true
             }
-            if case .unreachable = result.status {} else if !result.isComplete { incomplete = true }
+            switch result.status {
+            case .downloaded, .failed: if !result.isComplete { incomplete = true }
+            case .unreachable, .busy, .lockFailed: break
+            }
         }
         await radio.close()
         if incomplete { return .failure }

@@ -1,0 +1,103 @@
+import GatewayCore
+
+/// One session with one meter, the same in `run` and `sync`: the meter's session lock (two processes never
+/// run procedures on one meter at once), waiting for it to advertise when asked, the connection, an event
+/// log entry for it, and the download. What to say about the outcome is the caller's.
+public struct MeterSession: Sendable {
+    public var radio: any MeterRadio
+    public var download: MeterDownload
+    public var connectTimeout: Duration
+    /// The database whose per-meter lock files the session holds (`MeterSessionLock`); nil: no lock (tests
+    /// with a fake store).
+    public var lockDatabase: String?
+
+    /// What to do when the lock file cannot be opened (not: when another process holds it).
+    public enum LockFailure: Sendable {
+        /// Leave the meter alone (`sync`: the user sees why and can run it again).
+        case skip
+        /// Download without the lock, after a warning (`run`: a meter seen now may advertise no more).
+        case proceed(warn: @Sendable (LockFileError) -> Void)
+    }
+
+    public enum Outcome: Sendable {
+        /// Another process holds the meter's session lock.
+        case busy
+        /// The lock file cannot be opened (`LockFailure.skip`).
+        case lockFailed(LockFileError)
+        /// The meter did not advertise within the wait.
+        case notSeen(MeterAccessError)
+        /// The connection failed.
+        case unreachable(MeterLinkError)
+        /// `connected` declined the link (the daemon is stopping); it was disconnected.
+        case declined
+        case downloaded(DownloadReport)
+        /// The download failed (the meter refused the procedure, the store failed).
+        case failed(DownloadError)
+    }
+
+    public init(radio: any MeterRadio, download: MeterDownload, connectTimeout: Duration = .seconds(20), lockDatabase: String? = nil) {
+        self.radio = radio
+        self.download = download
+        self.connectTimeout = connectTimeout
+        self.lockDatabase = lockDatabase
+    }
+
+    /// Runs the session. `wait`: how long to wait for the meter to advertise first (zero: connect at once).
+    /// `connected` sees the link before the download and may wrap it (the daemon's stoppable link) or
+    /// decline it with nil.
+    public func run(
+        _ meter: MeterInfo, wait: Duration = .zero, ifLockFails lockFailure: LockFailure,
+        connected: @Sendable (any MeterLink) async -> (any MeterLink)? = { $0 },
+        progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }
+    ) async -> Outcome {
+        guard let lockDatabase else { return await unlocked(meter, wait: wait, connected: connected, progress: progress) }
+        let attempt = await MeterSessionLock.withLock(database: lockDatabase, address: meter.address) {
+            await unlocked(meter, wait: wait, connected: connected, progress: progress)
+        }
+        switch attempt {
+        case .ran(let outcome):
+            return outcome
+        case .held:
+            return .busy
+        case .unavailable(let error):
+            switch lockFailure {
+            case .skip:
+                return .lockFailed(error)
+            case .proceed(let warn):
+                warn(error)
+                return await unlocked(meter, wait: wait, connected: connected, progress: progress)
+            }
+        }
+    }
+
+    private func unlocked(
+        _ meter: MeterInfo, wait: Duration, connected: @Sendable (any MeterLink) async -> (any MeterLink)?,
+        progress: @escaping @Sendable (DownloadProgress) -> Void
+    ) async -> Outcome {
+        // BlueZ spells addresses in capitals (the object path); the meter's row keeps its own spelling.
+        let address = meter.address.uppercased()
+        if wait > .zero {
+            do {
+                _ = try await radio.waitForMeter(address: address, timeout: wait)
+            } catch {
+                return .notSeen(error)
+            }
+        }
+        let plain: any MeterLink
+        do {
+            plain = try await radio.connect(address: address, timeout: max(connectTimeout, wait))
+        } catch {
+            return .unreachable(error)
+        }
+        guard let link = await connected(plain) else {
+            await plain.disconnect()
+            return .declined
+        }
+        try? await download.store.log(GatewayEvent(at: download.now(), kind: .connected, meterAddress: address, message: "connected for download"))
+        do {
+            return .downloaded(try await download.run(link: link, meter: meter, progress: progress))
+        } catch {
+            return .failed(error)
+        }
+    }
+}

@@ -1,0 +1,58 @@
+import GatewayCore
+import GlucoseProfile
+
+/// A meter link the daemon can end on its own: on SIGTERM it sends RACP Abort Operation, then ends the
+/// event stream with `.disconnected`, so the download commits what it has, unsubscribes and disconnects
+/// through its ordinary path (cancelling the task instead would abandon those bus calls).
+final class StoppableLink: MeterLink, Sendable {
+    let base: any MeterLink
+    let events: AsyncStream<MeterLinkEvent>
+    private let continuation: AsyncStream<MeterLinkEvent>.Continuation
+    private let forwarder: Task<Void, Never>
+
+    init(_ base: any MeterLink) {
+        self.base = base
+        let (stream, continuation) = AsyncStream.makeStream(of: MeterLinkEvent.self, bufferingPolicy: .unbounded)
+        self.events = stream
+        self.continuation = continuation
+        let upstream = base.events
+        forwarder = Task {
+            for await event in upstream {
+                continuation.yield(event)
+                if case .disconnected = event { break }
+            }
+            continuation.finish()
+        }
+    }
+
+    deinit { forwarder.cancel() }
+
+    var address: String { base.address }
+    func hasCharacteristic(_ uuid: GATTUUID) async -> Bool { await base.hasCharacteristic(uuid) }
+    func read(_ uuid: GATTUUID) async throws(MeterLinkError) -> [UInt8] { try await base.read(uuid) }
+    func write(_ uuid: GATTUUID, _ value: [UInt8]) async throws(MeterLinkError) { try await base.write(uuid, value) }
+    func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) { try await base.subscribe(uuid) }
+    func unsubscribe(_ uuid: GATTUUID) async { await base.unsubscribe(uuid) }
+    func disconnect() async {
+        forwarder.cancel()
+        await base.disconnect()
+        continuation.finish()
+    }
+
+    /// Sends RACP Abort Operation, waiting at most `timeout` on `clock` for the write to be acknowledged.
+    func abortProcedure(timeout: Duration, clock: any SessionClock) async {
+        let base = self.base
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await base.write(.recordAccessControlPoint, RACPRequest.abort.encoded()) }
+            group.addTask { try? await clock.sleep(for: timeout) }
+            _ = await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Ends the session as if the link had dropped.
+    func end(reason: String) {
+        continuation.yield(.disconnected(reason: reason))
+        continuation.finish()
+    }
+}
