@@ -26,15 +26,6 @@ final class FakeNetworkManager: Sendable {
     }
 }
 
-func waitUntil(_ seconds: Double, _ condition: () async -> Bool) async -> Bool {
-    let end = ContinuousClock.now.advanced(by: .milliseconds(Int(seconds * 1000)))
-    while ContinuousClock.now < end {
-        if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return await condition()
-}
-
 @Suite("Connectivity", .serialized, .timeLimit(.minutes(2)))
 struct ConnectivityTests {
     @Test func networkManagerStateAndSignalsFeedTheHub() async throws {
