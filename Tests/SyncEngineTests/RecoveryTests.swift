@@ -39,9 +39,7 @@ struct RecoveryTests {
             Task {
                 // Up again once the dispatcher reports that it waits for the network, however long a loaded
                 // machine takes to get there.
-                while try await store.destinationState(.nightscout)?.state != .recovering {
-                    try await Task.sleep(for: .milliseconds(10))
-                }
+                _ = await waitUntil(60) { (try? await store.destinationState(.nightscout))?.state == .recovering }
                 try await server.control(["mode": "up", "health": "up"])
             }
         }
