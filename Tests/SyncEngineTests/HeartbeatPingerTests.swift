@@ -54,16 +54,12 @@ final class RecordingHTTPClient: HTTPClient {
 
         /// Waits (without time passing) until `n` reports came in.
         func reported(_ n: Int) async -> [HeartbeatReport] {
-            for _ in 0..<10_000 {
-                let r = reports.withLock { $0 }
-                if r.count >= n { return r }
-                await Task.yield()
-            }
+            _ = await waitUntil(10) { reports.withLock { $0.count } >= n }
             return reports.withLock { $0 }
         }
 
         func timerSet() async {
-            for _ in 0..<10_000 where clock.sleeping == 0 { await Task.yield() }
+            _ = await waitUntil(10) { clock.sleeping > 0 }
         }
     }
 
@@ -130,8 +126,7 @@ final class RecordingHTTPClient: HTTPClient {
         await f.pinger.update(Self.paused, observedAt: 1_000_000)
         let reports = await f.reported(2)
         #expect(reports.last?.signal == "silent")
-        for _ in 0..<100 { await Task.yield() }
-        #expect(f.clock.sleeping == 0)
+        #expect(await waitUntil(10) { f.clock.sleeping == 0 })
         #expect(f.http.sent.count == 1)
         await f.pinger.stop()
     }
@@ -142,10 +137,55 @@ final class RecordingHTTPClient: HTTPClient {
         _ = await f.reported(1)
         await f.timerSet()
         await f.pinger.update(nil, observedAt: 1_000_000)
-        for _ in 0..<1000 where f.clock.sleeping > 0 { await Task.yield() }
+        _ = await waitUntil(10) { f.clock.sleeping == 0 }
         #expect(f.clock.sleeping == 0)
         f.clock.advance(by: .seconds(3000))
         for _ in 0..<100 { await Task.yield() }
         #expect(f.http.sent.count == 1)
+    }
+
+    /// Answers only when released: a monitor that hangs (within the network timeout).
+    final class HangingHTTPClient: HTTPClient {
+        private let state = Mutex<(sent: [String], waiters: [CheckedContinuation<Void, Never>], open: Bool)>(([], [], false))
+        var sent: [String] { state.withLock { $0.sent } }
+        func release() {
+            let waiters = state.withLock { s in
+                s.open = true
+                defer { s.waiters = [] }
+                return s.waiters
+            }
+            for w in waiters { w.resume() }
+        }
+        func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let go = state.withLock { s in
+                    s.sent.append(request.url)
+                    if !s.open { s.waiters.append(c) }
+                    return s.open
+                }
+                if go { c.resume() }
+            }
+            return HTTPResponse(status: 200)
+        }
+    }
+
+    @Test func aHangingMonitorBlocksNothingAndTheLatestSignalGoesOutAfterIt() async {
+        let clock = ManualClock()
+        let http = HangingHTTPClient()
+        let reports = Fixture.Reports()
+        let pinger = HeartbeatPinger(target: HeartbeatTarget(url: Self.url, api: .healthchecks), policy: HeartbeatPolicy(interval: .seconds(300)),
+                                     http: http, networkTimeoutMs: 1500, clock: clock, now: { 1_000_000 }, logger: .silent,
+                                     report: { r in reports.withLock { $0.append(r) } })
+        await pinger.update(Self.healthy, observedAt: 1_000_000)
+        // The ping hangs; further news is taken at once, and the failure waits for the ping to end.
+        await pinger.update(Self.paused, observedAt: 1_000_000)
+        await pinger.update(HeartbeatHealth(bluetoothdReachable: false, adapterPowered: true), observedAt: 1_000_000)
+        _ = await waitUntil(10) { !http.sent.isEmpty }
+        #expect(http.sent == [Self.url])
+        http.release()
+        _ = await waitUntil(10) { reports.withLock { $0.count } >= 2 }
+        #expect(http.sent == [Self.url, Self.url + "/fail"])
+        #expect(reports.withLock { $0.map(\.reason) } == [nil, "bluetoothd is not reachable"])
+        await pinger.stop()
     }
 }
