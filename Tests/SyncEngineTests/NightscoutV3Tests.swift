@@ -145,7 +145,7 @@ struct NightscoutV3Tests {
         #expect(outcome == .perElement(stored: [batch[1].id], duplicates: 0, rejected: [:], retry: [], retryReason: ""))
         #expect(server.issued == 2)
         let posts = http.requests.filter { ScriptedHTTPClient.path($0.url) == "/api/v3/entries" }
-        #expect(posts.count == 3)
+        try #require(posts.count == 3)
         #expect(posts[1].body == posts[2].body)
     }
 
@@ -166,6 +166,26 @@ struct NightscoutV3Tests {
         #expect(!answer.contains(accessToken) && !answer.contains("jwt-x"))
         #expect(http.paths("/api/v2/").count == 2)  // one renewal, not a loop
         #expect(http.paths("/api/v3/").count == 2)
+    }
+
+    @Test func aTimeoutAfterConnectingStartsTheNextAttemptWithANewJWT() async throws {
+        // Nightscout answers an expired JWT only after its failed-authentication delay: to the gateway that is a
+        // timeout, so the next attempt must not reuse the JWT.
+        let server = ScriptedNightscout()
+        let http = server.client()
+        let destination = try #require(NightscoutV3Destination(settings: v3Settings(), http: http, clock: ManualClock()))
+        let batch = try await items(2)
+        http.setAnswer { request in
+            ScriptedHTTPClient.path(request.url) == "/api/v3/entries" ? .failure(.timedOut(connected: true)) : server.answer(request)
+        }
+        guard case .transient(let failure) = await destination.send(batch, networkTimeoutMs: 1000), failure.isTimeout else {
+            Issue.record("expected a timeout")
+            return
+        }
+        http.setAnswer { request in server.answer(request) }
+        let outcome = await destination.send(batch, networkTimeoutMs: 1000)
+        #expect(outcome == .perElement(stored: batch.map(\.id), duplicates: 0, rejected: [:], retry: [], retryReason: ""))
+        #expect(server.issued == 2)
     }
 
     @Test func anUnknownAccessTokenPausesAndTheCheckSaysSo() async throws {
