@@ -11,15 +11,24 @@ What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization)
     answered 401 only after a delay (--delay-401 seconds per recent failure from that address;
     Nightscout uses 5 s).
   * GET /api/v1/verifyauth: always 200, message OK or UNAUTHORIZED (after the same delay).
-  * GET /api/v1/status.json.
+  * GET /api/v1/status.json, with `careportalEnabled` (on unless --no-careportal or the control says so).
+  * POST /api/v1/treatments: a JSON array (or one object), only when careportal is enabled (404 otherwise,
+    as lib/api/treatments/index.js). Each document is prepared as lib/server/treatments.js does:
+    `created_at` is parsed with its offset and rewritten in UTC with milliseconds (the server's "now"
+    when missing), `utcOffset` is kept, and a `glucose` of 0 or NaN drops glucose, glucoseType and units.
+    It is then upserted on {created_at, eventType} (15.0.6). The answer is the array of documents as
+    sent, with `_id` only on newly inserted ones.
+  * GET /api/v1/treatments[.json]: the stored treatments, newest `created_at` first (`count`, default 10).
   * API v3 and the v2 token exchange: see fake_nightscout_v3.py.
 
 Control channel (on the API port while it listens, and always on the control port):
   POST /__control  {"mode": "ok"|"hang"|"slow"|"status"|"commit_drop"|"empty"|"answer"|"huge"|"down"|"up",
                     "status": 500, "retry_after": 1, "delay_ms": 500, "times": N,
                     "poison": ["<identifier>", ...], "health": "up"|"down",
-                    "secret": "...", "token": "..."}
-      `times`: the fault applies to the next N entry uploads, then the mode returns to ok;
+                    "secret": "...", "token": "...", "careportal": true|false,
+                    "collection": "entries"|"treatments"|"all"}
+      `collection`: which uploads the fault applies to (default entries); the others go on normally.
+      `times`: the fault applies to the next N uploads, then the mode returns to ok;
       `after`: that many uploads succeed first (a fault in the middle of a replay).
       `down` closes the API listener (connection refused) and drops open connections; `up` reopens it.
       `health` opens or closes the health-check port (answers 204 to anything).
@@ -31,11 +40,12 @@ Control channel (on the API port while it listens, and always on the control por
       "error_body": the status `status` with the text `body` as the answer (`{secret}` and `{hash}` in it
       become the secret and its SHA-1 hex, as a server that reflects the request's headers).
   GET /__entries   stored documents, in insertion order
+  GET /__treatments stored treatments, in insertion order
   GET /__stats     counters: uploads, inserted, updated, max_in_flight, auth_failures, requests by mode
   POST /__reset    forget entries and counters
 
 Usage: fake_nightscout.py [--port N] [--control-port N] [--health-port N] [--secret S] [--token T]
-                          [--delay-401 SECONDS]
+                          [--delay-401 SECONDS] [--no-careportal]
 Prints one JSON line with the ports once listening, then serves until SIGTERM/SIGINT.
 """
 import argparse
@@ -55,8 +65,11 @@ import fake_nightscout_v3 as v3
 
 
 class State:
-    def __init__(self, secret, token, delay_401):
+    def __init__(self, secret, token, delay_401, careportal=True):
         self.lock = threading.Lock()
+        self.careportal = careportal
+        self.treatments = {}    # (created_at, eventType) -> doc
+        self.treatment_order = []
         self.secret = secret
         self.token = token
         self.delay_401 = delay_401
@@ -76,6 +89,8 @@ class State:
         with self.lock:
             self.docs.clear()
             self.order.clear()
+            self.treatments.clear()
+            self.treatment_order.clear()
             self.fail_times.clear()
             self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
                           "auth_failures": 0, "faults": {}, "elements_received": 0}
@@ -97,9 +112,11 @@ class State:
             self.stats["auth_failures"] += 1
             return self.delay_401 * len(recent)
 
-    def take_fault(self):
-        """The fault for this upload, consuming one of `times`."""
+    def take_fault(self, collection="entries"):
+        """The fault for this upload, consuming one of `times`; none for uploads of another collection."""
         with self.lock:
+            if self.mode.get("collection", "entries") not in (collection, "all"):
+                return {"mode": "ok"}
             if self.mode.get("after", 0) > 0:
                 self.mode["after"] -= 1
                 return {"mode": "ok"}
@@ -112,6 +129,35 @@ class State:
                         self.mode = {"mode": "ok"}
                         self.mode_changed.notify_all()
             return m
+
+
+def prepare_treatment(doc):
+    """lib/server/treatments.js prepareData: created_at in UTC with ms (now when missing or unreadable),
+    utcOffset from its offset, and no glucose fields when glucose is 0 or not a number."""
+    text = doc.get("created_at")
+    t = None
+    if isinstance(text, str):
+        try:
+            t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if t.tzinfo is None:
+                t = t.replace(tzinfo=datetime.timezone.utc)
+        except ValueError:
+            t = None
+    if t is None:
+        t = datetime.datetime.now(datetime.timezone.utc)
+    doc["utcOffset"] = int(t.utcoffset().total_seconds() // 60)
+    utc = t.astimezone(datetime.timezone.utc)
+    doc["created_at"] = utc.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (utc.microsecond // 1000)
+    if "glucose" in doc:
+        g = doc["glucose"]
+        try:
+            number = float(g)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if number != number or number == 0:
+            for k in ("glucose", "glucoseType", "units"):
+                doc.pop(k, None)
+    return doc
 
 
 def parse_sys_time(doc):
@@ -239,8 +285,10 @@ class BaseHandler(BaseHTTPRequestHandler):
                     st.fail_times.clear()
                 if "token" in req:
                     st.token = req["token"]
+                if "careportal" in req:
+                    st.careportal = bool(req["careportal"])
                 if mode is not None:
-                    st.mode = {k: v for k, v in req.items() if k not in ("poison", "health", "secret", "token")}
+                    st.mode = {k: v for k, v in req.items() if k not in ("poison", "health", "secret", "token", "careportal")}
                     if mode in ("down", "up"):
                         st.mode = {"mode": "ok"}
                     st.mode_changed.notify_all()
@@ -255,9 +303,14 @@ class BaseHandler(BaseHTTPRequestHandler):
                 docs = [st.docs[k] for k in st.order]
             self.reply(200, docs)
             return True
+        if self.command == "GET" and path == "/__treatments":
+            with st.lock:
+                docs = [st.treatments[k] for k in st.treatment_order]
+            self.reply(200, docs)
+            return True
         if self.command == "GET" and path == "/__stats":
             with st.lock:
-                self.reply(200, dict(st.stats, count=len(st.order)))
+                self.reply(200, dict(st.stats, count=len(st.order), treatments=len(st.treatment_order)))
             return True
         if self.command == "POST" and path == "/__reset":
             st.reset()
@@ -317,8 +370,19 @@ class ApiHandler(BaseHandler):
                 "rolefound": "FOUND" if ok else "NOTFOUND", "permissions": "ROLE" if ok else "DEFAULT"}})
             return
         if url.path in ("/api/v1/status.json", "/api/v1/status"):
+            enable = ["careportal"] if st.careportal else []
             self.reply(200, {"status": "ok", "name": "nightscout", "version": "15.0.7-fake",
-                             "serverTimeEpoch": int(time.time() * 1000), "apiEnabled": True})
+                             "serverTimeEpoch": int(time.time() * 1000), "apiEnabled": True,
+                             "careportalEnabled": st.careportal, "settings": {"enable": enable}})
+            return
+        if url.path in ("/api/v1/treatments", "/api/v1/treatments.json") and st.careportal:
+            if not st.authorized(self.headers, query):
+                self.unauthorized()
+                return
+            with st.lock:
+                docs = sorted((st.treatments[k] for k in st.treatment_order), key=lambda d: d["created_at"], reverse=True)
+            count = int(query.get("count", ["10"])[0])
+            self.reply(200, docs[:count])
             return
         if v3.handle_get(self):
             return
@@ -331,10 +395,15 @@ class ApiHandler(BaseHandler):
         if url.path.startswith("/api/v3/"):
             v3.handle_post(self, self.body())
             return
-        if url.path not in ("/api/v1/entries", "/api/v1/entries.json"):
+        st = self.app.state
+        treatments = url.path in ("/api/v1/treatments", "/api/v1/treatments.json")
+        if treatments and not st.careportal:
+            # The route is mounted only with ENABLE=careportal.
             self.reply(404, {"status": 404, "message": "Not found"})
             return
-        st = self.app.state
+        if not treatments and url.path not in ("/api/v1/entries", "/api/v1/entries.json"):
+            self.reply(404, {"status": 404, "message": "Not found"})
+            return
         raw = self.body()
         if not st.authorized(self.headers, urllib.parse.parse_qs(url.query)):
             self.unauthorized()
@@ -353,7 +422,7 @@ class ApiHandler(BaseHandler):
             st.active.add(self)
             self.counted = True
         try:
-            self.upload(raw)
+            self.upload(raw, "treatments" if treatments else "entries")
         finally:
             self.leave()
 
@@ -390,9 +459,9 @@ class ApiHandler(BaseHandler):
             pass
         self.close_connection = True
 
-    def upload(self, raw):
+    def upload(self, raw, collection):
         st = self.app.state
-        fault = st.take_fault()
+        fault = st.take_fault(collection)
         mode = fault.get("mode", "ok")
         if mode == "hang":
             self.wait(fault.get("hang_s", 30), until=lambda: st.mode.get("mode") != "hang" and "times" not in fault)
@@ -423,7 +492,7 @@ class ApiHandler(BaseHandler):
             self.reply(400, {"status": 400, "message": "Bad JSON"})
             return
         if isinstance(body, dict):
-            body = [body] if "date" in body else []
+            body = [body] if "date" in body or collection == "treatments" else []
         if not isinstance(body, list) or mode == "empty":
             self.reply(200, [])
             return
@@ -444,6 +513,17 @@ class ApiHandler(BaseHandler):
                 bad = False
         if bad:
             self.reply(400, {"status": 400, "message": "Bad Request", "description": "poison element"})
+            return
+        if collection == "treatments":
+            answer = self.store_treatments(body)
+            if mode == "commit_drop":
+                self.drop()
+                return
+            if kind == "fewer":
+                answer = answer[:-1]
+            elif kind == "no_identifier":
+                answer = [{k: v for k, v in d.items() if k != "identifier"} for d in answer]
+            self.reply(200, answer)
             return
         answer = []
         with st.lock:
@@ -480,6 +560,32 @@ class ApiHandler(BaseHandler):
             answer = [{k: v for k, v in d.items() if k != "identifier"} for d in answer]
         self.reply(200, answer)
 
+    def store_treatments(self, body):
+        """Upserts on {created_at, eventType}, one document after the other (15.0.6)."""
+        st = self.app.state
+        answer = []
+        with st.lock:
+            st.stats["treatments_received"] = st.stats.get("treatments_received", 0) + len(body)
+            for doc in body:
+                if not isinstance(doc, dict):
+                    continue
+                doc = prepare_treatment(dict(doc))
+                key = (doc["created_at"], doc.get("eventType"))
+                out = dict(doc)
+                if key in st.treatments:
+                    doc["_id"] = st.treatments[key]["_id"]
+                    st.treatments[key] = doc
+                    st.stats["treatments_updated"] = st.stats.get("treatments_updated", 0) + 1
+                else:
+                    doc["_id"] = "%024x" % st.next_id
+                    st.next_id += 1
+                    st.treatments[key] = doc
+                    st.treatment_order.append(key)
+                    st.stats["treatments_inserted"] = st.stats.get("treatments_inserted", 0) + 1
+                    out["_id"] = doc["_id"]
+                answer.append(out)
+        return answer
+
     def stream_filler(self, size):
         """A 200 whose body is `size` bytes of one JSON array, written in 64 KiB pieces."""
         self.send_response(200)
@@ -509,8 +615,9 @@ def main():
     parser.add_argument("--token", default=None)
     parser.add_argument("--delay-401", type=float, default=5.0, help="seconds per recent failed authentication")
     v3.add_arguments(parser)
+    parser.add_argument("--no-careportal", action="store_true", help="start with careportal disabled")
     args = parser.parse_args()
-    state = State(args.secret, args.token, args.delay_401)
+    state = State(args.secret, args.token, args.delay_401, careportal=not args.no_careportal)
     state.v3 = v3.V3State(args)
     servers = Servers(state, args.host, args.port, args.control_port, args.health_port)
     print(json.dumps({"port": servers.api_port, "control_port": servers.control.server_address[1],

@@ -133,7 +133,10 @@ struct ConfigBuilder {
             "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s",
             "heartbeat_url", "heartbeat_api", "heartbeat_interval_s", "heartbeat_max_pending_s", "heartbeat_on_fail",
         ]),
-        ("nightscout", ["enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file", "api"]),
+        ("nightscout", [
+            "enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file", "api", "treatments", "units",
+            "out_of_range_notes",
+        ]),
         ("fhir", ["enabled", "base_url", "subject", "bearer_token", "bearer_token_file", "ca_file"]),
         ("network", [
             "retry_count", "network_timeout_ms", "health_check_url", "recovery_mode", "error_bypass",
@@ -267,6 +270,13 @@ struct ConfigBuilder {
         n.url = url?.value
         n.enabled = enabled?.value ?? (url != nil)
         n.caFile = certificateFile(s, "ca_file")
+        if let v = bool(s, "treatments") { n.treatments = v.value }
+        if let v = bool(s, "out_of_range_notes") { n.outOfRangeNotes = v.value }
+        if let v = string(s, "units") {
+            if let units = NightscoutSection.Units(rawValue: v.value) { n.units = units } else {
+                problem(v.line, "\(s).units: expected \"mg/dl\" or \"mmol\", got \(ConfigKeys.shown("units", v.value))")
+            }
+        }
 
         // One credential at most: the first one set wins, others are errors.
         var credential: (key: String, line: Int)?

@@ -89,6 +89,17 @@ public struct NightscoutSection: Sendable, Equatable {
     public var caFile: String?
     /// `api`: "v1" (the default) or "v3" (needs `token` or `token_file`).
     public var api: String = "v1"
+    /// Each uploadable reading also as a `BG Check` treatment (AAPS and xDrip+ read those, not `mbg`).
+    public var treatments: Bool = false
+    /// The unit of those treatments' glucose.
+    public var units: Units = .mgdl
+    /// A HI or LO reading as a `Note` treatment without a number.
+    public var outOfRangeNotes: Bool = false
+
+    public enum Units: String, Sendable, Equatable {
+        case mgdl = "mg/dl"
+        case mmol
+    }
 
     public init() {}
 }
@@ -181,6 +192,9 @@ public struct GatewayConfig: Sendable, Equatable {
         }
         lines.append("ca_file: \(nightscout.caFile ?? "(system)")")
         lines.append("api: \(nightscout.api)")
+        lines.append("treatments: \(nightscout.treatments)")
+        lines.append("units: \(nightscout.units.rawValue)")
+        lines.append("out_of_range_notes: \(nightscout.outOfRangeNotes)")
         lines.append("[fhir]")
         lines.append("enabled: \(fhir.enabled)")
         lines.append("base_url: \(opt(fhir.baseURL))")

@@ -16,7 +16,9 @@ extension GatewayConfig {
         )
         var ns: SyncEngine.NightscoutSettings?
         if nightscout.enabled, let url = nightscout.url {
-            var settings = SyncEngine.NightscoutSettings(url: url, caFile: nightscout.caFile)
+            var settings = SyncEngine.NightscoutSettings(url: url, caFile: nightscout.caFile, treatments: nightscout.treatments,
+                                                         units: nightscout.units == .mmol ? .mmol : .mgdl,
+                                                         outOfRangeNotes: nightscout.outOfRangeNotes)
             settings.api = SyncEngine.NightscoutAPI(rawValue: nightscout.api) ?? .v1
             switch nightscout.credential {
             case .apiSecret(let s): settings.apiSecret = SyncEngine.Secret(s.value)

@@ -6,8 +6,14 @@ enum UploadableReading {
     /// The instant (after clock correction) and the meter's UTC offset in minutes at that time, or nil
     /// when the reading must not be uploaded as a number.
     static func time(of reading: NewReading) -> (instant: Int64, offsetMinutes: Int)? {
-        guard reading.analyte == .glucose, reading.exclusion == nil, reading.special == nil,
-              let instant = reading.instant, reading.meterInstant != nil else { return nil }
+        guard reading.analyte == .glucose, reading.exclusion == nil, reading.special == nil else { return nil }
+        return placed(reading)
+    }
+
+    /// The instant and local offset of a reading whose time was resolved, whatever else excludes it.
+    static func placed(_ reading: NewReading) -> (instant: Int64, offsetMinutes: Int)? {
+        guard let instant = reading.instant, reading.meterInstant != nil, reading.exclusion != .timeUnresolved,
+              reading.exclusion != .timeInFuture else { return nil }
         // The meter's zone offset, as its zone gave it when the time was resolved; an offset beyond any
         // zone's (±18 h) is not shown.
         var offset = 0
@@ -74,6 +80,127 @@ public struct NightscoutBodyBuilder: OutboxBodyBuilder {
         w.string("identifier", key)
         w.endObject()
         return OutboxElement(key: key, body: w.bytes)
+    }
+}
+
+/// Nightscout v1 `treatments` element: a `BG Check` for each uploadable reading (when `bgChecks`), and a
+/// `Note` without a number for a HI or LO reading (when `outOfRangeNotes`).
+///
+/// `created_at` is always sent, with the meter's local offset and milliseconds: a treatment without one
+/// is stamped with the server's "now", and Nightscout 15.0.6 deduplicates on `created_at` + `eventType`,
+/// so these bytes must never change once stored. `identifier` is the reading's key (15.0.7 deduplicates
+/// on it first). Context carbohydrates are never sent: AAPS and Trio dose insulin on carb treatments.
+public struct NightscoutTreatmentBuilder: OutboxBodyBuilder {
+    public let destination = DestinationName.nightscoutTreatments
+    public static let enteredBy = "glucose-gateway"
+    public static let highNote = "Meter reading HI (above its range)"
+    public static let lowNote = "Meter reading LO (below its range)"
+    public var bgChecks: Bool
+    public var units: NightscoutUnits
+    public var outOfRangeNotes: Bool
+
+    public init(bgChecks: Bool = true, units: NightscoutUnits = .mgdl, outOfRangeNotes: Bool = false) {
+        self.bgChecks = bgChecks
+        self.units = units
+        self.outOfRangeNotes = outOfRangeNotes
+    }
+
+    public func element(for reading: NewReading, meter: MeterInfo) -> OutboxElement? {
+        if bgChecks, let (instant, offset) = UploadableReading.time(of: reading) { return bgCheck(reading, instant: instant, offset: offset) }
+        if outOfRangeNotes, let range = Self.outOfRange(reading), let (instant, offset) = UploadableReading.placed(reading) {
+            let key = UploadableReading.key(of: reading)
+            var w = JSONWriter()
+            w.beginObject()
+            w.string("eventType", "Note")
+            w.string("notes", range == .high ? Self.highNote : Self.lowNote)
+            w.string("created_at", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
+            w.string("enteredBy", Self.enteredBy)
+            w.string("identifier", key)
+            w.endObject()
+            return OutboxElement(key: key, body: w.bytes)
+        }
+        return nil
+    }
+
+    private func bgCheck(_ reading: NewReading, instant: Int64, offset: Int) -> OutboxElement? {
+        let mgdl: Double
+        if let value = reading.mgdl { mgdl = value } else if let value = reading.mmoll { mgdl = value * NightscoutBodyBuilder.mmolToMgdl } else { return nil }
+        guard mgdl.isFinite, mgdl >= 1, mgdl < 10_000 else { return nil }
+        let key = UploadableReading.key(of: reading)
+        var w = JSONWriter()
+        w.beginObject()
+        w.string("eventType", "BG Check")
+        switch units {
+        case .mgdl:
+            w.integer("glucose", Int64(mgdl.rounded()))
+        case .mmol:
+            let mmol = reading.mmoll ?? mgdl / NightscoutBodyBuilder.mmolToMgdl
+            // Nightscout drops `glucose` (and its type and unit) when it is 0: never send a value that rounds to 0.
+            guard mmol.isFinite, mmol >= 0.05 else { return nil }
+            w.decimal("glucose", mmol, fractionDigits: 1)
+        }
+        w.string("glucoseType", "Finger")
+        w.string("units", units.rawValue)
+        w.string("created_at", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
+        w.string("enteredBy", Self.enteredBy)
+        w.string("identifier", key)
+        if let notes = Self.notes(reading.context) { w.string("notes", notes) }
+        w.endObject()
+        return OutboxElement(key: key, body: w.bytes)
+    }
+
+    enum Range { case high, low }
+
+    /// HI: +INF or sensor status bit 5 ("result higher than the device can process"); LO: -INF or bit 6.
+    /// Nil when neither, when both, or when another measurement fault makes the reading doubtful.
+    static func outOfRange(_ reading: NewReading) -> Range? {
+        guard reading.analyte == .glucose else { return nil }
+        let status = reading.sensorStatus ?? 0
+        let highBit = 1 << 5, lowBit = 1 << 6
+        // Measurement faults are bits 1-10; battery low (0) and time fault (11) say nothing of the value.
+        let otherFaults = status & 0x07FE & ~(highBit | lowBit)
+        let high = reading.special == .positiveInfinity || status & highBit != 0
+        let low = reading.special == .negativeInfinity || status & lowBit != 0
+        guard otherFaults == 0, high != low else { return nil }
+        switch reading.exclusion {
+        case .high?, .low?, .sensorFault?: break
+        default: return nil
+        }
+        // A reading with a number, or another special value, beside a HI/LO flag is left out: doubt.
+        if let special = reading.special, special != .positiveInfinity, special != .negativeInfinity { return nil }
+        return high ? .high : .low
+    }
+
+    /// Plain words for the 0x2A34 meal, tester and health fields; nil when none is known. Carbohydrates,
+    /// exercise, medication and HbA1c are left out.
+    static func notes(_ context: ReadingContext?) -> String? {
+        guard let context else { return nil }
+        var parts: [String] = []
+        switch context.meal {
+        case 1?: parts.append("Before meal")
+        case 2?: parts.append("After meal")
+        case 3?: parts.append("Fasting")
+        case 4?: parts.append("Casual (snack or drink)")
+        case 5?: parts.append("Bedtime")
+        default: break
+        }
+        switch context.tester {
+        case 1?: parts.append("tested by self")
+        case 2?: parts.append("tested by a health care professional")
+        case 3?: parts.append("lab test")
+        default: break
+        }
+        switch context.health {
+        case 1?: parts.append("minor health issues")
+        case 2?: parts.append("major health issues")
+        case 3?: parts.append("during menses")
+        case 4?: parts.append("under stress")
+        case 5?: parts.append("no health issues")
+        default: break
+        }
+        guard var text = parts.first else { return nil }
+        if parts.count > 1 { text += ", " + parts.dropFirst().joined(separator: ", ") }
+        return text.prefix(1).uppercased() + text.dropFirst()
     }
 }
 

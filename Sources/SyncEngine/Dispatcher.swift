@@ -125,6 +125,15 @@ public actor Dispatcher {
 
     public var state: DestinationState { persisted }
 
+    /// At start-up, for a destination the server may have turned off: ask before sending anything, and
+    /// pause it (one line in the log) when it is off. Other answers are left to the first session.
+    func checkAtStart() async {
+        guard destination.checkedAtStart else { return }
+        if case .disabled(let why) = await destination.checkCredentials(timeoutMs: credentialTimeoutMs) {
+            await report(state: .paused, code: 404, message: why)
+        }
+    }
+
     /// Forgets the long-term backoff: after a success elsewhere, or when connectivity returns.
     public func resetBackoff() {
         longBackoffLevel = 0
@@ -179,6 +188,9 @@ public actor Dispatcher {
                 let code = persisted.lastErrorCode ?? 401
                 await report(state: .paused, code: code, message: why)
                 return .paused(code: code, message: why)
+            case .disabled(let why):
+                await report(state: .paused, code: 404, message: why)
+                return .paused(code: 404, message: why)
             case .unreachable(let why):
                 return .deferred(code: persisted.lastErrorCode ?? NetworkErrorCode.timeout, message: why)
             }

@@ -67,9 +67,16 @@ public struct RecoverySettings: Sendable, Equatable {
     }
 }
 
+/// `[nightscout] units`: the unit of `glucose` in BG Check treatments (entries are always mg/dL).
+public enum NightscoutUnits: String, Sendable, Equatable, CaseIterable {
+    case mgdl = "mg/dl"
+    case mmol = "mmol"
+}
+
 /// The `[nightscout]` section.
 public struct NightscoutSettings: Sendable, Equatable {
-    public static let keys = ["url", "api_secret", "api_secret_file", "token", "ca_file", "enabled", "api"]
+    public static let keys = ["url", "api_secret", "api_secret_file", "token", "ca_file", "enabled", "api", "treatments", "units",
+                              "out_of_range_notes"]
     /// Nightscout refuses API secrets shorter than this.
     public static let minimumSecretLength = 12
     /// Site root, e.g. `https://example.org` (a path prefix is kept).
@@ -82,13 +89,26 @@ public struct NightscoutSettings: Sendable, Equatable {
     public var caFile: String?
     /// `api`: v1 (the default) or v3, which needs an access token (`token`).
     public var api: NightscoutAPI = .v1
+    /// `treatments`: each uploadable reading is also a `BG Check` treatment (default off).
+    public var treatments: Bool
+    /// `units`: the unit of those treatments' `glucose`.
+    public var units: NightscoutUnits
+    /// `out_of_range_notes`: a HI or LO reading becomes a `Note` treatment without a number (default off).
+    public var outOfRangeNotes: Bool
 
-    public init(url: String, apiSecret: Secret? = nil, token: Secret? = nil, caFile: String? = nil) {
+    public init(url: String, apiSecret: Secret? = nil, token: Secret? = nil, caFile: String? = nil, treatments: Bool = false,
+                units: NightscoutUnits = .mgdl, outOfRangeNotes: Bool = false) {
         self.url = url
         self.apiSecret = apiSecret
         self.token = token
         self.caFile = caFile
+        self.treatments = treatments
+        self.units = units
+        self.outOfRangeNotes = outOfRangeNotes
     }
+
+    /// Something goes to `/api/v1/treatments`: its own destination, with its own outbox rows.
+    public var sendsTreatments: Bool { treatments || outOfRangeNotes }
 
     public func validate() -> [String] {
         var problems: [String] = []
@@ -152,13 +172,20 @@ public struct UploadSettings: Sendable, Equatable {
     /// The builders the store calls when it inserts a reading: one per enabled destination.
     public var bodyBuilders: [any OutboxBodyBuilder] {
         var builders: [any OutboxBodyBuilder] = []
-        if nightscout != nil { builders.append(NightscoutBodyBuilder()) }
+        if let nightscout {
+            builders.append(NightscoutBodyBuilder())
+            if nightscout.sendsTreatments {
+                builders.append(NightscoutTreatmentBuilder(bgChecks: nightscout.treatments, units: nightscout.units,
+                                                           outOfRangeNotes: nightscout.outOfRangeNotes))
+            }
+        }
         if let fhir { builders.append(FHIRBodyBuilder(subject: fhir.subject)) }
         return builders
     }
 
     public var destinations: [DestinationName] {
-        (nightscout != nil ? [.nightscout] : []) + (fhir != nil ? [.fhir] : [])
+        (nightscout != nil ? [.nightscout] : []) + (nightscout?.sendsTreatments == true ? [.nightscoutTreatments] : [])
+            + (fhir != nil ? [.fhir] : [])
     }
 
     public func validate() -> [String] {

@@ -76,6 +76,7 @@ public final class Uploader: DaemonUploads, Sendable {
         if let ns = settings.nightscout {
             if ns.api == .v3, let v3 = NightscoutV3Destination(settings: ns, http: http, clock: clock) { list.append(v3) }
             else { list.append(NightscoutDestination(settings: ns, http: http)) }
+            if ns.sendsTreatments { list.append(NightscoutTreatmentsDestination(settings: ns, http: http)) }
         }
         if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
         return list
@@ -92,6 +93,7 @@ public final class Uploader: DaemonUploads, Sendable {
         let requeued = try await store.requeueInFlight()
         if requeued > 0 { logger.notice("\(requeued) upload(s) interrupted earlier are pending again") }
         for d in dispatchers { await d.load() }
+        for d in dispatchers { await d.checkAtStart() }
     }
 
     /// Uploads everything pending to every destination, in parallel across destinations and one request

@@ -13,6 +13,7 @@ enum UploadCommand: GatewayCommand {
     Uploads every pending reading now, ignoring any long-term backoff, and reports per destination.
       --check         only check the credentials of each destination (Nightscout /api/v1/verifyauth,
                       or with api = "v3" the token exchange and the permissions in /api/v3/status;
+                      and careportalEnabled in /api/v1/status.json when treatments are on;
                       FHIR /metadata), with a long timeout: Nightscout delays every failed attempt
       --redrive       first put quarantined readings back in the queue (after a fix on the server)
       --wait SECONDS  how long a session may wait for the network in recovery mode (default 30)
@@ -43,6 +44,9 @@ enum UploadCommand: GatewayCommand {
                     StandardStream.writeOutput("\(name): credentials accepted\n")
                 case .refused(let why):
                     StandardStream.writeOutput("\(name): credentials refused: \(TerminalText.escaped(why))\n")
+                    status = .config
+                case .disabled(let why):
+                    StandardStream.writeOutput("\(name): paused: \(TerminalText.escaped(why))\n")
                     status = .config
                 case .unreachable(let why):
                     StandardStream.writeOutput("\(name): not checked: \(TerminalText.escaped(why))\n")
