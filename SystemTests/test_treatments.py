@@ -172,3 +172,32 @@ def test_careportal_off_pauses_treatments_in_one_line_and_entries_go_on(private_
         assert len(ns.entries()) == 1
     finally:
         ns.stop()
+
+
+def test_daemon_sends_treatments_and_shows_them_in_status_and_metrics(private_bus, standin, meter_file, tmp_path):
+    from gg_daemon import Gateway as Daemon, control, wait_until
+    from test_daemon_run import A, PIN, meter as daemon_meter
+
+    m = daemon_meter(A, count=3)
+    m["records"].append({"sequence": 4, "time": "2024-03-05T07:00:00", "timeOffset": 0, "result": "low"})
+    standin("--meter", meter_file(m))
+    ns = NightscoutDouble(log_path=str(tmp_path / "ns.log"))
+    gw = Daemon(tmp_path, private_bus, extra_config=config(ns), args=("--quiet-after", "0.3"))
+    try:
+        control(private_bus, "Advertise", A, 60.0)
+        gw.pair(A, PIN)
+        gw.start()
+        wait_until("the treatments", lambda: len(treatments(ns)) == 4, timeout=30)
+        assert len(ns.entries()) == 3
+        wait_until("the metrics", lambda: 'glucose_gateway_uploaded_total{destination="nightscout-treatments"} 4'
+                   in open(gw.metrics).read(), timeout=20)
+        metrics = open(gw.metrics).read()
+        assert 'glucose_gateway_pending{destination="nightscout-treatments"} 0' in metrics
+        assert 'glucose_gateway_uploaded_total{destination="nightscout"} 3' in metrics
+        report = gw.status()
+        text = json.dumps(report)
+        assert "nightscout-treatments" in text
+        assert sorted(d["eventType"] for d in treatments(ns)) == ["BG Check"] * 3 + ["Note"]
+    finally:
+        gw.stop()
+        ns.stop()
