@@ -16,8 +16,9 @@ What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization)
     as lib/api/treatments/index.js). Each document is prepared as lib/server/treatments.js does:
     `created_at` is parsed with its offset and rewritten in UTC with milliseconds (the server's "now"
     when missing), `utcOffset` is kept, and a `glucose` of 0 or NaN drops glucose, glucoseType and units.
-    It is then upserted on {created_at, eventType} (15.0.6). The answer is the array of documents as
-    sent, with `_id` only on newly inserted ones.
+    It is then upserted on {created_at, eventType} (15.0.6), or, with "treatments_dedupe": "15.0.7" on the
+    control channel, on its `identifier` first and {created_at, eventType} only for a document without one.
+    The answer is the array of documents as sent, with `_id` only on newly inserted ones.
   * GET /api/v1/treatments[.json]: the stored treatments, newest `created_at` first (`count`, default 10).
   * API v3 and the v2 token exchange: see fake_nightscout_v3.py.
 
@@ -68,6 +69,7 @@ class State:
     def __init__(self, secret, token, delay_401, careportal=True):
         self.lock = threading.Lock()
         self.careportal = careportal
+        self.treatments_dedupe = "15.0.6"
         self.treatments = {}    # (created_at, eventType) -> doc
         self.treatment_order = []
         self.secret = secret
@@ -287,8 +289,11 @@ class BaseHandler(BaseHTTPRequestHandler):
                     st.token = req["token"]
                 if "careportal" in req:
                     st.careportal = bool(req["careportal"])
+                if "treatments_dedupe" in req:
+                    st.treatments_dedupe = req["treatments_dedupe"]
                 if mode is not None:
-                    st.mode = {k: v for k, v in req.items() if k not in ("poison", "health", "secret", "token", "careportal")}
+                    st.mode = {k: v for k, v in req.items() if k not in ("poison", "health", "secret", "token", "careportal",
+                                                                        "treatments_dedupe")}
                     if mode in ("down", "up"):
                         st.mode = {"mode": "ok"}
                     st.mode_changed.notify_all()
@@ -561,7 +566,8 @@ class ApiHandler(BaseHandler):
         self.reply(200, answer)
 
     def store_treatments(self, body):
-        """Upserts on {created_at, eventType}, one document after the other (15.0.6)."""
+        """Upserts one document after the other: on {created_at, eventType} (15.0.6), or on `identifier`
+        first (15.0.7)."""
         st = self.app.state
         answer = []
         with st.lock:
@@ -571,6 +577,10 @@ class ApiHandler(BaseHandler):
                     continue
                 doc = prepare_treatment(dict(doc))
                 key = (doc["created_at"], doc.get("eventType"))
+                if st.treatments_dedupe == "15.0.7" and doc.get("identifier") is not None:
+                    same = [k for k, d in st.treatments.items() if d.get("identifier") == doc["identifier"]]
+                    if same:
+                        key = same[0]
                 out = dict(doc)
                 if key in st.treatments:
                     doc["_id"] = st.treatments[key]["_id"]

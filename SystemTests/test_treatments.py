@@ -6,6 +6,8 @@ import datetime
 import json
 import urllib.request
 
+import pytest
+
 from gg_daemon import NightscoutDouble
 from gg_download import Gateway, meter
 
@@ -51,11 +53,13 @@ def meter_records():
     ]
 
 
-def test_every_reading_once_as_entry_and_bg_check_through_faults(private_bus, standin, meter_file, tmp_path):
+@pytest.mark.parametrize("dedupe", ["15.0.6", "15.0.7"])
+def test_every_reading_once_as_entry_and_bg_check_through_faults(private_bus, standin, meter_file, tmp_path, dedupe):
     recs = meter_records()
     standin("--meter", meter_file(meter(records_list=recs)))
     ns = NightscoutDouble(log_path=str(tmp_path / "ns.log"))
     try:
+        ns.set_mode(treatments_dedupe=dedupe)
         gw = Gateway(private_bus, tmp_path, time_zone="Europe/Berlin", extra_config=config(ns))
         gw.pair(ADDRESS, time_zone="Europe/Berlin")
 
