@@ -22,13 +22,15 @@ let package = Package(
         // libcurl's headers only: the library is loaded at run time on the first upload (see Sources/CCurl/shim.h),
         // so pkg-config, which would link it into every process, is not used here.
         .systemLibrary(name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libmosquitto's headers only, loaded at run time when [mqtt] is configured (see Sources/CMosquitto/shim.h).
+        .systemLibrary(name: "CMosquitto", providers: [.apt(["libmosquitto-dev"])]),
 
         .target(name: "GlucoseProfile", swiftSettings: strict),
         .target(name: "GatewayCore", dependencies: ["GlucoseProfile"], swiftSettings: strict),
         .target(name: "DBusKit", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore"], swiftSettings: strict),
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
-        .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl"], swiftSettings: strict),
+        .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto"], swiftSettings: strict),
         .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
         .target(

@@ -162,11 +162,14 @@ public struct UploadSettings: Sendable, Equatable {
     public var recovery: RecoverySettings
     public var nightscout: NightscoutSettings?
     public var fhir: FHIRSettings?
+    public var mqtt: MQTTSettings?
 
-    public init(recovery: RecoverySettings = RecoverySettings(), nightscout: NightscoutSettings? = nil, fhir: FHIRSettings? = nil) {
+    public init(recovery: RecoverySettings = RecoverySettings(), nightscout: NightscoutSettings? = nil, fhir: FHIRSettings? = nil,
+                mqtt: MQTTSettings? = nil) {
         self.recovery = recovery
         self.nightscout = nightscout
         self.fhir = fhir
+        self.mqtt = mqtt
     }
 
     /// The builders the store calls when it inserts a reading: one per enabled destination.
@@ -180,12 +183,13 @@ public struct UploadSettings: Sendable, Equatable {
             }
         }
         if let fhir { builders.append(FHIRBodyBuilder(subject: fhir.subject)) }
+        if mqtt != nil { builders.append(MQTTBodyBuilder()) }
         return builders
     }
 
     public var destinations: [DestinationName] {
         (nightscout != nil ? [.nightscout] : []) + (nightscout?.sendsTreatments == true ? [.nightscoutTreatments] : [])
-            + (fhir != nil ? [.fhir] : [])
+            + (fhir != nil ? [.fhir] : []) + (mqtt != nil ? [.mqtt] : [])
     }
 
     public func validate() -> [String] {

@@ -45,10 +45,11 @@ public final class Uploader: DaemonUploads, Sendable {
 
     public convenience init(settings: UploadSettings, store: any OutboxStore, http: any HTTPClient = CurlHTTPClient(),
                             connectivity: (any ConnectivityMonitor)? = nil, logger: Logger, timing: UploadTiming = .standard,
-                            loopbackIgnoresConnectivity: Bool = true, clock: any SessionClock = ContinuousClock()) {
-        self.init(settings: settings, destinations: Self.destinations(settings, http: http, clock: clock), store: store, http: http,
-                  connectivity: connectivity, logger: logger, timing: timing, loopbackIgnoresConnectivity: loopbackIgnoresConnectivity,
-                  clock: clock)
+                            loopbackIgnoresConnectivity: Bool = true, clock: any SessionClock = ContinuousClock(),
+                            mqttClient: MQTTClient? = nil) {
+        self.init(settings: settings, destinations: Self.destinations(settings, http: http, clock: clock, mqttClient: mqttClient, logger: logger),
+                  store: store, http: http, connectivity: connectivity, logger: logger, timing: timing,
+                  loopbackIgnoresConnectivity: loopbackIgnoresConnectivity, clock: clock)
     }
 
     /// With explicit destinations (tests, other servers).
@@ -68,10 +69,14 @@ public final class Uploader: DaemonUploads, Sendable {
             Dispatcher(destination: d, store: store, settings: settings.recovery, timing: timing, http: http,
                        connectivity: connectivity, logger: logger, isLocal: loopbackIgnoresConnectivity && Self.isLocal(d.origin), clock: clock)
         }
+        for d in destinations {
+            if let m = d as? MQTTDestination { m.client.whenConnected { [weak self] in self?.brokerConnected() } }
+        }
     }
 
     /// The destinations the settings enable.
-    static func destinations(_ settings: UploadSettings, http: any HTTPClient, clock: any SessionClock) -> [any UploadDestination] {
+    static func destinations(_ settings: UploadSettings, http: any HTTPClient, clock: any SessionClock, mqttClient: MQTTClient? = nil,
+                             logger: Logger = .silent) -> [any UploadDestination] {
         var list: [any UploadDestination] = []
         if let ns = settings.nightscout {
             if ns.api == .v3, let v3 = NightscoutV3Destination(settings: ns, http: http, clock: clock) { list.append(v3) }
@@ -79,6 +84,11 @@ public final class Uploader: DaemonUploads, Sendable {
             if ns.sendsTreatments { list.append(NightscoutTreatmentsDestination(settings: ns, http: http)) }
         }
         if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
+        if let mqtt = settings.mqtt {
+            // Without a client from the caller (a one-shot command): no availability topic, no last will.
+            let client = mqttClient ?? MQTTClient(settings: mqtt.broker, availabilityTopic: nil, logger: logger)
+            list.append(MQTTDestination(settings: mqtt, client: client))
+        }
         return list
     }
 
@@ -130,7 +140,12 @@ public final class Uploader: DaemonUploads, Sendable {
     /// `upload --check` without an upload queue: the verdicts of the destinations the settings enable.
     public static func checkCredentials(settings: UploadSettings, http: any HTTPClient = CurlHTTPClient(),
                                         timing: UploadTiming = .standard) async -> [(DestinationName, CredentialCheck)] {
-        await checkCredentials(destinations(settings, http: http, clock: ContinuousClock()), timing: timing, recovery: settings.recovery)
+        let list = destinations(settings, http: http, clock: ContinuousClock())
+        let results = await checkCredentials(list, timing: timing, recovery: settings.recovery)
+        for d in list {
+            if let m = d as? MQTTDestination { await m.client.stop() }
+        }
+        return results
     }
 
     private static func checkCredentials(_ destinations: [any UploadDestination], timing: UploadTiming,
@@ -158,6 +173,21 @@ public final class Uploader: DaemonUploads, Sendable {
                                           oldestUnsentAgeSeconds: counts.oldestUnsent.map { max(0, (now - $0) / 1000) }))
         }
         return list
+    }
+
+    /// The MQTT broker is reachable again: forget that destination's long-term backoff and send now.
+    public func brokerConnected() {
+        Task {
+            for d in dispatchers where d.name == .mqtt { await d.resetBackoff() }
+            queueChanged.fire()
+        }
+    }
+
+    /// Ends the MQTT connections cleanly (availability "offline" first); the HTTP destinations need nothing.
+    public func shutdown() async {
+        for d in destinations {
+            if let m = d as? MQTTDestination { await m.client.stop() }
+        }
     }
 
     /// New readings were stored: start a session now rather than at the next timer.

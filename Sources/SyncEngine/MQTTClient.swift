@@ -1,0 +1,547 @@
+import CMosquitto
+import Dispatch
+import GatewayCore
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where and how to reach an MQTT broker.
+public struct MQTTBrokerSettings: Sendable, Equatable {
+    public var host: String
+    public var port: Int
+    /// `mqtts://`: TLS with the peer's certificate and host name verified (system store, or `caFile`).
+    public var tls: Bool
+    public var username: String?
+    public var password: Secret?
+    public var caFile: String?
+    /// Seconds between keep-alive pings; the broker sends the last will after 1.5 times this without one.
+    public var keepAliveSeconds: Int
+    /// The client identifier; each process connects with its own.
+    public var clientID: String
+
+    public init(host: String, port: Int, tls: Bool = false, username: String? = nil, password: Secret? = nil, caFile: String? = nil,
+                keepAliveSeconds: Int = 30, clientID: String = "glucose-gateway-\(getpid())") {
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.username = username
+        self.password = password
+        self.caFile = caFile
+        self.keepAliveSeconds = keepAliveSeconds
+        self.clientID = clientID
+    }
+
+    /// `mqtt://host:port` or `mqtts://host:port`, for log lines (never the user name or password).
+    public var origin: String {
+        let shownHost = host.contains(":") ? "[\(host)]" : host
+        return (tls ? "mqtts://" : "mqtt://") + shownHost + ":" + String(port)
+    }
+}
+
+/// One MQTT message.
+public struct MQTTMessage: Sendable, Equatable {
+    public var topic: String
+    public var payload: [UInt8]
+    public var retain: Bool
+    public init(topic: String, payload: [UInt8], retain: Bool) {
+        self.topic = topic
+        self.payload = payload
+        self.retain = retain
+    }
+    public init(topic: String, text: String, retain: Bool) {
+        self.init(topic: topic, payload: Array(text.utf8), retain: retain)
+    }
+}
+
+/// Why a QoS 1 publish was not acknowledged. Messages never carry the password or a payload.
+public enum MQTTPublishError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Not connected to the broker (with the last reason known).
+    case notConnected(String)
+    /// The broker refused the connection's credentials (CONNACK code).
+    case refused(code: Int, String)
+    /// Published, but no PUBACK came in time; the broker may or may not have the message.
+    case timedOut
+    /// The connection broke before the PUBACK came.
+    case connectionLost
+
+    public var description: String {
+        switch self {
+        case .notConnected(let why): "not connected to the broker (\(why))"
+        case .refused(let code, let text): "broker refused the connection: \(text) (CONNACK \(code))"
+        case .timedOut: "no acknowledgement (PUBACK) before the timeout"
+        case .connectionLost: "connection to the broker lost before the acknowledgement"
+        }
+    }
+}
+
+/// What the connection is doing, for `status` and the destination's verdicts.
+public enum MQTTConnectionState: Sendable, Equatable {
+    case idle
+    case connecting
+    case connected
+    /// The last attempt failed, or the connection broke; the client tries again.
+    case disconnected(String)
+    /// The broker answered CONNACK with a refusal (4 bad user name or password, 5 not authorized).
+    case refused(code: Int, String)
+}
+
+/// An MQTT 3.1.1 client over libmosquitto, loaded at run time on the first `start()`.
+///
+/// One dedicated thread runs the connection (`mosquitto_loop`), connects, reconnects with backoff, and
+/// receives the broker's acknowledgements; libmosquitto is put in threaded mode, so `publish` may be
+/// called from any task. Every publish is QoS 1 and `publish(_:timeoutMs:)` returns only when the broker
+/// acknowledged it (PUBACK), or with the reason it did not.
+///
+/// The *retained set* is what the broker should hold whatever happens to it: on every (re)connection the
+/// client publishes it again (a broker restarted without persistence has lost its retained messages),
+/// followed by the birth message (availability "online"). The last will (availability "offline") is set
+/// before connecting; a clean `stop()` publishes it itself, since a clean disconnect does not send it.
+public final class MQTTClient: Sendable {
+    public let settings: MQTTBrokerSettings
+    /// The retained birth message and, with payload `offlinePayload`, the last will; nil: none.
+    public let availabilityTopic: String?
+    public static let onlinePayload = "online"
+    public static let offlinePayload = "offline"
+
+    private let core: Core
+    private static let libraryLoaded: Bool = gg_mosq_load() == 1
+
+    public init(settings: MQTTBrokerSettings, availabilityTopic: String?, logger: Logger) {
+        self.settings = settings
+        self.availabilityTopic = availabilityTopic
+        self.core = Core(settings: settings, availabilityTopic: availabilityTopic, logger: logger.with(label: "mqtt"))
+    }
+
+    /// `action` runs on the connection thread after each successful connection (the uploader resumes
+    /// the queue from there); it must not block.
+    public func whenConnected(_ action: @escaping @Sendable () -> Void) {
+        core.onConnected.withLock { $0 = action }
+    }
+
+    deinit {
+        core.shutdownNow()
+    }
+
+    public var state: MQTTConnectionState { core.state.withLock { $0.connection } }
+    public var isConnected: Bool { state == .connected }
+
+    /// Starts the connection thread (once; later calls do nothing). False when libmosquitto cannot be loaded.
+    @discardableResult
+    public func start() -> Bool {
+        guard Self.libraryLoaded else {
+            core.state.withLock { $0.connection = .disconnected(Self.missingLibrary) }
+            return false
+        }
+        return core.start()
+    }
+
+    static let missingLibrary = "libmosquitto is not installed (Debian package libmosquitto1)"
+
+    /// Waits until connected, refused, or `timeoutMs` passed; returns the state then.
+    public func waitForConnection(timeoutMs: Int) async -> MQTTConnectionState {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: .milliseconds(timeoutMs))
+        while true {
+            let s = state
+            switch s {
+            case .connected, .refused: return s
+            default: break
+            }
+            if clock.now >= deadline || Task.isCancelled { return s }
+            let woken = await core.connectSignal.wait(timeoutMs: min(timeoutMs, 200))
+            _ = woken
+        }
+    }
+
+    /// Publishes with QoS 1 and waits for the broker's PUBACK, at most `timeoutMs`.
+    public func publish(_ message: MQTTMessage, timeoutMs: Int) async -> Result<Void, MQTTPublishError> {
+        switch state {
+        case .connected: break
+        case .refused(let code, let text): return .failure(.refused(code: code, text))
+        case .disconnected(let why): return .failure(.notConnected(why))
+        case .idle, .connecting: return .failure(.notConnected("connecting"))
+        }
+        let mid: Int32
+        switch core.send(message) {
+        case .failure(let error): return .failure(error)
+        case .success(let m): mid = m
+        }
+        let waiter = Waiter()
+        let timeout = Task {
+            try? await Task.sleep(for: .milliseconds(max(1, timeoutMs)))
+            self.core.expire(mid, waiter: waiter)
+        }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, MQTTPublishError>, Never>) in
+            core.await(mid, waiter: waiter, continuation: continuation)
+        }
+        timeout.cancel()
+        return result
+    }
+
+    /// Keeps `message` (retained) in the set published on every connection, and publishes it now when
+    /// connected and it changed. Returns without waiting for the acknowledgement.
+    public func setRetained(_ message: MQTTMessage) {
+        var retained = message
+        retained.retain = true
+        let changed = core.state.withLock { s -> Bool in
+            if let i = s.retained.firstIndex(where: { $0.topic == retained.topic }) {
+                if s.retained[i] == retained { return false }
+                s.retained[i] = retained
+            } else {
+                s.retained.append(retained)
+            }
+            return s.connection == .connected
+        }
+        if changed, case .success(let mid) = core.send(retained) { core.forget(mid) }
+    }
+
+    /// Publishes the availability "offline" (when connected), disconnects and ends the connection thread.
+    public func stop() async {
+        if isConnected, let topic = availabilityTopic {
+            _ = await publish(MQTTMessage(topic: topic, text: Self.offlinePayload, retain: true), timeoutMs: 2000)
+        }
+        await core.stop()
+    }
+}
+
+/// Signals waiters without polling: each `signal()` resumes those waiting now.
+final class Signal: Sendable {
+    private let waiters = Mutex<[Int: CheckedContinuation<Bool, Never>]>([:])
+    private let next = Atomic<Int>(0)
+
+    func signal() {
+        let all = waiters.withLock { w -> [CheckedContinuation<Bool, Never>] in
+            let list = Array(w.values)
+            w.removeAll()
+            return list
+        }
+        for c in all { c.resume(returning: true) }
+    }
+
+    func wait(timeoutMs: Int) async -> Bool {
+        let id = next.add(1, ordering: .relaxed).newValue
+        let timer = Task {
+            try? await Task.sleep(for: .milliseconds(max(1, timeoutMs)))
+            if let c = self.waiters.withLock({ $0.removeValue(forKey: id) }) { c.resume(returning: false) }
+        }
+        let woken = await withCheckedContinuation { c in waiters.withLock { $0[id] = c } }
+        timer.cancel()
+        return woken
+    }
+}
+
+/// One `publish` call's wait, told apart by identity, so a late timeout never ends a later wait for the
+/// same message id (ids come back after 65535 publishes).
+final class Waiter: Sendable {
+    let expired = Atomic<Bool>(false)
+}
+
+/// The libmosquitto handle and everything the connection thread and the publishers share.
+///
+/// The handle is used from the connection thread (connect, loop, callbacks) and from publishers
+/// (`mosquitto_publish`, `mosquitto_disconnect`): libmosquitto in threaded mode guards those with its
+/// own mutexes. The Swift state is behind one Mutex, never held across a libmosquitto call.
+private final class Core: @unchecked Sendable {
+    struct State {
+        var connection: MQTTConnectionState = .idle
+        var started = false
+        var stopping = false
+        var retained: [MQTTMessage] = []
+        /// Publishes waiting for their PUBACK, by message id.
+        var waiting: [Int32: (waiter: Waiter, continuation: CheckedContinuation<Result<Void, MQTTPublishError>, Never>)] = [:]
+        /// PUBACKs that came before their publisher started waiting.
+        var early: Set<Int32> = []
+        /// Message ids nobody waits for (timed out, or retained messages sent without waiting).
+        var abandoned: Set<Int32> = []
+        var loopEnded: CheckedContinuation<Void, Never>?
+        var loopDone = false
+    }
+
+    let state = Mutex(State())
+    let settings: MQTTBrokerSettings
+    let availabilityTopic: String?
+    let logger: Logger
+    let onConnected = Mutex<(@Sendable () -> Void)?>(nil)
+    let connectSignal = Signal()
+    /// Wakes the connection thread out of its reconnect wait when stopping.
+    private let wake = DispatchSemaphore(value: 0)
+    /// Written once in `start()` before the thread starts, read-only afterwards.
+    private var handle: OpaquePointer?
+    private var retainedSelf: Unmanaged<Core>?
+
+    init(settings: MQTTBrokerSettings, availabilityTopic: String?, logger: Logger) {
+        self.settings = settings
+        self.availabilityTopic = availabilityTopic
+        self.logger = logger
+    }
+
+    func start() -> Bool {
+        let first = state.withLock { s -> Bool in
+            if s.started { return false }
+            s.started = true
+            s.connection = .connecting
+            return true
+        }
+        guard first else { return handle != nil }
+        let me = Unmanaged.passRetained(self)
+        guard let m = gg_mosq_new(settings.clientID, me.toOpaque()) else {
+            me.release()
+            state.withLock { $0.connection = .disconnected("cannot create an MQTT client") }
+            return false
+        }
+        retainedSelf = me
+        handle = m
+        _ = gg_mosq_protocol_v311(m)
+        _ = gg_mosq_threaded_set(m)
+        gg_mosq_callbacks_set(m, mqttOnConnect, mqttOnDisconnect, mqttOnPublish)
+        if let user = settings.username {
+            _ = gg_mosq_username_pw_set(m, user, settings.password?.value)
+        }
+        if settings.tls {
+            if let ca = settings.caFile {
+                _ = gg_mosq_tls_set(m, ca)
+            } else {
+                _ = gg_mosq_use_os_certs(m)
+            }
+        }
+        if let topic = availabilityTopic {
+            let payload = Array(MQTTClient.offlinePayload.utf8)
+            _ = payload.withUnsafeBytes { gg_mosq_will_set(m, topic, Int32($0.count), $0.baseAddress, 1, true) }
+        }
+        let thread = DispatchQueue(label: "glucose-gateway.mqtt")
+        thread.async { self.run() }
+        return true
+    }
+
+    /// The connection thread: connect, loop until the connection ends, wait, reconnect.
+    private func run() {
+        guard let m = handle else { return }
+        var delayMs = 500
+        var firstAttempt = true
+        let clock = ContinuousClock()
+        while !state.withLock({ $0.stopping }) {
+            let rc = firstAttempt ? gg_mosq_connect_async(m, settings.host, Int32(settings.port), Int32(settings.keepAliveSeconds))
+                                  : gg_mosq_reconnect_async(m)
+            firstAttempt = false
+            var wasConnected = false
+            if rc == MOSQ_ERR_SUCCESS.rawValue {
+                let started = clock.now
+                while !state.withLock({ $0.stopping }) {
+                    let loopRC = gg_mosq_loop(m, 1000)
+                    let connected = state.withLock { $0.connection == .connected }
+                    if connected { wasConnected = true }
+                    if loopRC != MOSQ_ERR_SUCCESS.rawValue {
+                        noteFailure(Self.describe(loopRC))
+                        break
+                    }
+                    if !connected, clock.now - started > .seconds(max(5, settings.keepAliveSeconds)) {
+                        noteFailure("no answer from the broker (connect timed out)")
+                        _ = gg_mosq_disconnect(m)
+                        _ = gg_mosq_loop(m, 10)
+                        break
+                    }
+                }
+            } else {
+                noteFailure(Self.describe(rc))
+            }
+            failWaiters(.connectionLost)
+            if state.withLock({ $0.stopping }) { break }
+            if wasConnected { delayMs = 500 }
+            let refused = state.withLock { if case .refused = $0.connection { return true } else { return false } }
+            let wait = refused ? max(delayMs, 30_000) : delayMs
+            _ = wake.wait(timeout: .now() + .milliseconds(wait))
+            delayMs = min(delayMs * 2, 30_000)
+        }
+        let resume = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.loopDone = true
+            let c = s.loopEnded
+            s.loopEnded = nil
+            return c
+        }
+        resume?.resume()
+    }
+
+    private func noteFailure(_ why: String) {
+        let changed = state.withLock { s -> Bool in
+            if case .refused = s.connection { return false }
+            let before = s.connection
+            s.connection = .disconnected(why)
+            return before != s.connection
+        }
+        if changed { logger.warning("\(settings.origin): \(why); connecting again") }
+        connectSignal.signal()
+    }
+
+    static func describe(_ rc: Int32) -> String {
+        if rc == MOSQ_ERR_ERRNO.rawValue {
+            let e = errno
+            switch e {
+            case ECONNREFUSED: return "connection refused"
+            case ENETUNREACH, EHOSTUNREACH: return "network unreachable"
+            case ETIMEDOUT: return "connect timed out"
+            default: return String(cString: strerror(e))
+            }
+        }
+        if rc == MOSQ_ERR_EAI.rawValue { return "host name not resolved" }
+        if rc == MOSQ_ERR_CONN_LOST.rawValue { return "connection lost" }
+        if rc == MOSQ_ERR_NO_CONN.rawValue { return "not connected" }
+        return String(cString: gg_mosq_strerror(rc))
+    }
+
+    // MARK: callbacks (connection thread)
+
+    func connected(rc: Int32) {
+        guard rc == 0 else {
+            let text = String(cString: gg_mosq_connack_string(rc))
+            state.withLock { $0.connection = .refused(code: Int(rc), text) }
+            logger.error("\(settings.origin) refused the connection: \(text) (CONNACK \(rc))")
+            connectSignal.signal()
+            return
+        }
+        let retained = state.withLock { s -> [MQTTMessage] in
+            s.connection = .connected
+            return s.retained
+        }
+        logger.notice("connected to \(settings.origin)")
+        for message in retained {
+            if case .success(let mid) = send(message) { forget(mid) }
+        }
+        if let topic = availabilityTopic,
+           case .success(let mid) = send(MQTTMessage(topic: topic, text: MQTTClient.onlinePayload, retain: true)) {
+            forget(mid)
+        }
+        connectSignal.signal()
+        onConnected.withLock { $0 }?()
+    }
+
+    func disconnected(rc: Int32) {
+        let stopping = state.withLock { $0.stopping }
+        if !stopping { noteFailure(rc == 0 ? "disconnected" : "connection lost") }
+    }
+
+    func acknowledged(_ mid: Int32) {
+        let c = state.withLock { s -> CheckedContinuation<Result<Void, MQTTPublishError>, Never>? in
+            if let w = s.waiting.removeValue(forKey: mid) { return w.continuation }
+            if s.abandoned.remove(mid) == nil {
+                if s.early.count > 4096 { s.early.removeAll() }
+                s.early.insert(mid)
+            }
+            return nil
+        }
+        c?.resume(returning: .success(()))
+    }
+
+    // MARK: publishers
+
+    func send(_ message: MQTTMessage) -> Result<Int32, MQTTPublishError> {
+        guard let m = handle else { return .failure(.notConnected("not started")) }
+        var mid: Int32 = 0
+        let rc = message.payload.withUnsafeBytes {
+            gg_mosq_publish(m, &mid, message.topic, Int32($0.count), $0.baseAddress, 1, message.retain)
+        }
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else { return .failure(.notConnected(Self.describe(rc))) }
+        return .success(mid)
+    }
+
+    func await(_ mid: Int32, waiter: Waiter, continuation: CheckedContinuation<Result<Void, MQTTPublishError>, Never>) {
+        let now: Result<Void, MQTTPublishError>? = state.withLock { s in
+            if s.early.remove(mid) != nil { return .success(()) }
+            if waiter.expired.load(ordering: .relaxed) {
+                s.abandoned.insert(mid)
+                return .failure(.timedOut)
+            }
+            if s.connection != .connected { return .failure(.connectionLost) }
+            s.waiting[mid] = (waiter, continuation)
+            return nil
+        }
+        if let now { continuation.resume(returning: now) }
+    }
+
+    /// The publisher's timeout: if it still waits, it stops waiting; a late PUBACK is ignored.
+    func expire(_ mid: Int32, waiter: Waiter) {
+        let c = state.withLock { s -> CheckedContinuation<Result<Void, MQTTPublishError>, Never>? in
+            // Under the lock, so a publisher not yet waiting sees it when it starts to.
+            waiter.expired.store(true, ordering: .relaxed)
+            guard let w = s.waiting[mid], w.waiter === waiter else { return nil }
+            s.waiting.removeValue(forKey: mid)
+            if s.abandoned.count > 4096 { s.abandoned.removeAll() }
+            s.abandoned.insert(mid)
+            return w.continuation
+        }
+        c?.resume(returning: .failure(.timedOut))
+    }
+
+    /// Nobody waits for this message's PUBACK.
+    func forget(_ mid: Int32) {
+        state.withLock { s in
+            if s.early.remove(mid) == nil {
+                if s.abandoned.count > 4096 { s.abandoned.removeAll() }
+                s.abandoned.insert(mid)
+            }
+        }
+    }
+
+    private func failWaiters(_ error: MQTTPublishError) {
+        let all = state.withLock { s -> [CheckedContinuation<Result<Void, MQTTPublishError>, Never>] in
+            let list = s.waiting.values.map(\.continuation)
+            for mid in s.waiting.keys { s.abandoned.insert(mid) }
+            s.waiting.removeAll()
+            return list
+        }
+        for c in all { c.resume(returning: .failure(error)) }
+    }
+
+    // MARK: stopping
+
+    func stop() async {
+        let running = state.withLock { s -> Bool in
+            s.stopping = true
+            return s.started && handle != nil && !s.loopDone
+        }
+        if let m = handle { _ = gg_mosq_disconnect(m) }
+        wake.signal()
+        if running {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { s -> Bool in
+                    if s.loopDone { return true }
+                    s.loopEnded = c
+                    return false
+                }
+                if done { c.resume() }
+            }
+        }
+        failWaiters(.connectionLost)
+        state.withLock { $0.connection = .disconnected("stopped") }
+        release()
+    }
+
+    /// From deinit: a client dropped without `stop()` ends its thread without waiting for it.
+    func shutdownNow() {
+        let running = state.withLock { s -> Bool in
+            s.stopping = true
+            return s.started && !s.loopDone
+        }
+        if running, let m = handle {
+            _ = gg_mosq_disconnect(m)
+            wake.signal()
+        }
+    }
+
+    private func release() {
+        guard let m = handle else { return }
+        handle = nil
+        gg_mosq_destroy(m)
+        retainedSelf?.release()
+        retainedSelf = nil
+    }
+}
+
+private func core(_ obj: UnsafeMutableRawPointer?) -> Core? {
+    guard let obj else { return nil }
+    return Unmanaged<Core>.fromOpaque(obj).takeUnretainedValue()
+}
+
+private let mqttOnConnect: gg_mosq_event_fn = { _, obj, rc in core(obj)?.connected(rc: rc) }
+private let mqttOnDisconnect: gg_mosq_event_fn = { _, obj, rc in core(obj)?.disconnected(rc: rc) }
+private let mqttOnPublish: gg_mosq_event_fn = { _, obj, mid in core(obj)?.acknowledged(mid) }
