@@ -82,7 +82,7 @@ public enum ConfigLoader {
     }
 
     /// The sections only uploads use: a problem in them does not stop the meter commands.
-    public static let uploadSections: Set<String> = ["nightscout", "fhir", "network"]
+    public static let uploadSections: Set<String> = ["nightscout", "fhir", "mqtt", "network"]
 
     /// For the meter commands (`pair`, `scan`, `unpair`, `meters`, `readings`, `status`): problems
     /// confined to `[nightscout]`, `[fhir]` and `[network]` do not stop them. Those sections fall back to
@@ -105,8 +105,9 @@ public enum ConfigLoader {
         let sections = Set(problems.compactMap(\.section))
         if sections.contains("nightscout") { config.nightscout = NightscoutSection() }
         if sections.contains("fhir") { config.fhir = FHIRSection() }
+        if sections.contains("mqtt") { config.mqtt = MQTTSection() }
         if sections.contains("network") { config.network = NetworkSection() }
-        let names = ["nightscout", "fhir", "network"].filter(sections.contains).map { "[\($0)]" }.joined(separator: ", ")
+        let names = ["nightscout", "fhir", "mqtt", "network"].filter(sections.contains).map { "[\($0)]" }.joined(separator: ", ")
         let location = first.line > 0 ? "\(file):\(first.line)" : file
         var warning = "\(location): \(first.message)"
         if problems.count > 1 { warning += " (and \(problems.count - 1) more)" }
@@ -124,6 +125,10 @@ public enum ConfigLoader {
     }
 }
 
+enum MQTTSectionNames {
+    static let discoveryPrefix = "homeassistant"
+}
+
 /// Applies the schema to a parsed document, collecting problems.
 struct ConfigBuilder {
     /// Known sections and their keys, in documentation order.
@@ -138,6 +143,7 @@ struct ConfigBuilder {
             "out_of_range_notes",
         ]),
         ("fhir", ["enabled", "base_url", "subject", "bearer_token", "bearer_token_file", "ca_file"]),
+        ("mqtt", ["enabled", "url", "username", "password_file", "topic_prefix", "discovery", "ca_file"]),
         ("network", [
             "retry_count", "network_timeout_ms", "health_check_url", "recovery_mode", "error_bypass",
             "on_network_error",
@@ -197,6 +203,8 @@ struct ConfigBuilder {
         buildNightscout(&config.nightscout)
         building = "fhir"
         buildFHIR(&config.fhir)
+        building = "mqtt"
+        buildMQTT(&config.mqtt)
         building = "network"
         buildNetwork(&config.network, uploadURLs: [
             ("nightscout.url", config.nightscout.url), ("fhir.base_url", config.fhir.baseURL),
@@ -354,6 +362,93 @@ struct ConfigBuilder {
             if entries[s]?["base_url"] == nil { problem(line, "\(s).base_url is required when [fhir] is enabled") }
             if entries[s]?["subject"] == nil { problem(line, "\(s).subject is required when [fhir] is enabled") }
         }
+    }
+
+    private mutating func buildMQTT(_ m: inout MQTTSection) {
+        let s = "mqtt"
+        let enabled = bool(s, "enabled")
+        if let v = string(s, "url") {
+            switch Self.brokerURL(v.value) {
+            case .success(let parts):
+                m.tls = parts.tls
+                m.host = parts.host
+                m.port = parts.port
+            case .failure(let reason):
+                problem(v.line, "\(s).url: \(reason.message)")
+            }
+        }
+        m.enabled = enabled?.value ?? (entries[s]?["url"] != nil)
+        if let v = string(s, "username") {
+            if let message = Self.secretProblem(v.value) { problem(v.line, "\(s).username: \(message)") } else { m.username = v.value }
+        }
+        // The password only from a file (mode 600), never written in the config itself.
+        if let entry = entries[s]?["password_file"] {
+            m.password = secretFile(s, "password_file")
+            if entries[s]?["username"] == nil { problem(entry.line, "\(s).password_file: a password needs a username") }
+        }
+        if let v = string(s, "topic_prefix") {
+            if let message = Self.topicPrefixProblem(v.value) { problem(v.line, "\(s).topic_prefix: \(message)") } else { m.topicPrefix = v.value }
+        }
+        if let v = bool(s, "discovery") { m.discovery = v.value }
+        m.caFile = certificateFile(s, "ca_file")
+        if m.caFile != nil, !m.tls, let line = entries[s]?["ca_file"]?.line, m.host != nil {
+            problem(line, "\(s).ca_file: only used with an mqtts:// URL")
+        }
+        if m.enabled, entries[s]?["url"] == nil {
+            problem(enabled?.line ?? headerLines[s] ?? 0, "\(s).url is required when [mqtt] is enabled")
+        }
+    }
+
+    /// `mqtt://host[:port]` or `mqtts://host[:port]`, nothing after the authority but an optional `/`.
+    static func brokerURL(_ text: String) -> Result<(tls: Bool, host: String, port: Int), URLProblem> {
+        let lower = text.lowercased()
+        let tls: Bool
+        let rest: Substring
+        if lower.hasPrefix("mqtts://") {
+            tls = true
+            rest = text.dropFirst(8)
+        } else if lower.hasPrefix("mqtt://") {
+            tls = false
+            rest = text.dropFirst(7)
+        } else {
+            return .failure(URLProblem(message: "expected an mqtt:// or mqtts:// URL such as \"mqtt://broker.local:1883\""))
+        }
+        if text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
+            return .failure(URLProblem(message: "URL contains spaces or control characters"))
+        }
+        let authority = rest.prefix { $0 != "/" }
+        let after = rest.dropFirst(authority.count)
+        if authority.contains("@") {
+            return .failure(URLProblem(message: "URL must not carry a user name or password (use username and password_file)"))
+        }
+        if !(after.isEmpty || after == "/") {
+            return .failure(URLProblem(message: "URL must not carry a path, query or fragment (topics go in topic_prefix)"))
+        }
+        let parts: (host: Substring, port: Int?)
+        switch splitAuthority(Substring(authority)) {
+        case .success(let p): parts = p
+        case .failure(let problem): return .failure(problem)
+        }
+        if let problem = hostProblem(parts.host) { return .failure(problem) }
+        var host = String(parts.host).lowercased()
+        if host.hasPrefix("[") { host = String(host.dropFirst().dropLast()) }
+        return .success((tls, host, parts.port ?? (tls ? 8883 : 1883)))
+    }
+
+    /// Topic levels of letters, digits, `_`, `-` and `.`, separated by single `/`: no wildcard, no `$`
+    /// start (broker-reserved), no empty level.
+    static func topicPrefixProblem(_ text: String) -> String? {
+        if text.utf8.count > 128 { return "longer than 128 bytes" }
+        let levels = text.split(separator: "/", omittingEmptySubsequences: false)
+        if levels.contains(where: \.isEmpty) { return "must not start or end with '/' or contain '//'" }
+        let ok = text.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "_-./".unicodeScalars.contains($0))
+        }
+        if !ok { return "expected topic levels of letters, digits, '_', '-' and '.' separated by '/' (no '+', '#' or spaces), got \"\(ConfigParser.clip(text))\"" }
+        if text == MQTTSectionNames.discoveryPrefix || text.hasPrefix(MQTTSectionNames.discoveryPrefix + "/") {
+            return "must not be under \(MQTTSectionNames.discoveryPrefix)/, which holds the discovery configs"
+        }
+        return nil
     }
 
     private mutating func buildNetwork(_ n: inout NetworkSection, uploadURLs: [(key: String, url: String?)]) {

@@ -117,6 +117,30 @@ public struct FHIRSection: Sendable, Equatable {
     public init() {}
 }
 
+/// `[mqtt]`: reading events and Home Assistant discovery on an MQTT broker.
+public struct MQTTSection: Sendable, Equatable {
+    public static let defaultTopicPrefix = "glucose-gateway"
+    /// Default: true when `url` is set.
+    public var enabled: Bool = false
+    public var tls: Bool = false
+    public var host: String?
+    /// 1883 for `mqtt://`, 8883 for `mqtts://` when the URL names none.
+    public var port: Int?
+    public var username: String?
+    public var password: ConfigSecret?
+    public var topicPrefix: String = MQTTSection.defaultTopicPrefix
+    public var discovery: Bool = true
+    public var caFile: String?
+
+    public init() {}
+
+    /// `mqtt://host:port`, without credentials.
+    public var url: String? {
+        guard let host, let port else { return nil }
+        return (tls ? "mqtts://" : "mqtt://") + (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
+    }
+}
+
 /// `[network]`: retries, timeouts and recovery.
 public struct NetworkSection: Sendable, Equatable {
     public static let retryCountRange = 0...10
@@ -148,12 +172,13 @@ public struct GatewayConfig: Sendable, Equatable {
     public var gateway = GatewaySection()
     public var nightscout = NightscoutSection()
     public var fhir = FHIRSection()
+    public var mqtt = MQTTSection()
     public var network = NetworkSection()
 
     public init() {}
 
     /// True when at least one upload destination is enabled.
-    public var hasDestination: Bool { nightscout.enabled || fhir.enabled }
+    public var hasDestination: Bool { nightscout.enabled || fhir.enabled || mqtt.enabled }
 
     /// `PROGRAM (N arguments)`: how a command line is shown.
     public static func describeCommand(_ words: [String]) -> String {
@@ -201,6 +226,14 @@ public struct GatewayConfig: Sendable, Equatable {
         lines.append("subject: \(opt(fhir.subject))")
         lines.append("bearer_token: \(fhir.bearerToken?.summary ?? "(not set)")")
         lines.append("ca_file: \(fhir.caFile ?? "(system)")")
+        lines.append("[mqtt]")
+        lines.append("enabled: \(mqtt.enabled)")
+        lines.append("url: \(opt(mqtt.url))")
+        lines.append("username: \(opt(mqtt.username))")
+        lines.append("password: \(mqtt.password?.summary ?? "(not set)")")
+        lines.append("topic_prefix: \(mqtt.topicPrefix)")
+        lines.append("discovery: \(mqtt.discovery)")
+        lines.append("ca_file: \(mqtt.caFile ?? "(system)")")
         lines.append("[network]")
         lines.append("retry_count: \(network.retryCount)")
         lines.append("network_timeout_ms: \(network.networkTimeoutMilliseconds)")

@@ -33,7 +33,13 @@ extension GatewayConfig {
                 baseURL: base, subject: subject, token: fhir.bearerToken.map { SyncEngine.Secret($0.value) }, caFile: fhir.caFile
             )
         }
-        return UploadSettings(recovery: recovery, nightscout: ns, fhir: fhirSettings)
+        var mqttSettings: SyncEngine.MQTTSettings?
+        if mqtt.enabled, let host = mqtt.host, let port = mqtt.port {
+            let broker = MQTTBrokerSettings(host: host, port: port, tls: mqtt.tls, username: mqtt.username,
+                                            password: mqtt.password.map { SyncEngine.Secret($0.value) }, caFile: mqtt.caFile)
+            mqttSettings = SyncEngine.MQTTSettings(broker: broker, topicPrefix: mqtt.topicPrefix, discovery: mqtt.discovery)
+        }
+        return UploadSettings(recovery: recovery, nightscout: ns, fhir: fhirSettings, mqtt: mqttSettings)
     }
 }
 

@@ -264,7 +264,7 @@ public enum HomeAssistantDiscovery {
         "\(MQTTSettings.discoveryPrefix)/\(field.component)/\(meter)/\(field.key)/config"
     }
 
-    public static func config(_ field: Field, meter: MeterPresentation, settings: MQTTSettings, version: String) -> MQTTMessage {
+    public static func config(_ field: Field, meter: MeterPresentation, settings: MQTTSettings) -> MQTTMessage {
         var w = JSONWriter()
         w.beginObject()
         w.string("name", field.name)
@@ -286,7 +286,6 @@ public enum HomeAssistantDiscovery {
         w.endObject()
         w.beginObject("origin")
         w.string("name", "glucose-gateway")
-        w.string("sw_version", version)
         w.endObject()
         w.endObject()
         return MQTTMessage(topic: configTopic(field, meter: meter.id), payload: w.bytes, retain: true)
@@ -317,19 +316,17 @@ public enum HomeAssistantDiscovery {
 public final class HomeAssistantPublisher: Sendable {
     public let settings: MQTTSettings
     public let client: MQTTClient
-    let version: String
 
-    public init(settings: MQTTSettings, client: MQTTClient, version: String) {
+    public init(settings: MQTTSettings, client: MQTTClient) {
         self.settings = settings
         self.client = client
-        self.version = version
     }
 
     public func update(meters: [MeterPresentation], gateway: GatewayPresentation) {
         for meter in meters {
             if settings.discovery {
                 for field in HomeAssistantDiscovery.fields {
-                    client.setRetained(HomeAssistantDiscovery.config(field, meter: meter, settings: settings, version: version))
+                    client.setRetained(HomeAssistantDiscovery.config(field, meter: meter, settings: settings))
                 }
             }
             for state in HomeAssistantDiscovery.states(meter: meter, gateway: gateway, settings: settings) {

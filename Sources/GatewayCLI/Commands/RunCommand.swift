@@ -83,6 +83,7 @@ enum RunCommand: GatewayCommand {
         } catch {
             throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
+        let mqtt = DaemonMQTT(settings: upload, store: sqlite, logger: context.logger.with(label: "upload"))
         let notifier = SystemdNotifier(environment: context.environment)
         let statePath = DaemonStateFile.path(database: config.gateway.database)
         let metricsPath = Mutex(config.gateway.metricsFile)
@@ -97,6 +98,7 @@ enum RunCommand: GatewayCommand {
             snapshot: { snapshot in
                 pendingNow.withLock { $0 = snapshot.pending }
                 heartbeat.observe(snapshot)
+                mqtt?.refresh(snapshot)
                 do {
                     try AtomicFile.write(DaemonStateFile.json(snapshot).compactText + "\n", to: statePath)
                 } catch {
@@ -142,7 +144,7 @@ enum RunCommand: GatewayCommand {
         let connectivity = await UploadWiring.startConnectivity(logger: logger)
         func uploads(_ settings: UploadSettings) -> Uploader {
             Uploader(settings: settings, store: sqlite, connectivity: connectivity.hub, logger: context.logger.with(label: "upload"),
-                     clock: uploadClock)
+                     clock: uploadClock, mqttClient: mqtt?.client)
         }
 
         func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
@@ -207,8 +209,10 @@ enum RunCommand: GatewayCommand {
         let aliveWindow = Duration.milliseconds(Int64(healthInterval * 3000)) + .seconds(10)
         let watchdog = Task { await notifier.runWatchdog(alive: { daemon.isResponsive(within: aliveWindow) }) }
 
+        mqtt?.start()
         let end = await daemon.run()
 
+        await mqtt?.stop()
         watchdog.cancel()
         watcher?.stop()
         watchTask.cancel()
