@@ -87,6 +87,10 @@ def test_package_contents_modes_and_control_fields(debs):
     assert field("Recommends") == "libcurl4 | libcurl3-gnutls"
     shim = (REPO / "Sources/CCurl/shim.h").read_text()
     assert 'dlopen("libcurl.so.4"' in shim and 'dlopen("libcurl-gnutls.so.4"' in shim
+    # libmosquitto likewise, and only with [mqtt]: suggested, and nothing of it is linked.
+    assert field("Suggests") == "libmosquitto1"
+    assert 'dlopen("libmosquitto.so.1"' in (REPO / "Sources/CMosquitto/shim.h").read_text()
+    assert "mosquitto" not in field("Depends")
     control = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(debs["current"])], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(control)) as tar:
         names = {m.name.lstrip("./"): m for m in tar.getmembers()}

@@ -7,8 +7,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 want_test=0
 [[ "${1:-}" == "--test" ]] && want_test=1
 
-packages=(libdbus-1-dev libsqlite3-dev libcurl4-openssl-dev dbus-daemon pkg-config sqlite3 python3 python3-venv)
-[[ $want_test == 1 ]] && packages+=(udev)
+# libmosquitto-dev: headers only (the library, libmosquitto1, is loaded at run time when [mqtt] is set).
+packages=(libdbus-1-dev libsqlite3-dev libcurl4-openssl-dev libmosquitto-dev libmosquitto1 dbus-daemon pkg-config sqlite3 python3 python3-venv)
+# mosquitto and mosquitto-clients: the real broker the MQTT tests publish to, and mosquitto_sub to read it back.
+[[ $want_test == 1 ]] && packages+=(udev mosquitto mosquitto-clients)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -72,7 +72,7 @@ public struct MQTTBodyBuilder: OutboxBodyBuilder {
         guard mgdl.isFinite, mmoll.isFinite, mgdl >= 1, mgdl < 10_000 else { return nil }
         return Values(instant: instant, time: CivilCalendar.iso8601(millis: instant, offsetMinutes: offset),
                       mgdl: Int64(mgdl.rounded()), mmoll: (mmoll * 10).rounded() / 10,
-                      unit: reading.unit == "mol/L" ? "mmol/L" : "mg/dL")
+                      unit: reading.unit == .molePerLitre ? "mmol/L" : "mg/dL")
     }
 
     public func element(for reading: NewReading, meter: MeterInfo) -> OutboxElement? {

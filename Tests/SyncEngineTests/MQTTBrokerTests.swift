@@ -178,7 +178,7 @@ func mqttStore(uploadable: Range<Int>, alsoExcluded: Bool = true) async -> FakeO
         await store.enqueue(control, meter: testMeter, builders: [MQTTBodyBuilder()])
         var high = syntheticReading(901)
         high.mgdl = nil
-        high.special = "+inf"
+        high.special = .positiveInfinity
         high.exclusion = .high
         await store.enqueue(high, meter: testMeter, builders: [MQTTBodyBuilder()])
     }
