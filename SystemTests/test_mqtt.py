@@ -1,0 +1,268 @@
+"""Home Assistant over MQTT: `glucose-gateway run` with an [mqtt] section against a real mosquitto from
+Debian on loopback, read back with mosquitto_sub. Discovery configs and states, reading events (only the
+uploadable readings) also across a broker outage, the last will when the gateway is killed, and bad
+config and the broker password never shown.
+
+The broker and every subscriber are started here and stopped by pid."""
+import getpass
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gg_bus import gateway_binary, stop_process
+from gg_daemon import Gateway, control, gateways, wait_until  # noqa: F401 (fixtures)
+
+A = "C0:26:DA:01:02:03"
+METER_ID = "c026da010203"
+PIN = "123456"
+PREFIX = "gg"
+PASSWORD = "broker-pass-81723"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Mosquitto:
+    """mosquitto on 127.0.0.1:port with a password file; no persistence, so a restart loses retained messages."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.port = free_port()
+        passwords = self.directory / "passwords"
+        subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwords), "gw", PASSWORD], check=True, capture_output=True)
+        self.conf = self.directory / "mosquitto.conf"
+        # `user`: run as root, mosquitto would switch to its own user, which cannot read this directory.
+        self.conf.write_text("listener %d 127.0.0.1\nallow_anonymous false\npassword_file %s\npersistence false\nuser %s\n"
+                             % (self.port, passwords, getpass.getuser()))
+        self.process = None
+        self.start()
+
+    def start(self):
+        self.process = subprocess.Popen(["/usr/sbin/mosquitto", "-c", str(self.conf)], stdout=subprocess.DEVNULL,
+                                        stderr=open(self.directory / "mosquitto.log", "a"))
+        wait_until("mosquitto listening", self.accepts, timeout=10)
+
+    def accepts(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def stop(self):
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+
+    def sub_args(self, *topics):
+        args = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(self.port), "-u", "gw", "-P", PASSWORD, "-q", "1",
+                "-F", "%t\t%r\t%p"]
+        for t in topics:
+            args += ["-t", t]
+        return args
+
+    def retained(self, *topics, seconds=2):
+        """The retained messages on `topics` now: {topic: payload}."""
+        out = subprocess.run(self.sub_args(*topics) + ["--retained-only", "-W", str(seconds)], capture_output=True, text=True,
+                             timeout=seconds + 10)
+        found = {}
+        for line in out.stdout.splitlines():
+            topic, retained, payload = line.split("\t", 2)
+            found[topic] = payload
+        return found
+
+    def subscribe(self, *topics):
+        """A live subscriber, subscribed when returned; `.lines()` after `.stop()`."""
+        return Subscriber(self.sub_args(*topics) + ["-d"])
+
+
+class Subscriber:
+    def __init__(self, args):
+        self.process = subprocess.Popen(["stdbuf", "-oL"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.seen = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            if "SUBACK" in line:
+                return
+        raise AssertionError("mosquitto_sub did not subscribe")
+
+    def stop(self):
+        stop_process(self.process)
+        rest = self.process.stdout.read()
+        messages = []
+        for line in rest.splitlines():
+            parts = line.split("\t", 2)
+            if len(parts) == 3 and parts[1] in ("0", "1"):
+                messages.append((parts[0], parts[1] == "1", parts[2]))
+        return messages
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Mosquitto(tmp_path)
+    yield b
+    b.stop()
+
+
+def meter(count=5):
+    records = [{"sequence": 1 + i, "time": "2024-03-05T06:%02d:00" % i, "timeOffset": 0, "mgdl": 90 + i} for i in range(count)]
+    records.append({"sequence": count + 1, "time": "2024-03-05T07:00:00", "timeOffset": 0, "mgdl": 130, "type": 10, "location": 4})
+    records.append({"sequence": count + 2, "time": "2024-03-05T07:05:00", "timeOffset": 0, "mgdl": 121, "status": ["batteryLow"]})
+    return {"address": A, "name": "meter+0203", "pin": PIN, "bonding": True, "records": records, "advertising": "off",
+            "features": ["lowBattery", "highLow", "generalFault"]}
+
+
+def mqtt_gateway(tmp_path, bus, broker, gateways, password=PASSWORD):
+    secret = tmp_path / "mqtt.password"
+    secret.write_text(password + "\n")
+    os.chmod(secret, 0o600)
+    extra = ('[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nusername = "gw"\npassword_file = "%s"\ntopic_prefix = "%s"\n'
+             '[network]\nretry_count = 1\nnetwork_timeout_ms = 1000\n' % (broker.port, secret, PREFIX))
+    gw = Gateway(tmp_path, bus, extra_config=extra, args=("--quiet-after", "0.3", "--time-scale", "60"))
+    gateways.append(gw)
+    control(bus, "Advertise", A, 60.0)
+    gw.pair(A, PIN)
+    return gw
+
+
+def uploadable(gw):
+    return [r[0] for r in gw.query("SELECT sequence FROM reading WHERE exclusion IS NULL ORDER BY sequence")]
+
+
+def event_sequences(messages):
+    return sorted(json.loads(p)["sequence"] for (t, r, p) in messages if t == "%s/%s/reading" % (PREFIX, METER_ID))
+
+
+def mqtt_destination(gw):
+    return next(d for d in gw.status()["destinations"] if d["name"] == "mqtt")
+
+
+def test_discovery_states_and_reading_events(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    standin("--time-scale", "20", "--meter", meter_file(meter()))
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    events = broker.subscribe(PREFIX + "/+/reading")
+    gw.start()
+    wait_until("online", lambda: broker.retained(PREFIX + "/status").get(PREFIX + "/status") == "online", timeout=20)
+    control(private_bus, "Advertise", A, 20.0)
+    wait_until("downloaded", lambda: len(gw.sequences(A)) == 7, timeout=30)
+    # The control-solution reading (6) is stored but never published.
+    assert uploadable(gw) == [1, 2, 3, 4, 5, 7]
+    wait_until("acknowledged", lambda: mqtt_destination(gw)["uploaded"] == 6, timeout=20)
+    got = events.stop()
+    assert event_sequences(got) == [1, 2, 3, 4, 5, 7]
+    assert all(not retained for (_, retained, _) in got)
+    first = next(json.loads(p) for (_, _, p) in got if json.loads(p)["sequence"] == 1)
+    assert first["mg_dl"] == 90 and first["mmol_l"] == 5.0 and first["time"] == "2024-03-05T06:00:00.000+00:00"
+    assert first["meter"] == METER_ID and len(first["identifier"]) == 36
+
+    def states():
+        s = broker.retained("homeassistant/#", PREFIX + "/#")
+        return s if s.get("%s/%s/glucose_mgdl" % (PREFIX, METER_ID)) == "121" and s.get(PREFIX + "/gateway/pending") == "0" else None
+    s = wait_until("states", states, timeout=20)
+    assert s["%s/%s/glucose_mmol" % (PREFIX, METER_ID)] == "6.7"
+    assert s["%s/%s/glucose_time" % (PREFIX, METER_ID)] == "2024-03-05T07:05:00.000+00:00"
+    assert s["%s/%s/battery_low" % (PREFIX, METER_ID)] == "ON"
+    assert s[PREFIX + "/gateway/network_state"] == "0"
+    config = json.loads(s["homeassistant/sensor/%s/glucose_mgdl/config" % METER_ID])
+    assert config["device_class"] == "blood_glucose_concentration" and config["unit_of_measurement"] == "mg/dL"
+    assert config["state_topic"] == "%s/%s/glucose_mgdl" % (PREFIX, METER_ID)
+    assert config["availability_topic"] == PREFIX + "/status"
+    assert config["device"]["identifiers"] == ["glucose_gateway_" + METER_ID]
+    for key in ("glucose_mmol", "glucose_time", "pending", "network_state"):
+        assert "homeassistant/sensor/%s/%s/config" % (METER_ID, key) in s
+    assert json.loads(s["homeassistant/binary_sensor/%s/battery_low/config" % METER_ID])["device_class"] == "battery"
+    status = gw.status()
+    assert any(d["name"] == "mqtt" and d["pending"] == 0 for d in status["destinations"])
+    wait_until("metrics", lambda: 'glucose_gateway_uploaded_total{destination="mqtt"} 6' in open(gw.metrics).read(), timeout=10)
+    assert gw.stop() == 0
+    assert broker.retained(PREFIX + "/status")[PREFIX + "/status"] == "offline"
+    everything = gw.log() + json.dumps(status) + Path(gw.metrics).read_text() + gw.command("config", "check").stdout
+    assert PASSWORD not in everything
+
+
+def test_readings_during_a_broker_outage_arrive_after_it(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    standin("--time-scale", "20", "--meter", meter_file(meter()))
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    gw.start()
+    control(private_bus, "Advertise", A, 20.0)
+    wait_until("acknowledged", lambda: mqtt_destination(gw)["uploaded"] == 6, timeout=40)
+
+    broker.stop()
+    for _ in range(3):
+        control(private_bus, "AddGeneratedRecord", A)
+    control(private_bus, "Advertise", A, 20.0)
+    wait_until("stored while the broker is down", lambda: len(gw.sequences(A)) == 10, timeout=30)
+    new = [s for s in uploadable(gw) if s > 7]
+    assert len(new) == 3
+
+    def failing():
+        d = mqtt_destination(gw)
+        return d if d["pending"] == 3 and d["last_error"] and d["last_error"]["code"] in (1001, 1002) else None
+    wait_until("the error in status", failing, timeout=30)
+
+    broker.start()  # without persistence: the retained configs and states are gone and must come back
+    events = broker.subscribe(PREFIX + "/+/reading")
+    wait_until("the replay", lambda: mqtt_destination(gw)["uploaded"] == 9, timeout=40)
+    got = events.stop()
+    assert event_sequences(got) == new
+    assert mqtt_destination(gw)["pending"] == 0
+    retained = wait_until("retained set again", lambda: (lambda r: r if r.get(PREFIX + "/status") == "online"
+                                                          and "homeassistant/sensor/%s/glucose_mgdl/config" % METER_ID in r else None)(
+        broker.retained("homeassistant/#", PREFIX + "/#")), timeout=20)
+    assert "%s/%s/glucose_mgdl" % (PREFIX, METER_ID) in retained
+    assert gw.stop() == 0
+
+
+def test_kill_9_leaves_the_last_will_offline(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    standin("--time-scale", "20", "--meter", meter_file(meter(count=1)))
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    gw.start()
+    wait_until("online", lambda: broker.retained(PREFIX + "/status").get(PREFIX + "/status") == "online", timeout=20)
+    gw.kill9()
+    wait_until("the last will", lambda: broker.retained(PREFIX + "/status").get(PREFIX + "/status") == "offline", timeout=20)
+
+
+def test_wrong_password_pauses_the_destination_without_showing_it(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    standin("--time-scale", "20", "--meter", meter_file(meter(count=2)))
+    wrong = "not-the-" + PASSWORD
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways, password=wrong)
+    gw.start()
+    control(private_bus, "Advertise", A, 20.0)
+    wait_until("downloaded", lambda: len(gw.sequences(A)) == 4, timeout=30)
+    paused = wait_until("paused", lambda: (lambda d: d if d["state"] == "paused" else None)(mqtt_destination(gw)), timeout=30)
+    assert paused["pending"] == 3
+    text = gw.command("status").stdout + json.dumps(gw.status()) + gw.log()
+    assert wrong not in text and PASSWORD not in text
+    assert "refused" in text
+
+
+@pytest.mark.parametrize("body,words", [
+    ('url = "http://127.0.0.1:1883"', "mqtt.url: expected an mqtt:// or mqtts:// URL"),
+    ('url = "mqtt://gw:%s@127.0.0.1"' % PASSWORD, "must not carry a user name or password"),
+    ('url = "mqtt://127.0.0.1"\ntopic_prefix = "a/#"', "mqtt.topic_prefix"),
+    ('url = "mqtt://127.0.0.1"\nusername = "gw"\npassword_file = "open.password"', "accessible by group or others"),
+])
+def test_bad_mqtt_config_is_one_line_and_exit_78(tmp_path, body, words):
+    (tmp_path / "open.password").write_text(PASSWORD)
+    os.chmod(tmp_path / "open.password", 0o644)
+    config = tmp_path / "gw.toml"
+    config.write_text('[gateway]\ndatabase = "%s"\n[mqtt]\n%s\n' % (tmp_path / "db.sqlite3", body))
+    for args in (["config", "check", str(config)], ["--config", str(config), "run"], ["--config", str(config), "upload"]):
+        out = subprocess.run([gateway_binary()] + args, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 78, (args, out.stderr)
+        assert words in out.stdout + out.stderr
+        assert PASSWORD not in out.stdout + out.stderr
+        if args[0] != "config":
+            assert len(out.stderr.strip().splitlines()) == 1, out.stderr
