@@ -136,6 +136,10 @@ public final class MQTTClient: Sendable {
         return core.start()
     }
 
+    /// Cuts a reconnection wait short: a publisher needs the broker now (the dispatcher's own backoff
+    /// decides how often that is).
+    public func reconnectNow() { core.kick() }
+
     static let missingLibrary = "libmosquitto is not installed (Debian package libmosquitto1)"
 
     /// Waits until connected, refused, or `timeoutMs` passed; returns the state then.
@@ -514,6 +518,16 @@ private final class Core: @unchecked Sendable {
         failWaiters(.connectionLost)
         state.withLock { $0.connection = .disconnected("stopped") }
         release()
+    }
+
+    func kick() {
+        let waiting = state.withLock { s -> Bool in
+            switch s.connection {
+            case .disconnected, .refused: return s.started && !s.stopping
+            default: return false
+            }
+        }
+        if waiting { wake.signal() }
     }
 
     /// From deinit: a client dropped without `stop()` ends its thread without waiting for it.

@@ -109,6 +109,7 @@ public struct MQTTDestination: UploadDestination {
 
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
         client.start()
+        client.reconnectNow()
         switch await client.waitForConnection(timeoutMs: networkTimeoutMs) {
         case .connected: break
         case .refused(let code, let text):
@@ -156,6 +157,7 @@ public struct MQTTDestination: UploadDestination {
     /// Connects (or looks at the connection) and reports what the broker said.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
         client.start()
+        client.reconnectNow()
         switch await client.waitForConnection(timeoutMs: timeoutMs) {
         case .connected: return .accepted
         case .refused(let code, let text): return .refused("\(text) (CONNACK \(code))")
