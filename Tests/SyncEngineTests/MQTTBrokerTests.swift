@@ -326,7 +326,7 @@ struct MQTTBrokerTests {
             return
         }
         let state = try await store.destinationState(.mqtt)
-        #expect(state?.state == "paused")
+        #expect(state?.state == .paused)
         let shown = sink.all + (state?.lastErrorMessage ?? "")
         #expect(!shown.contains(password))
         #expect(shown.contains("refused"))
