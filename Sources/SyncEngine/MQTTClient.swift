@@ -243,7 +243,9 @@ final class Waiter: Sendable {
 
 /// The libmosquitto handle and everything the connection thread and the publishers share.
 ///
-/// The handle is used from the connection thread (connect, loop, callbacks) and from publishers
+/// The handle is used from the connection thread (connect, loop, callbacks, with the pointer libmosquitto
+/// passes them) and from publishers and `stop()` under `handleLock`, which `release()` also takes, so
+/// nobody calls into a destroyed handle. The loop thread ends before `release()` runs.
 /// (`mosquitto_publish`, `mosquitto_disconnect`): libmosquitto in threaded mode guards those with its
 /// own mutexes. The Swift state is behind one Mutex, never held across a libmosquitto call.
 private final class Core: @unchecked Sendable {
@@ -270,8 +272,13 @@ private final class Core: @unchecked Sendable {
     let connectSignal = Signal()
     /// Wakes the connection thread out of its reconnect wait when stopping.
     private let wake = DispatchSemaphore(value: 0)
-    /// Written once in `start()` before the thread starts, read-only afterwards.
-    private var handle: OpaquePointer?
+    private struct Handle: @unchecked Sendable {
+        // @unchecked: libmosquitto in threaded mode serialises its own use of the handle.
+        let pointer: OpaquePointer
+    }
+    private let handleLock = Mutex<Handle?>(nil)
+    /// The handle, for the connection thread: set before the thread starts, destroyed after it ended.
+    private var loopHandle: OpaquePointer? { handleLock.withLock { $0?.pointer } }
     private var retainedSelf: Unmanaged<Core>?
 
     init(settings: MQTTBrokerSettings, availabilityTopic: String?, logger: Logger) {
@@ -287,7 +294,7 @@ private final class Core: @unchecked Sendable {
             s.connection = .connecting
             return true
         }
-        guard first else { return handle != nil }
+        guard first else { return loopHandle != nil }
         let me = Unmanaged.passRetained(self)
         guard let m = gg_mosq_new(settings.clientID, me.toOpaque()) else {
             me.release()
@@ -295,7 +302,7 @@ private final class Core: @unchecked Sendable {
             return false
         }
         retainedSelf = me
-        handle = m
+        handleLock.withLock { $0 = Handle(pointer: m) }
         _ = gg_mosq_protocol_v311(m)
         _ = gg_mosq_threaded_set(m)
         gg_mosq_callbacks_set(m, mqttOnConnect, mqttOnDisconnect, mqttOnPublish)
@@ -320,7 +327,7 @@ private final class Core: @unchecked Sendable {
 
     /// The connection thread: connect, loop until the connection ends, wait, reconnect.
     private func run() {
-        guard let m = handle else { return }
+        guard let m = loopHandle else { return }
         var delayMs = 500
         var firstAttempt = true
         let clock = ContinuousClock()
@@ -395,7 +402,7 @@ private final class Core: @unchecked Sendable {
 
     // MARK: callbacks (connection thread)
 
-    func connected(rc: Int32) {
+    func connected(rc: Int32, _ m: OpaquePointer) {
         guard rc == 0 else {
             let text = String(cString: gg_mosq_connack_string(rc))
             state.withLock { $0.connection = .refused(code: Int(rc), text) }
@@ -409,10 +416,10 @@ private final class Core: @unchecked Sendable {
         }
         logger.notice("connected to \(settings.origin)")
         for message in retained {
-            if case .success(let mid) = send(message) { forget(mid) }
+            if case .success(let mid) = Self.publish(m, message) { forget(mid) }
         }
         if let topic = availabilityTopic,
-           case .success(let mid) = send(MQTTMessage(topic: topic, text: MQTTClient.onlinePayload, retain: true)) {
+           case .success(let mid) = Self.publish(m, MQTTMessage(topic: topic, text: MQTTClient.onlinePayload, retain: true)) {
             forget(mid)
         }
         connectSignal.signal()
@@ -439,7 +446,13 @@ private final class Core: @unchecked Sendable {
     // MARK: publishers
 
     func send(_ message: MQTTMessage) -> Result<Int32, MQTTPublishError> {
-        guard let m = handle else { return .failure(.notConnected("not started")) }
+        handleLock.withLock { h in
+            guard let m = h?.pointer else { return .failure(.notConnected("not started")) }
+            return Self.publish(m, message)
+        }
+    }
+
+    static func publish(_ m: OpaquePointer, _ message: MQTTMessage) -> Result<Int32, MQTTPublishError> {
         var mid: Int32 = 0
         let rc = message.payload.withUnsafeBytes {
             gg_mosq_publish(m, &mid, message.topic, Int32($0.count), $0.baseAddress, 1, message.retain)
@@ -501,9 +514,9 @@ private final class Core: @unchecked Sendable {
     func stop() async {
         let running = state.withLock { s -> Bool in
             s.stopping = true
-            return s.started && handle != nil && !s.loopDone
+            return s.started && !s.loopDone
         }
-        if let m = handle { _ = gg_mosq_disconnect(m) }
+        handleLock.withLock { h in if let m = h?.pointer { _ = gg_mosq_disconnect(m) } }
         wake.signal()
         if running {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
@@ -536,16 +549,20 @@ private final class Core: @unchecked Sendable {
             s.stopping = true
             return s.started && !s.loopDone
         }
-        if running, let m = handle {
-            _ = gg_mosq_disconnect(m)
+        if running {
+            handleLock.withLock { h in if let m = h?.pointer { _ = gg_mosq_disconnect(m) } }
             wake.signal()
         }
     }
 
     private func release() {
-        guard let m = handle else { return }
-        handle = nil
-        gg_mosq_destroy(m)
+        let taken = handleLock.withLock { h -> Handle? in
+            let old = h
+            h = nil
+            if let old { gg_mosq_destroy(old.pointer) }
+            return old
+        }
+        guard taken != nil else { return }
         retainedSelf?.release()
         retainedSelf = nil
     }
@@ -556,6 +573,9 @@ private func core(_ obj: UnsafeMutableRawPointer?) -> Core? {
     return Unmanaged<Core>.fromOpaque(obj).takeUnretainedValue()
 }
 
-private let mqttOnConnect: gg_mosq_event_fn = { _, obj, rc in core(obj)?.connected(rc: rc) }
+private let mqttOnConnect: gg_mosq_event_fn = { mosq, obj, rc in
+    guard let mosq else { return }
+    core(obj)?.connected(rc: rc, mosq)
+}
 private let mqttOnDisconnect: gg_mosq_event_fn = { _, obj, rc in core(obj)?.disconnected(rc: rc) }
 private let mqttOnPublish: gg_mosq_event_fn = { _, obj, mid in core(obj)?.acknowledged(mid) }
