@@ -266,3 +266,28 @@ def test_bad_mqtt_config_is_one_line_and_exit_78(tmp_path, body, words):
         assert PASSWORD not in out.stdout + out.stderr
         if args[0] != "config":
             assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_sync_and_upload_publish_the_events_without_the_daemon(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    standin("--time-scale", "20", "--meter", meter_file(meter()))
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    events = broker.subscribe(PREFIX + "/+/reading")
+    control(private_bus, "Advertise", A, 30.0)
+    gw.command("sync", A, "--wait", "20")
+    assert event_sequences(events.stop()) == [1, 2, 3, 4, 5, 7]
+
+    broker.stop()
+    control(private_bus, "AddGeneratedRecord", A)
+    control(private_bus, "Advertise", A, 30.0)
+    down = gw.command("sync", A, "--wait", "20", check=False)
+    assert down.returncode == 75, down.stderr  # stored, upload deferred
+    assert uploadable(gw)[-1] == 8
+    assert PASSWORD not in down.stdout + down.stderr
+
+    broker.start()
+    events = broker.subscribe(PREFIX + "/+/reading")
+    up = gw.command("upload", check=False)
+    assert up.returncode == 0, up.stderr
+    assert event_sequences(events.stop()) == [8]
+    # One-shot commands hold no availability: only the daemon says online/offline.
+    assert PREFIX + "/status" not in broker.retained(PREFIX + "/status")
