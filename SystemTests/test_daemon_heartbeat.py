@@ -100,3 +100,25 @@ def test_pings_on_schedule_fails_while_paused_and_recovers_after_sighup(private_
         assert TOKEN not in text and "/ping/" not in text, text
     assert oct(os.stat(gw.database + ".heartbeat.json").st_mode & 0o777) == "0o600"
     assert gw.stop() == 0
+
+
+def test_a_damaged_database_is_reported_as_a_failure(private_bus, standin, meter_file, tmp_path, gateways, monitor):
+    import random
+    import test_daemon_disk as disk   # its helpers only (a module import: its tests are not collected twice)
+    gw = disk.gateway_with_readings(tmp_path, private_bus, standin, meter_file, 150)
+    gateways.append(gw)
+    page_size, leaves = disk.leaf_pages(gw.database, "reading")
+    rng = random.Random(7)
+    with open(gw.database, "r+b") as f:
+        f.seek((leaves[len(leaves) // 2] - 1) * page_size)
+        f.write(bytes(rng.randrange(256) for _ in range(page_size)))
+    path = "/ping/" + TOKEN
+    set_heartbeat(gw, "http://127.0.0.1:%d%s" % (monitor.port, path), interval=1)
+    import subprocess
+    gw.process = subprocess.Popen(gw.command_line("run"), env=gw.env, stdout=subprocess.DEVNULL,
+                                  stderr=open(tmp_path / "alert-run.log", "w"))
+    fails = wait_until("two failures", lambda: [r for r in monitor.seen() if r["path"] == path + "/fail"][1:] and
+                       [r for r in monitor.seen() if r["path"] == path + "/fail"], timeout=30)
+    assert fails[0]["body"] == "alert 2002 DATABASE_DAMAGED: not downloading or uploading"
+    assert not [r for r in monitor.seen() if r["path"] == path]
+    assert gw.stop() == 0

@@ -2,9 +2,14 @@ import GatewayCore
 
 extension DaemonSnapshot {
     /// The daemon's health as the heartbeat judges it, with the ages measured at `now` (Unix ms).
-    /// nil while the daemon is not running its loop (starting, stopping, stopped, holding an alert):
-    /// the heartbeat decides nothing on such a snapshot.
+    /// An alert the daemon holds (a damaged database) is a failure of its own. nil while the daemon is
+    /// starting or stopping: the heartbeat decides nothing on such a snapshot (and a stopped gateway
+    /// stops pinging).
     public func heartbeatHealth(now: UnixMillis) -> HeartbeatHealth? {
+        if phase == .alert, let alert {
+            return HeartbeatHealth(bluetoothdReachable: true, adapterPowered: true,
+                                   heldAlert: "\(alert.code) \(DaemonSnapshot.codeName(alert.code))")
+        }
         guard phase == .running else { return nil }
         let blocked = destinations.compactMap { d -> (name: String, state: String)? in
             guard let state = d.state?.state, state == .paused || state == .blocked else { return nil }

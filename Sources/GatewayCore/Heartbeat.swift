@@ -56,25 +56,29 @@ public struct HeartbeatHealth: Sendable, Equatable {
     public var blockedDestinations: [(name: String, state: String)]
     /// Age of the oldest reading not yet acknowledged by every destination, nil when nothing is pending.
     public var oldestUnsentAge: Duration?
+    /// An alert the daemon holds while it does no work at all (a damaged database), as a short name.
+    public var heldAlert: String?
 
     public init(bluetoothdReachable: Bool, adapterPowered: Bool, blockedDestinations: [(name: String, state: String)] = [],
-                oldestUnsentAge: Duration? = nil) {
+                oldestUnsentAge: Duration? = nil, heldAlert: String? = nil) {
         self.bluetoothdReachable = bluetoothdReachable
         self.adapterPowered = adapterPowered
         self.blockedDestinations = blockedDestinations
         self.oldestUnsentAge = oldestUnsentAge
+        self.heldAlert = heldAlert
     }
 
     public static func == (a: HeartbeatHealth, b: HeartbeatHealth) -> Bool {
         a.bluetoothdReachable == b.bluetoothdReachable && a.adapterPowered == b.adapterPowered
             && a.blockedDestinations.map(\.name) == b.blockedDestinations.map(\.name)
             && a.blockedDestinations.map(\.state) == b.blockedDestinations.map(\.state)
-            && a.oldestUnsentAge == b.oldestUnsentAge
+            && a.oldestUnsentAge == b.oldestUnsentAge && a.heldAlert == b.heldAlert
     }
 
     /// The first problem as one line, nil when healthy. The text does not change while the condition
     /// lasts (no running ages in it), so a change of text is a change of condition.
     public func problem(maxPending: Duration) -> String? {
+        if let heldAlert { return "alert \(heldAlert): not downloading or uploading" }
         if !bluetoothdReachable { return "bluetoothd is not reachable" }
         if !adapterPowered { return "no powered Bluetooth adapter" }
         if let first = blockedDestinations.first {

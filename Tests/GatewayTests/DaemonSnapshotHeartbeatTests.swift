@@ -15,7 +15,7 @@ import Testing
     @Test func onlyARunningDaemonHasAHealth() {
         var s = Self.running()
         #expect(s.heartbeatHealth(now: 0) == HeartbeatHealth(bluetoothdReachable: true, adapterPowered: true))
-        for phase in [DaemonPhase.starting, .stopping, .stopped, .alert] {
+        for phase in [DaemonPhase.starting, .stopping, .stopped] {
             s.phase = phase
             #expect(s.heartbeatHealth(now: 0) == nil)
         }
@@ -35,5 +35,13 @@ import Testing
         #expect(health.blockedDestinations.map(\.name) == ["nightscout"])
         #expect(health.blockedDestinations.map(\.state) == ["paused"])
         #expect(health.oldestUnsentAge == .seconds(60))
+    }
+
+    @Test func aHeldAlertIsAFailureOfItsOwn() throws {
+        var s = DaemonSnapshot()
+        s.phase = .alert
+        s.alert = HeldAlert(code: DaemonAlert.databaseDamaged, message: "database /x is damaged")
+        let health = try #require(s.heartbeatHealth(now: 0))
+        #expect(health.problem(maxPending: .seconds(3600)) == "alert 2002 DATABASE_DAMAGED: not downloading or uploading")
     }
 }
