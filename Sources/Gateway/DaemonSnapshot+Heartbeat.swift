@@ -13,6 +13,8 @@ extension DaemonSnapshot {
         guard phase == .running else { return nil }
         let blocked = destinations.compactMap { d -> (name: String, state: String)? in
             guard let state = d.state?.state, state == .paused || state == .blocked else { return nil }
+            // The upload side pauses a destination the server has turned off with code 404.
+            if state == .paused, d.state?.lastErrorCode == 404 { return (d.name.rawValue, "disabled") }
             return (d.name.rawValue, state.rawValue)
         }
         let oldest = destinations.compactMap(\.counts.oldestUnsent).min()

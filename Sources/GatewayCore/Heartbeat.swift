@@ -51,8 +51,9 @@ public struct HeartbeatHealth: Sendable, Equatable {
     /// bluetoothd holds `org.bluez` and answers.
     public var bluetoothdReachable: Bool
     public var adapterPowered: Bool
-    /// Destinations that send nothing until a person acts (`paused`: refused credentials; `blocked`: a
-    /// reading the server keeps refusing), with that state.
+    /// Destinations that send nothing until a person acts, with why: `paused` (refused credentials),
+    /// `disabled` (paused because the server has it turned off, such as treatments without careportal),
+    /// `blocked` (a reading the server keeps refusing).
     public var blockedDestinations: [(name: String, state: String)]
     /// Age of the oldest reading not yet acknowledged by every destination, nil when nothing is pending.
     public var oldestUnsentAge: Duration?
@@ -82,7 +83,11 @@ public struct HeartbeatHealth: Sendable, Equatable {
         if !bluetoothdReachable { return "bluetoothd is not reachable" }
         if !adapterPowered { return "no powered Bluetooth adapter" }
         if let first = blockedDestinations.first {
-            let why = first.state == "paused" ? "paused (credentials refused)" : "blocked (a reading is refused)"
+            let why = switch first.state {
+            case "paused": "paused (credentials refused)"
+            case "disabled": "paused (turned off on the server)"
+            default: "blocked (a reading is refused)"
+            }
             return "upload to \(first.name) \(why)"
         }
         if let age = oldestUnsentAge, age >= maxPending {

@@ -44,4 +44,13 @@ import Testing
         let health = try #require(s.heartbeatHealth(now: 0))
         #expect(health.problem(maxPending: .seconds(3600)) == "alert 2002 DATABASE_DAMAGED: not downloading or uploading")
     }
+
+    @Test func aDestinationTheServerTurnedOffIsNamedSo() throws {
+        var s = Self.running()
+        var off = DestinationState(destination: DestinationName(rawValue: "nightscout-treatments"), state: .paused)
+        off.lastErrorCode = 404
+        s.destinations = [DestinationSnapshot(name: off.destination, counts: OutboxCounts(), state: off)]
+        let health = try #require(s.heartbeatHealth(now: 0))
+        #expect(health.problem(maxPending: .seconds(3600)) == "upload to nightscout-treatments paused (turned off on the server)")
+    }
 }
