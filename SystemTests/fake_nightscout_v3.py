@@ -6,7 +6,8 @@ What it reproduces (cgm-remote-monitor 15.0.x lib/authorization, lib/api3):
     JWTs live --jwt-lifetime seconds (Nightscout: 8 h).
   * Every /api/v3 request needs `Authorization: Bearer <JWT>`: none gives 401 "Missing or bad access token or
     JWT"; an unknown or expired JWT gives 401 "Bad access token or JWT" after the failed-authentication delay.
-  * POST /api/v3/{entries,treatments}: one document. Looked up by `identifier`; when found the server demands
+  * POST /api/v3/{entries,treatments}: one document; `date` from `date` or `created_at`, `utcOffset` from the
+    latter's offset when missing, `created_at` rewritten in UTC (the server's parseDate). Looked up by `identifier`; when found the server demands
     api:<col>:update (403 "Missing permission api:<col>:update"), checks the immutable fields (400 "Field X cannot
     be modified by the client") and answers 200 {"status", "identifier", "isDeduplication": true, "lastModified"};
     when not found it demands api:<col>:create (403), validates identifier, date, utcOffset and app (400) and
@@ -21,6 +22,7 @@ invalid (as if expired); {"expire_jwts_after": N} does that once N more document
 {"jwt_lifetime": s} changes the lifetime of new ones; {"access_tokens": {TOKEN: [perms]}}.
 GET /__v3 -> {"entries": [...], "treatments": [...], "exchanges": N, "jwt_refused": N, "posts": N}.
 """
+import datetime
 import json
 import secrets
 import threading
@@ -161,6 +163,29 @@ def handle_get(handler):
     return False
 
 
+def parse_date(doc):
+    """The server's parseDate: `date` (ms) or else `created_at` (ISO 8601) gives `date`; `utcOffset` comes from the
+    parsed offset when the document has none; `created_at` is rewritten in UTC."""
+    value = doc.get("date")
+    moment = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        moment = datetime.datetime.fromtimestamp(value / 1000, tz=datetime.timezone.utc)
+    elif isinstance(doc.get("created_at"), str):
+        try:
+            moment = datetime.datetime.fromisoformat(doc["created_at"].replace("Z", "+00:00"))
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+    if moment is None:
+        return
+    doc["date"] = int(moment.timestamp() * 1000)
+    if "utcOffset" not in doc:
+        doc["utcOffset"] = int(moment.utcoffset().total_seconds() // 60)
+    utc = moment.astimezone(datetime.timezone.utc)
+    doc["created_at"] = utc.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (utc.microsecond // 1000)
+
+
 def validate_common(doc):
     if not isinstance(doc.get("date"), (int, float)) or isinstance(doc.get("date"), bool) or doc["date"] <= MIN_TIMESTAMP:
         return "Bad or missing date field"
@@ -214,6 +239,7 @@ def handle_post(handler, raw):
     if not isinstance(doc, dict) or not doc:
         handler.reply(400, {"status": 400, "message": "Bad or missing request body"})
         return True
+    parse_date(doc)
     identifier = doc.get("identifier")
     with v3.lock:
         stored = v3.docs[col].get(identifier) if isinstance(identifier, str) else None

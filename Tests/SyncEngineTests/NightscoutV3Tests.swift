@@ -347,6 +347,34 @@ struct NightscoutV3UploadTests {
     }
 }
 
+/// The seam for treatments: the same destination type posts a collection's frozen documents to /api/v3/<collection>.
+@Suite("Nightscout API v3 treatments", .serialized, .timeLimit(.minutes(2)))
+struct NightscoutV3TreatmentsTests {
+    @Test func aTreatmentsDestinationPostsToItsCollectionAndChecksItsPermission() async throws {
+        let server = try FakeNightscout(extra: ["--access-token", "\(NightscoutV3UploadTests.careOnly)=api:treatments:create",
+                                                "--access-token", "reader-0123456789abcdef=*:*:read"])
+        var ns = NightscoutSettings(url: server.url, token: Secret(NightscoutV3UploadTests.careOnly))
+        ns.api = .v3
+        let name = DestinationName(rawValue: "nightscout-treatments")
+        let destination = try #require(NightscoutV3Destination(name: name, collection: "treatments", settings: ns, http: CurlHTTPClient()))
+        #expect(await destination.checkCredentials(timeoutMs: 5000) == .accepted)
+        let body = Array(#"{"eventType":"BG Check","glucose":112,"glucoseType":"Finger","units":"mg/dl","created_at":"2026-01-01T08:02:10.000+01:00","enteredBy":"glucose-gateway","identifier":"a9fd2d19-9b4c-5247-8c31-474e432d8da5"}"#.utf8)
+        let item = OutboxItem(id: 7, destination: name, readingID: 1, key: "a9fd2d19-9b4c-5247-8c31-474e432d8da5", body: body,
+                              state: .inFlight, attempts: 0, createdAt: 0)
+        #expect(await destination.send([item], networkTimeoutMs: 2000) == .perElement(stored: [7], duplicates: 0, rejected: [:], retry: [], retryReason: ""))
+        #expect(await destination.send([item], networkTimeoutMs: 2000) == .perElement(stored: [7], duplicates: 1, rejected: [:], retry: [], retryReason: ""))
+        let treatments = try await server.v3()["treatments"] as? [[String: Any]] ?? []
+        #expect(treatments.count == 1)
+        #expect(treatments.first?["date"] as? Int == 1_767_250_930_000)
+        #expect(treatments.first?["utcOffset"] as? Int == 60)
+
+        var reader = ns
+        reader.token = Secret("reader-0123456789abcdef")
+        let readOnly = try #require(NightscoutV3Destination(name: name, collection: "treatments", settings: reader, http: CurlHTTPClient()))
+        #expect(await readOnly.checkCredentials(timeoutMs: 5000) == .refused("access token lacks permission api:treatments:create"))
+    }
+}
+
 extension FakeNightscout {
     func v3() async throws -> [String: Any] {
         let request = HTTPRequest(method: "GET", url: "http://127.0.0.1:\(controlPort)/__v3", connectTimeoutMs: 2000, timeoutMs: 10_000)
