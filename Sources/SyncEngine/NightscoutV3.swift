@@ -59,10 +59,21 @@ public actor NightscoutAuthorization {
     /// When the JWT in hand will be renewed; nil without one.
     public var renewalDue: ContinuousClock.Instant? { renewAt }
 
+    /// An exchange under way: destinations sharing this authorization (entries and treatments) wait for it
+    /// rather than each exchanging the token.
+    private var underWay: Task<Result<String, TokenExchangeFailure>, Never>?
+
     /// A JWT that is not due for renewal, exchanging the token when there is none or it is due.
     func bearer(timeoutMs: Int) async throws(TokenExchangeFailure) -> String {
         if let jwt, let renewAt, clock.now < renewAt { return jwt }
-        return try await exchange(timeoutMs: timeoutMs)
+        if let underWay { return try await underWay.value.get() }
+        let task = Task { () -> Result<String, TokenExchangeFailure> in
+            do throws(TokenExchangeFailure) { return .success(try await self.exchange(timeoutMs: timeoutMs)) } catch { return .failure(error) }
+        }
+        underWay = task
+        let result = await task.value
+        underWay = nil
+        return try result.get()
     }
 
     /// `GET /api/v2/authorization/request/<token>`: `{"token": JWT, "iat": s, "exp": s, ...}` or 401.
@@ -147,6 +158,20 @@ public struct NightscoutV3Destination: UploadDestination {
         self.authorization = NightscoutAuthorization(baseURL: settings.url, token: token, caFile: settings.caFile, http: http, clock: clock)
     }
 
+    private init(name: DestinationName, collection: String, settings: NightscoutSettings, http: any HTTPClient,
+                 authorization: NightscoutAuthorization) {
+        self.name = name
+        self.collection = collection
+        self.settings = settings
+        self.http = http
+        self.authorization = authorization
+    }
+
+    /// A destination of another collection on the same site, sharing this one's JWT.
+    public func sibling(name: DestinationName, collection: String) -> NightscoutV3Destination {
+        NightscoutV3Destination(name: name, collection: collection, settings: settings, http: http, authorization: authorization)
+    }
+
     public var origin: String { HTTPURL.origin(settings.url) }
 
     /// The permission a new document needs.
@@ -212,9 +237,10 @@ public struct NightscoutV3Destination: UploadDestination {
     }
 
     private func sendOne(_ item: OutboxItem, networkTimeoutMs: Int) async -> ItemOutcome {
-        guard let document = Self.document(item.body) else {
+        guard let document = Self.document(item.body, key: item.key) else {
             return .batch(.rejected(status: 400, answer: "frozen document is not a JSON object"))
         }
+        let identifier = (try? JSONParser.parse(document))?["identifier"]?.stringValue ?? item.key
         var renewed = false
         while true {
             let jwt: String
@@ -251,15 +277,15 @@ public struct NightscoutV3Destination: UploadDestination {
                 renewed = true
                 continue
             }
-            return await judge(response, key: item.key)
+            return await judge(response, identifier: identifier)
         }
     }
 
-    private func judge(_ response: HTTPResponse, key: String) async -> ItemOutcome {
+    private func judge(_ response: HTTPResponse, identifier: String) async -> ItemOutcome {
         let json = try? JSONParser.parse(response.body)
         switch response.status {
         case 201:
-            if json?["identifier"]?.stringValue == key { return .stored(duplicate: false) }
+            if json?["identifier"]?.stringValue == identifier { return .stored(duplicate: false) }
             return .unconfirmed("server answered HTTP 201 without the reading's identifier")
         case 200:
             if json?["isDeduplication"]?.boolValue == true { return .stored(duplicate: true) }
@@ -274,10 +300,12 @@ public struct NightscoutV3Destination: UploadDestination {
         }
     }
 
-    /// The document sent for a frozen element: the element's members, then `app`, then `utcOffset` from
-    /// its `dateString` when it carries none. Nil when the element is not a JSON object.
-    public static func document(_ frozen: [UInt8]) -> [UInt8]? {
+    /// The document sent for a frozen element: the element's members, then `identifier` (`key`) when it has
+    /// none, `app`, and `utcOffset` from its `dateString` (or `created_at`) when it carries none. Nil when the
+    /// element is not a JSON object.
+    public static func document(_ frozen: [UInt8], key: String? = nil) -> [UInt8]? {
         guard case .object(var members)? = try? JSONParser.parse(frozen) else { return nil }
+        if let key, !members.contains(where: { $0.key == "identifier" }) { members.append(JSONMember("identifier", .string(key))) }
         if !members.contains(where: { $0.key == "app" }) { members.append(JSONMember("app", .string(app))) }
         if !members.contains(where: { $0.key == "utcOffset" }) {
             let dateString = members.first { $0.key == "dateString" || $0.key == "created_at" }?.value.stringValue

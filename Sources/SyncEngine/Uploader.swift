@@ -79,11 +79,14 @@ public final class Uploader: DaemonUploads, Sendable {
                              logger: Logger = .silent) -> [any UploadDestination] {
         var list: [any UploadDestination] = []
         if let ns = settings.nightscout {
-            // With api = "v3", a destination of Nightscout treatments is the same type with its own name and
-            // `collection: "treatments"` (its check then names api:treatments:create).
-            if ns.api == .v3, let v3 = NightscoutV3Destination(settings: ns, http: http, clock: clock) { list.append(v3) }
-            else { list.append(NightscoutDestination(settings: ns, http: http)) }
-            if ns.sendsTreatments { list.append(NightscoutTreatmentsDestination(settings: ns, http: http)) }
+            if ns.api == .v3, let entries = NightscoutV3Destination(settings: ns, http: http, clock: clock) {
+                // API v3 has its treatments collection whether careportal is on or not; one JWT for both.
+                list.append(entries)
+                if ns.sendsTreatments { list.append(entries.sibling(name: .nightscoutTreatments, collection: "treatments")) }
+            } else {
+                list.append(NightscoutDestination(settings: ns, http: http))
+                if ns.sendsTreatments { list.append(NightscoutTreatmentsDestination(settings: ns, http: http)) }
+            }
         }
         if let fhir = settings.fhir { list.append(FHIRDestination(settings: fhir, http: http)) }
         if let mqtt = settings.mqtt {

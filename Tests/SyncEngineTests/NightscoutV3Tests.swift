@@ -330,6 +330,32 @@ struct NightscoutV3UploadTests {
         #expect(faults == ["commit_drop": 2, "status": 3])
     }
 
+    @Test func entriesAndTreatmentsArriveOnceThroughFaultsWithOneJWT() async throws {
+        let server = try server()
+        var ns = NightscoutSettings(url: server.url, token: Secret(Self.full), treatments: true)
+        ns.api = .v3
+        let settings = UploadSettings(recovery: RecoverySettings(retryCount: 5, networkTimeoutMs: 2000), nightscout: ns)
+        let store = await filledStore(30, builders: settings.bodyBuilders)
+        try await server.control(["mode": "commit_drop", "times": 2, "after": 7])
+        let uploader = Uploader(settings: settings, store: store, logger: .silent, timing: fastTiming())
+        #expect(uploader.dispatchers.map(\.name) == [.nightscout, .nightscoutTreatments])
+        try await uploader.prepare()
+        let outcome = await uploader.drain(deadline: deadline(seconds: 60))
+        #expect(outcome.uploaded == 60)
+        #expect(!outcome.deferred)
+        let v3 = try await server.v3()
+        let treatments = v3["treatments"] as? [[String: Any]] ?? []
+        #expect(treatments.count == 30)
+        #expect(Set(treatments.compactMap { $0["identifier"] as? String }).count == 30)
+        #expect(treatments.allSatisfy { $0["eventType"] as? String == "BG Check" && $0["utcOffset"] as? Int == 60 })
+        // created_at as the server keeps it (UTC) is the reading's instant.
+        let first = try #require(treatments.first { $0["identifier"] as? String == syntheticKey(0) })
+        #expect(first["created_at"] as? String == "2026-01-01T07:00:00.000Z")
+        #expect((v3["entries"] as? [[String: Any]])?.count == 30)
+        #expect(v3["exchanges"] as? Int == 1)  // one JWT for both collections
+        #expect(try await store.counts(.nightscoutTreatments).acknowledged == 30)
+    }
+
     @Test func aTokenWithoutPermissionIsRefusedWithThePermissionNamed() async throws {
         let server = try server()
         let store = await filledStore(5)
@@ -381,6 +407,12 @@ extension FakeNightscout {
         let response = try await CurlHTTPClient().send(request)
         return (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]) ?? [:]
     }
+}
+
+/// The outbox key of synthetic reading `n`.
+func syntheticKey(_ n: Int) -> String {
+    let reading = syntheticReading(n)
+    return IdempotencyKey.key(meterAddress: reading.meterAddress, sequence: reading.sequence, meterTime: reading.userFacingTime.isoString)
 }
 
 /// Readings `from..<from+count` of the synthetic meter added to `store`; returns how many were queued.
