@@ -14,6 +14,7 @@ from test_upload_cli import binary, seed, states, upload
 HERE = os.path.dirname(os.path.abspath(__file__))
 FULL = "gateway-3f9c1d2e8a7b6c5d"
 CARE_ONLY = "careportal-0a1b2c3d4e5f"
+ENTRIES_ONLY = "entries-5c4b3a29181706f5"
 UNKNOWN = "nobody-9e8d7c6b5a4f3e2d"
 
 
@@ -25,6 +26,7 @@ class Nightscout:
             [sys.executable, os.path.join(HERE, "fake_nightscout.py"), "--delay-401", "0.05",
              "--access-token", FULL + "=api:entries:create,api:entries:update,api:treatments:create,*:*:read",
              "--access-token", CARE_ONLY + "=api:treatments:create",
+             "--access-token", ENTRIES_ONLY + "=api:entries:create",
              "--jwt-lifetime", str(jwt_lifetime)], stdout=subprocess.PIPE, text=True)
         ports = json.loads(self.proc.stdout.readline())
         self.port, self.control_port = ports["port"], ports["control_port"]
@@ -81,7 +83,7 @@ def assert_once(server, count):
 
 def no_secret(*outputs):
     for text in outputs:
-        assert FULL not in text and CARE_ONLY not in text and UNKNOWN not in text
+        assert FULL not in text and CARE_ONLY not in text and UNKNOWN not in text and ENTRIES_ONLY not in text
         assert "eyJ" not in text   # nor a JWT
 
 
@@ -168,6 +170,26 @@ def test_a_token_without_permission_gives_one_clear_check_line_and_pauses(nights
     out = upload(config)
     assert out.returncode == 0, out.stdout + out.stderr
     assert_once(server, 10)
+
+
+def test_with_treatments_the_check_names_each_missing_permission(nightscout, tmp_path):
+    server = nightscout()
+    config, _ = write_config(tmp_path, server, token=ENTRIES_ONLY, extra="treatments = true\n")
+    check = upload(config, "--check")
+    assert check.returncode == 78, check.stdout + check.stderr
+    assert check.stdout.splitlines() == [
+        "nightscout: credentials accepted",
+        "nightscout-treatments: credentials refused: access token lacks permission api:treatments:create"]
+    config, _ = write_config(tmp_path, server, token=CARE_ONLY, extra="treatments = true\n")
+    check = upload(config, "--check")
+    assert check.returncode == 78, check.stdout + check.stderr
+    assert check.stdout.splitlines() == [
+        "nightscout: credentials refused: access token lacks permission api:entries:create",
+        "nightscout-treatments: credentials accepted"]
+    config, _ = write_config(tmp_path, server, token=FULL, extra="treatments = true\n")
+    check = upload(config, "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    no_secret(check.stdout, check.stderr)
 
 
 def test_an_unknown_token_is_refused_by_the_check(nightscout, tmp_path):
