@@ -324,3 +324,49 @@ def test_sync_and_upload_publish_the_events_without_the_daemon(private_bus, stan
     assert event_sequences(events.stop(expect=1)) == [8]
     # One-shot commands hold no availability: only the daemon says online/offline.
     assert PREFIX + "/status" not in broker.retained(PREFIX + "/status")
+
+
+def make_certificates(directory, names):
+    """A test CA and a server certificate for `names` (subjectAltName), with openssl."""
+    d = Path(directory)
+    run = lambda *a: subprocess.run(["openssl"] + list(a), check=True, capture_output=True, cwd=d)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=gg test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=" + names[0])
+    (d / "ext.cnf").write_text("subjectAltName=" + ",".join(("IP:" if n[0].isdigit() else "DNS:") + n for n in names) + "\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
+        "-days", "2", "-extfile", "ext.cnf")
+    return d / "ca.pem"
+
+
+@pytest.mark.parametrize("names,with_ca,accepted", [
+    (["localhost"], True, True),
+    (["localhost"], False, False),            # the test CA is not in the system store
+    (["elsewhere.example"], True, False),     # the host name is verified
+], ids=["verified", "unknown-ca", "wrong-name"])
+def test_mqtts_verifies_the_broker(tmp_path, names, with_ca, accepted):
+    ca = make_certificates(tmp_path, names)
+    port = free_port()
+    conf = tmp_path / "tls.conf"
+    conf.write_text("listener %d 127.0.0.1\nallow_anonymous true\ncafile %s\ncertfile %s\nkeyfile %s\nuser %s\n"
+                    % (port, ca, tmp_path / "server.pem", tmp_path / "server.key", getpass.getuser()))
+    broker = subprocess.Popen(["/usr/sbin/mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def listening():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return True
+            except OSError:
+                return False
+        wait_until("TLS listener", listening, timeout=10)
+        config = tmp_path / "gw.toml"
+        config.write_text('[gateway]\ndatabase = "%s"\n[mqtt]\nurl = "mqtts://localhost:%d"\n%s'
+                          % (tmp_path / "db.sqlite3", port, 'ca_file = "%s"\n' % ca if with_ca else ""))
+        out = subprocess.run([gateway_binary(), "--config", str(config), "upload", "--check"], capture_output=True, text=True, timeout=60)
+        if accepted:
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "mqtt: credentials accepted" in out.stdout
+        else:
+            assert out.returncode == 75, out.stdout + out.stderr
+            assert "TLS" in out.stdout + out.stderr
+    finally:
+        stop_process(broker)

@@ -87,7 +87,9 @@ static inline int gg_mosq_username_pw_set(struct mosquitto *m, const char *u, co
 static inline int gg_mosq_will_set(struct mosquitto *m, const char *topic, int len, const void *payload, int qos, bool retain) {
     return gg_mosq()->will_set(m, topic, len, payload, qos, retain);
 }
-static inline int gg_mosq_tls_set(struct mosquitto *m, const char *cafile) { return gg_mosq()->tls_set(m, cafile, NULL, NULL, NULL, NULL); }
+static inline int gg_mosq_tls_set(struct mosquitto *m, const char *cafile, const char *capath) {
+    return gg_mosq()->tls_set(m, cafile, capath, NULL, NULL, NULL);
+}
 static inline int gg_mosq_connect_async(struct mosquitto *m, const char *host, int port, int keepalive) {
     return gg_mosq()->connect_async(m, host, port, keepalive);
 }

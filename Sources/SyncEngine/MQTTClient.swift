@@ -140,6 +140,9 @@ public final class MQTTClient: Sendable {
     /// decides how often that is).
     public func reconnectNow() { core.kick() }
 
+    /// The system's trusted certificate authorities, hashed (ca-certificates).
+    static let systemCertificates = "/etc/ssl/certs"
+
     static let missingLibrary = "libmosquitto is not installed (Debian package libmosquitto1)"
 
     /// Waits until connected, refused, or `timeoutMs` passed; returns the state then.
@@ -310,9 +313,11 @@ private final class Core: @unchecked Sendable {
             _ = gg_mosq_username_pw_set(m, user, settings.password?.value)
         }
         if settings.tls {
+            // Peer and host name are always verified: against `ca_file`, else Debian's system store.
             if let ca = settings.caFile {
-                _ = gg_mosq_tls_set(m, ca)
+                _ = gg_mosq_tls_set(m, ca, nil)
             } else {
+                _ = gg_mosq_tls_set(m, nil, MQTTClient.systemCertificates)
                 _ = gg_mosq_use_os_certs(m)
             }
         }
