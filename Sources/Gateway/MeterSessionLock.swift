@@ -13,7 +13,8 @@ public final class MeterSessionLock: Sendable {
     }
 
     /// Nil when another process holds the lock; throws a one-line message when the file cannot be opened.
-    public static func acquire(database: String, address: String) throws(MeterSessionLockError) -> MeterSessionLock? {
+    /// For the tests of the lock itself; code holds the lock through `withLock`.
+    static func acquire(database: String, address: String) throws(MeterSessionLockError) -> MeterSessionLock? {
         try LockFile.acquire(path: path(database: database, address: address)).map(MeterSessionLock.init)
     }
 

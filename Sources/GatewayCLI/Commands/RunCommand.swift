@@ -66,17 +66,24 @@ enum RunCommand: GatewayCommand {
 
         let upload = config.uploadSettings
         if let problem = upload.validate().first { throw GatewayFailure(.config, problem) }
-        let lock: UploadLock?
-        do {
-            lock = try UploadLock.acquire(database: config.gateway.database)
-        } catch {
+        let attempt = try await UploadLock.withLock(database: config.gateway.database) { () async throws -> ExitStatus in
+            try await serve(config: config, upload: upload, context: context, logger: logger, signals: signals, quietAfter: quietAfter,
+                            connectTimeout: connectTimeout, healthInterval: healthInterval, uploadClock: uploadClock)
+        }
+        switch attempt {
+        case .ran(let status):
+            return status
+        case .held:
+            throw GatewayFailure(.tempFail, "another glucose-gateway process is uploading from \(config.gateway.database)")
+        case .unavailable(let error):
             throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
-        guard let lock else {
-            throw GatewayFailure(.tempFail, "another glucose-gateway process is uploading from \(config.gateway.database)")
-        }
-        defer { withExtendedLifetime(lock) {} }
+    }
 
+    /// The daemon, run while this process holds the upload lock.
+    private static func serve(config: GatewayConfig, upload: UploadSettings, context: CommandContext, logger: Logger, signals: DaemonSignals,
+                              quietAfter: Double, connectTimeout: Double, healthInterval: Double,
+                              uploadClock: any SessionClock) async throws -> ExitStatus {
         let sqlite: SQLiteStore
         do {
             sqlite = try SQLiteStore(path: config.gateway.database, builders: upload.bodyBuilders)

@@ -56,40 +56,40 @@ enum UploadCommand: GatewayCommand {
             return status
         }
 
-        let lock: UploadLock?
-        do {
-            lock = try UploadLock.acquire(database: config.gateway.database)
-        } catch {
-            throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
+        let attempt = try await UploadLock.withLock(database: config.gateway.database) { () async throws -> ExitStatus in
+            let store: SQLiteStore
+            do {
+                store = try SQLiteStore(path: config.gateway.database, builders: settings.bodyBuilders)
+            } catch {
+                throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
+            }
+            let connectivity = await UploadWiring.startConnectivity(logger: logger)
+            defer { connectivity.stop() }
+            let uploader = Uploader(settings: settings, store: store, connectivity: connectivity.hub, logger: logger)
+            do {
+                try await uploader.prepare()
+                if redrive {
+                    let n = try await uploader.redrive()
+                    StandardStream.writeOutput("\(n) quarantined reading(s) queued again\n")
+                }
+            } catch {
+                await store.close()
+                throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
+            }
+            let outcome = await uploader.drain(deadline: ContinuousClock.now.advanced(by: .milliseconds(Int(wait * 1000))))
+            for line in UploadWiring.summary(outcome) { StandardStream.writeOutput(line + "\n") }
+            await store.close()
+            return outcome.deferred ? .tempFail : .ok
         }
-        guard let lock else {
+        switch attempt {
+        case .ran(let status):
+            return status
+        case .held:
             StandardStream.writeError("glucose-gateway upload: another glucose-gateway process is uploading from this database\n")
             return .tempFail
-        }
-        defer { withExtendedLifetime(lock) {} }
-        let store: SQLiteStore
-        do {
-            store = try SQLiteStore(path: config.gateway.database, builders: settings.bodyBuilders)
-        } catch {
+        case .unavailable(let error):
             throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
         }
-        let connectivity = await UploadWiring.startConnectivity(logger: logger)
-        defer { connectivity.stop() }
-        let uploader = Uploader(settings: settings, store: store, connectivity: connectivity.hub, logger: logger)
-        do {
-            try await uploader.prepare()
-            if redrive {
-                let n = try await uploader.redrive()
-                StandardStream.writeOutput("\(n) quarantined reading(s) queued again\n")
-            }
-        } catch {
-            await store.close()
-            throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
-        }
-        let outcome = await uploader.drain(deadline: ContinuousClock.now.advanced(by: .milliseconds(Int(wait * 1000))))
-        for line in UploadWiring.summary(outcome) { StandardStream.writeOutput(line + "\n") }
-        await store.close()
-        return outcome.deferred ? .tempFail : .ok
     }
 }
 
