@@ -186,10 +186,16 @@ struct DaemonTests {
         let a = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...30)))
         let b = FakeMeter(address: "AA:BB:CC:DD:EE:02", script: FakeMeterScript(records: Self.records(100...120)))
         let f = try await Fixture(meters: [a, b])
-        f.radio.set { $0.connectDelay = .milliseconds(100) }
+        // Neither connect finishes until both are pending: the two sessions are active at the same time.
+        let connects = TestEvent()
+        f.radio.set { $0.connectGate = connects }
         f.radio.send(.meterSeen(address: a.address, connected: false))
         f.radio.send(.meterSeen(address: b.address, connected: true))
-        try await Fixture.until("both sessions") { await f.daemon.currentSnapshot().activeSessions.count == 2 }
+        try await Fixture.until("both connects pending") {
+            Set(f.radio.calls.filter { $0.hasPrefix("connect ") }) == ["connect \(a.address)", "connect \(b.address)"]
+        }
+        #expect(await f.daemon.currentSnapshot().activeSessions == [a.address, b.address])
+        connects.signal()
         try await Fixture.until("all readings") {
             let first = try await f.sequences(a.address).count
             let second = try await f.sequences(b.address).count
@@ -229,7 +235,8 @@ struct DaemonTests {
         let clock = ManualClock()
         let f = try await Fixture(meters: [meter], clock: clock)
         // bluetoothd takes its time to connect (seen under emulation: 9 s); the unit allows 5 s for a stop.
-        f.radio.set { $0.connectDelay = .seconds(30) }
+        // This connect finishes only when the session is cancelled.
+        f.radio.set { $0.connectGate = TestEvent() }
         f.radio.send(.meterSeen(address: meter.address, connected: false))
         try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
         let returned = Mutex(false)

@@ -19,7 +19,9 @@ final class FakeMeterRadio: MeterRadio {
         var meters: [String: Entry] = [:]
         var calls: [String] = []
         var connected: Set<String> = []
-        var connectDelay: Duration = .zero
+        /// When set, every connect waits until it is signalled (or the connecting task is cancelled), so a
+        /// test decides when connects finish and can see several pending at once.
+        var connectGate: TestEvent?
         var answering = true
     }
     let state = Mutex(State())
@@ -86,11 +88,11 @@ final class FakeMeterRadio: MeterRadio {
 
     /// A meter the radio does not know times out; one out of range fails as an aborted connection.
     func connect(address: String, timeout: Duration) async throws(MeterLinkError) -> any MeterLink {
-        let (entry, delay) = state.withLock { s in
+        let (entry, gate) = state.withLock { s in
             s.calls.append("connect \(address)")
-            return (s.meters[address], s.connectDelay)
+            return (s.meters[address], s.connectGate)
         }
-        if delay > .zero { try? await Task.sleep(for: delay) }
+        if let gate { try? await gate.wait() }
         guard let entry else { throw MeterLinkError(.timeout, "not advertising") }
         guard entry.inRange else { throw MeterLinkError(.disconnected, "le-connection-abort-by-local") }
         return entry.meter.connect()
