@@ -125,6 +125,37 @@ struct RecoveryTests {
         #expect(try await server.stats()["count"] as? Int == 300)
     }
 
+    @Test func aRecoveringSessionWaitsUntilItsDeadlineThenEndsWithEverythingPending() async throws {
+        let server = try FakeNightscout()
+        try await server.control(["mode": "down", "health": "down"])
+        let store = await filledStore(40)
+        let recovery = RecoverySettings(retryCount: 0, networkTimeoutMs: 300, healthCheckURL: server.healthURL, recoveryMode: true)
+        let clock = ManualClock()
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: recovery), store: store, logger: .silent,
+                                timing: fastTiming(), clock: clock)
+        let start = clock.now
+        let deadline = start + .seconds(2)
+        let drain = Task { await uploader.drain(deadline: deadline) }
+        // Every probe interval before the deadline ends with the session waiting again: it does not give up
+        // while the network stays down.
+        var waits = 0
+        while true {
+            try #require(await waitUntil(20) { clock.sleeping > 0 }, "the session waits for the network")
+            let next = try #require(clock.deadlines.first)
+            if next >= deadline { break }
+            clock.advance(by: clock.now.duration(to: next))
+            waits += 1
+        }
+        #expect(waits > 1)
+        #expect(try await store.destinationState(.nightscout)?.state == .recovering)
+        // The last wait ends at the deadline, and with it the session.
+        clock.advance(by: clock.now.duration(to: deadline) + .milliseconds(1))
+        let outcome = await drain.value
+        #expect(outcome.deferred)
+        #expect(outcome.uploaded == 0)
+        #expect(try await store.counts(.nightscout).pending == 40)
+    }
+
     @Test func recoveryModeOffMakesOnePlusRetryCountAttempts() async throws {
         let server = try FakeNightscout()
         try await server.control(["mode": "down", "health": "down"])
