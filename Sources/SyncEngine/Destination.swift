@@ -185,6 +185,82 @@ func exchangeTimeout(networkTimeoutMs: Int, bodyBytes: Int) -> Int {
     max(networkTimeoutMs, min(30_000, networkTimeoutMs + 2 * bodyBytes / 1024))
 }
 
+/// The frozen bodies of a batch joined with commas between `open` and `close` (a JSON array, or the
+/// entries of a FHIR Bundle).
+func batchBody(_ items: [OutboxItem], open: [UInt8], close: [UInt8]) -> [UInt8] {
+    var body = open
+    for (i, item) in items.enumerated() {
+        if i > 0 { body.append(UInt8(ascii: ",")) }
+        body.append(contentsOf: item.body)
+    }
+    body.append(contentsOf: close)
+    return body
+}
+
+/// POSTs one batch and maps the answer: a network failure is transient, a non-2xx status (even with an
+/// oversized body, whose status is the answer) goes through `HTTPStatusClass`, and a 2xx answer is
+/// judged by `judge`. `secrets` are redacted from whatever the server's words end up in.
+func sendBatch(_ items: [OutboxItem], body: [UInt8], url: String, headers: [(String, String)], networkTimeoutMs: Int,
+               caFile: String?, secrets: [String], http: any HTTPClient,
+               judge: (HTTPResponse) -> BatchOutcome) async -> BatchOutcome {
+    let request = HTTPRequest(
+        method: "POST", url: url, headers: headers, body: body,
+        connectTimeoutMs: networkTimeoutMs, timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count),
+        caFile: caFile, maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
+    let response: HTTPResponse
+    do {
+        response = try await http.send(request)
+    } catch .tooLarge(_, let status) where status >= 300 {
+        // An error status with an oversized body: the status is the answer; the body is not needed.
+        return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: secrets)
+    } catch {
+        return .transient(TransientFailure(error: error))
+    }
+    guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response, redacting: secrets) }
+    return judge(response)
+}
+
+/// Nightscout v1 answers a POST with the array of documents it upserted, each as sent plus `_id` when it
+/// was newly inserted. An element counts as stored only when it is an object that matches one we sent:
+/// by its `identifier`, or (without one) by the collection's `fingerprint`. With `_id` it is new, without
+/// it was already there. Anything else in a 2xx answer (`[]`, fewer elements, strings, nulls, empty
+/// objects, documents we never sent) confirms nothing: those rows are sent again, like after a 5xx.
+/// `noun` names what was sent in the reason ("reading", "treatment").
+func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxItem], status: Int, noun: String,
+                                              fingerprint: (JSONValue) -> Print?) -> BatchOutcome {
+    guard let parsed = try? JSONParser.parse(body), let elements = parsed.arrayValue else {
+        // A 2xx we cannot read: the server may have stored the batch; send the same bytes again.
+        return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
+    }
+    var byIdentifier: [String: Int64] = [:]
+    var byFingerprint: [Print: [Int64]] = [:]
+    for item in items {
+        let sent = try? JSONParser.parse(item.body)
+        byIdentifier[sent?["identifier"]?.stringValue ?? item.key] = item.id
+        if let sent, let print = fingerprint(sent) { byFingerprint[print, default: []].append(item.id) }
+    }
+    var stored: Set<Int64> = []
+    var duplicates = 0
+    for element in elements {
+        guard case .object = element else { continue }
+        var id: Int64?
+        if let identifier = element["identifier"] {
+            if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
+        } else if let print = fingerprint(element) {
+            id = byFingerprint[print]?.first { !stored.contains($0) }
+        }
+        guard let id else { continue }
+        stored.insert(id)
+        if element["_id"] == nil { duplicates += 1 }
+    }
+    let unconfirmed = items.map(\.id).filter { !stored.contains($0) }
+    let reason = stored.isEmpty
+        ? "server answered HTTP \(status) without confirming any of the \(items.count) \(noun)(s) sent"
+        : "server answered HTTP \(status) confirming only \(stored.count) of the \(items.count) \(noun)(s) sent"
+    return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
+                       retry: unconfirmed, retryReason: reason)
+}
+
 /// Nightscout API v1 `entries`.
 public struct NightscoutDestination: UploadDestination {
     public let name = DestinationName.nightscout
@@ -210,27 +286,9 @@ public struct NightscoutDestination: UploadDestination {
     }
 
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
-        var body: [UInt8] = [UInt8(ascii: "[")]
-        for (i, item) in items.enumerated() {
-            if i > 0 { body.append(UInt8(ascii: ",")) }
-            body.append(contentsOf: item.body)
-        }
-        body.append(UInt8(ascii: "]"))
-        let request = HTTPRequest(
-            method: "POST", url: HTTPURL.join(settings.url, "/api/v1/entries"), headers: headers, body: body,
-            connectTimeoutMs: networkTimeoutMs, timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count),
-            caFile: settings.caFile, maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
-        let response: HTTPResponse
-        do {
-            response = try await http.send(request)
-        } catch .tooLarge(_, let status) where status >= 300 {
-            // An error status with an oversized body: the status is the answer; the body is not needed.
-            return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: secrets)
-        } catch {
-            return .transient(TransientFailure(error: error))
-        }
-        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response, redacting: secrets) }
-        return Self.judge(response.body, items: items, status: response.status)
+        await sendBatch(items, body: batchBody(items, open: [UInt8(ascii: "[")], close: [UInt8(ascii: "]")]),
+                        url: HTTPURL.join(settings.url, "/api/v1/entries"), headers: headers, networkTimeoutMs: networkTimeoutMs,
+                        caFile: settings.caFile, secrets: secrets, http: http) { Self.judge($0.body, items: items, status: $0.status) }
     }
 
     /// What identifies an element we sent when the answer carries no `identifier`.
@@ -248,42 +306,10 @@ public struct NightscoutDestination: UploadDestination {
         }
     }
 
-    /// An element counts as stored only when it is an object that matches one we sent: by its
-    /// `identifier`, or (without one) by `type`, `date` and `mbg`. With `_id` it is new, without it was
-    /// already there. Anything else in a 2xx answer (`[]`, fewer elements, strings, nulls, empty objects,
-    /// documents we never sent) confirms nothing: those readings are sent again, like after a 5xx.
+    /// An element counts as stored only when it matches one we sent by its `identifier`, or (without one)
+    /// by `type`, `date` and `mbg`; see `judgeNightscoutV1Answer`.
     static func judge(_ body: [UInt8], items: [OutboxItem], status: Int) -> BatchOutcome {
-        guard let parsed = try? JSONParser.parse(body), let elements = parsed.arrayValue else {
-            // A 2xx we cannot read: the server may have stored the batch; send the same bytes again.
-            return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
-        }
-        var byIdentifier: [String: Int64] = [:]
-        var byFingerprint: [Fingerprint: [Int64]] = [:]
-        for item in items {
-            let sent = try? JSONParser.parse(item.body)
-            byIdentifier[sent?["identifier"]?.stringValue ?? item.key] = item.id
-            if let sent, let print = Fingerprint(sent) { byFingerprint[print, default: []].append(item.id) }
-        }
-        var stored: Set<Int64> = []
-        var duplicates = 0
-        for element in elements {
-            guard case .object = element else { continue }
-            var id: Int64?
-            if let identifier = element["identifier"] {
-                if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
-            } else if let print = Fingerprint(element) {
-                id = byFingerprint[print]?.first { !stored.contains($0) }
-            }
-            guard let id else { continue }
-            stored.insert(id)
-            if element["_id"] == nil { duplicates += 1 }
-        }
-        let unconfirmed = items.map(\.id).filter { !stored.contains($0) }
-        let reason = stored.isEmpty
-            ? "server answered HTTP \(status) without confirming any of the \(items.count) reading(s) sent"
-            : "server answered HTTP \(status) confirming only \(stored.count) of the \(items.count) reading(s) sent"
-        return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
-                           retry: unconfirmed, retryReason: reason)
+        judgeNightscoutV1Answer(body, items: items, status: status, noun: "reading", fingerprint: Fingerprint.init)
     }
 
     /// `GET /api/v1/verifyauth`, which always answers 200 and says whether the credentials are valid.
@@ -335,26 +361,10 @@ public struct NightscoutTreatmentsDestination: UploadDestination {
     public var checkedAtStart: Bool { true }
 
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
-        var body: [UInt8] = [UInt8(ascii: "[")]
-        for (i, item) in items.enumerated() {
-            if i > 0 { body.append(UInt8(ascii: ",")) }
-            body.append(contentsOf: item.body)
-        }
-        body.append(UInt8(ascii: "]"))
-        let request = HTTPRequest(
-            method: "POST", url: HTTPURL.join(settings.url, "/api/v1/treatments"), headers: entries.headers, body: body,
-            connectTimeoutMs: networkTimeoutMs, timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count),
-            caFile: settings.caFile, maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
-        let response: HTTPResponse
-        do {
-            response = try await http.send(request)
-        } catch .tooLarge(_, let status) where status >= 300 {
-            return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: entries.secrets)
-        } catch {
-            return .transient(TransientFailure(error: error))
-        }
-        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response, redacting: entries.secrets) }
-        return Self.judge(response.body, items: items, status: response.status)
+        await sendBatch(items, body: batchBody(items, open: [UInt8(ascii: "[")], close: [UInt8(ascii: "]")]),
+                        url: HTTPURL.join(settings.url, "/api/v1/treatments"), headers: entries.headers,
+                        networkTimeoutMs: networkTimeoutMs, caFile: settings.caFile, secrets: entries.secrets,
+                        http: http) { Self.judge($0.body, items: items, status: $0.status) }
     }
 
     /// What identifies a treatment we sent when the answer carries no `identifier`.
@@ -373,36 +383,7 @@ public struct NightscoutTreatmentsDestination: UploadDestination {
     /// As for entries: only an object that matches a row we sent confirms it; anything else in a 2xx
     /// answer confirms nothing, and those rows are sent again (the server's dedupe makes that safe).
     static func judge(_ body: [UInt8], items: [OutboxItem], status: Int) -> BatchOutcome {
-        guard let parsed = try? JSONParser.parse(body), let elements = parsed.arrayValue else {
-            return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
-        }
-        var byIdentifier: [String: Int64] = [:]
-        var byFingerprint: [Fingerprint: [Int64]] = [:]
-        for item in items {
-            let sent = try? JSONParser.parse(item.body)
-            byIdentifier[sent?["identifier"]?.stringValue ?? item.key] = item.id
-            if let sent, let print = Fingerprint(sent) { byFingerprint[print, default: []].append(item.id) }
-        }
-        var stored: Set<Int64> = []
-        var duplicates = 0
-        for element in elements {
-            guard case .object = element else { continue }
-            var id: Int64?
-            if let identifier = element["identifier"] {
-                if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
-            } else if let print = Fingerprint(element) {
-                id = byFingerprint[print]?.first { !stored.contains($0) }
-            }
-            guard let id else { continue }
-            stored.insert(id)
-            if element["_id"] == nil { duplicates += 1 }
-        }
-        let unconfirmed = items.map(\.id).filter { !stored.contains($0) }
-        let reason = stored.isEmpty
-            ? "server answered HTTP \(status) without confirming any of the \(items.count) treatment(s) sent"
-            : "server answered HTTP \(status) confirming only \(stored.count) of the \(items.count) treatment(s) sent"
-        return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
-                           retry: unconfirmed, retryReason: reason)
+        judgeNightscoutV1Answer(body, items: items, status: status, noun: "treatment", fingerprint: Fingerprint.init)
     }
 
     /// `careportalEnabled` from `/api/v1/status.json` (only `true` counts), then the entries' credential check.
@@ -499,29 +480,12 @@ public struct FHIRDestination: UploadDestination {
     var secrets: [String] { [settings.token?.value].compactMap { $0 } }
 
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
-        var body = Array(#"{"resourceType":"Bundle","type":"batch","entry":["#.utf8)
-        for (i, item) in items.enumerated() {
-            if i > 0 { body.append(UInt8(ascii: ",")) }
-            body.append(contentsOf: item.body)
-        }
-        body.append(contentsOf: Array("]}".utf8))
         var base = settings.baseURL
         while base.hasSuffix("/") { base.removeLast() }
-        let request = HTTPRequest(
-            method: "POST", url: base, headers: headers, body: body, connectTimeoutMs: networkTimeoutMs,
-            timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count), caFile: settings.caFile,
-            maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
-        let response: HTTPResponse
-        do {
-            response = try await http.send(request)
-        } catch .tooLarge(_, let status) where status >= 300 {
-            // An error status with an oversized body: the status is the answer; the body is not needed.
-            return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: secrets)
-        } catch {
-            return .transient(TransientFailure(error: error))
-        }
-        guard (200..<300).contains(response.status) else { return HTTPStatusClass.outcome(for: response, redacting: secrets) }
-        return Self.judge(response.body, items: items, redacting: secrets)
+        return await sendBatch(items, body: batchBody(items, open: Array(#"{"resourceType":"Bundle","type":"batch","entry":["#.utf8),
+                                                      close: Array("]}".utf8)),
+                               url: base, headers: headers, networkTimeoutMs: networkTimeoutMs, caFile: settings.caFile,
+                               secrets: secrets, http: http) { Self.judge($0.body, items: items, redacting: secrets) }
     }
 
     /// The status code at the start of an entry's `response.status` ("201 Created"), when it has one.
