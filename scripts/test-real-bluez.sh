@@ -55,6 +55,9 @@ fi
 
 # shellcheck source=real-bluez/lib.sh
 source "$here/real-bluez/lib.sh"
+# Every scenario runs the gateway binary of this tree (or RB_GATEWAY_BIN): without one, each would boot its
+# VMs only to fail on "command not found", so say it once and stop before any VM starts.
+rb_gateway_bin > /dev/null || exit 2
 rb_prepare
 status=$?
 if [[ $status == "$RB_SKIP" ]]; then
