@@ -177,12 +177,43 @@ final class DownloadSession {
                 if interpreter.correctionSeconds != 0 {
                     logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")
+                    await releaseHeldReadings()
                 } else if abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds {
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; correction disabled")
                 }
             } else {
                 logger.info("meter \(meter.address): meter clock value is not a usable date")
             }
+        }
+    }
+
+    /// Readings held as `time-in-future` by an earlier download of this meter whose time, corrected by the
+    /// skew just measured, is no longer ahead of when they arrived: re-read from their stored bytes by the
+    /// same rules, they get the corrected time and their uploads. A store failure leaves them held.
+    func releaseHeldReadings() async {
+        let interpreter = self.interpreter
+        let released: [StoredReading]
+        do {
+            released = try await download.store.releaseHeldReadings(meter.address) { held in
+                guard let decoded = DecodedMeasurement(held.rawMeasurement) else { return nil }
+                var context: GlucoseMeasurementContext?
+                if let raw = held.rawContext {
+                    guard let decodedContext = try? GlucoseMeasurementContext(bytes: raw) else { return nil }
+                    context = decodedContext
+                }
+                return interpreter.reading(decoded, context: context, rawContext: held.rawContext, receivedAt: held.receivedAt)
+            }
+        } catch {
+            logger.warning("meter \(meter.address): cannot re-evaluate readings held as time-in-future: \(error)")
+            return
+        }
+        for stored in released {
+            let r = stored.reading
+            let time = r.instant.map { CivilCalendar.isoUTC(millis: $0) } ?? "unresolved"
+            let outcome = r.exclusion.map { "still excluded as \($0)" } ?? "queued for upload"
+            logger.notice("meter \(meter.address): reading \(r.sequence) released from time-in-future: time corrected to \(time), \(outcome)")
+            await log(.readingReleased, code: r.sequence,
+                      "reading \(r.sequence) released from time-in-future by a clock skew of \(interpreter.correctionSeconds) s: time \(time), \(outcome)")
         }
     }
 

@@ -10,6 +10,8 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let error = EventKind(rawValue: "error")
     public static let clockSkew = EventKind(rawValue: "clock-skew")
     public static let counterReset = EventKind(rawValue: "counter-reset")
+    /// A reading held as `time-in-future` whose time a later clock-skew correction explained.
+    public static let readingReleased = EventKind(rawValue: "reading-released")
     public static let network = EventKind(rawValue: "network")
     public static let paired = EventKind(rawValue: "paired")
     public static let unpaired = EventKind(rawValue: "unpaired")
@@ -46,6 +48,12 @@ public protocol ReadingStore: Sendable {
     /// builder accepts it. Returns how many were new. Raises the meter's highest sequence seen.
     @discardableResult
     func insert(_ readings: [NewReading]) async throws -> Int
+    /// Re-evaluates the meter's readings held as `time-in-future` (see `ExclusionReason.timeInFuture`):
+    /// `reevaluate` returns each as the clinical rules would store it now, or nil to leave it. Each one no
+    /// longer in the future gets its new instant and exclusion and its outbox rows, all in one transaction;
+    /// readings with any other exclusion are left alone. Returns the released readings as now stored.
+    @discardableResult
+    func releaseHeldReadings(_ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?) async throws -> [StoredReading]
     /// The highest sequence number stored for this meter, nil when none.
     func highestSequence(_ address: String) async throws -> Int?
     /// Sets the meter's highest sequence, also downwards, after its counter restarted (a battery change):

@@ -327,10 +327,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             var highest: [String: Int] = [:]
             var inserted = 0
             let insertReading = try db.statement(ReadingColumns.insertSQL)
-            let insertOutbox = try db.statement("""
-                INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at)
-                VALUES (?, ?, ?, ?, 'pending', ?)
-                """)
+            let insertOutbox = try db.statement(Self.insertOutboxSQL)
             for reading in readings {
                 let meter: MeterInfo
                 if let known = meters[reading.meterAddress] {
@@ -345,17 +342,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 highest[reading.meterAddress] = max(highest[reading.meterAddress] ?? reading.sequence, reading.sequence)
                 guard db.changes == 1 else { continue }
                 inserted += 1
-                let readingID = db.lastInsertRowID
-                for builder in builders {
-                    guard let element = builder.element(for: reading, meter: meter) else { continue }
-                    defer { insertOutbox.reset() }
-                    try insertOutbox.bind(.text(builder.destination.rawValue), at: 1)
-                    try insertOutbox.bind(.integer(readingID), at: 2)
-                    try insertOutbox.bind(.text(element.key), at: 3)
-                    try insertOutbox.bind(.blob(element.body), at: 4)
-                    try insertOutbox.bind(.integer(createdAt), at: 5)
-                    while try insertOutbox.step() {}
-                }
+                try queueUploads(reading, id: db.lastInsertRowID, meter: meter, createdAt: createdAt, with: insertOutbox)
             }
             for (address, sequence) in highest {
                 try db.execute(
@@ -367,6 +354,73 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         }
         if inserted > 0 { committed(.readings) }
         return inserted
+    }
+
+    static let insertOutboxSQL = """
+        INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at)
+        VALUES (?, ?, ?, ?, 'pending', ?)
+        """
+
+    /// One outbox row per builder that accepts the reading (inside the caller's transaction).
+    private func queueUploads(
+        _ reading: NewReading, id readingID: Int64, meter: MeterInfo, createdAt: UnixMillis, with insertOutbox: SQLiteStatement
+    ) throws {
+        for builder in builders {
+            guard let element = builder.element(for: reading, meter: meter) else { continue }
+            defer { insertOutbox.reset() }
+            try insertOutbox.bind(.text(builder.destination.rawValue), at: 1)
+            try insertOutbox.bind(.integer(readingID), at: 2)
+            try insertOutbox.bind(.text(element.key), at: 3)
+            try insertOutbox.bind(.blob(element.body), at: 4)
+            try insertOutbox.bind(.integer(createdAt), at: 5)
+            while try insertOutbox.step() {}
+        }
+    }
+
+    /// Re-evaluates the meter's readings held as `time-in-future`: `reevaluate` gets each one as stored and
+    /// returns it as the clinical rules would store it now (a corrected instant and its exclusion), or nil
+    /// to leave it. One that is no longer `time-in-future` (same sequence, user-facing time, meter instant
+    /// and bytes) is released: its instant and exclusion are updated and its outbox rows created, all in one
+    /// transaction. Readings with any other exclusion are never read. Returns the released readings as now stored.
+    @discardableResult
+    public func releaseHeldReadings(
+        _ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?
+    ) throws -> [StoredReading] {
+        let db = try openConnection()
+        let createdAt = now()
+        let released = try db.transaction {
+            let held = try db.query(
+                "SELECT id, \(ReadingColumns.list) FROM reading WHERE meter = ? AND exclusion = ? ORDER BY id",
+                [.text(meterAddress), .text(ExclusionReason.timeInFuture.rawValue)], ReadingColumns.decode
+            )
+            guard !held.isEmpty else { return [StoredReading]() }
+            let meter = try meterRow(meterAddress, in: db)
+            let insertOutbox = try db.statement(Self.insertOutboxSQL)
+            var released: [StoredReading] = []
+            for stored in held {
+                let old = stored.reading
+                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture,
+                      fresh.meterAddress == old.meterAddress, fresh.sequence == old.sequence,
+                      fresh.userFacingTime == old.userFacingTime, fresh.meterInstant == old.meterInstant,
+                      fresh.rawMeasurement == old.rawMeasurement, fresh.rawContext == old.rawContext
+                else { continue }
+                // Only the time and the exclusion change: what arrived, and when, stays as stored.
+                var updated = old
+                updated.instant = fresh.instant
+                updated.exclusion = fresh.exclusion
+                try db.execute(
+                    "UPDATE reading SET instant = ?, exclusion = ? WHERE id = ? AND exclusion = ?",
+                    [SQLiteValue(updated.instant), SQLiteValue(updated.exclusion?.rawValue), .integer(stored.id),
+                     .text(ExclusionReason.timeInFuture.rawValue)]
+                )
+                guard db.changes == 1 else { continue }
+                try queueUploads(updated, id: stored.id, meter: meter, createdAt: createdAt, with: insertOutbox)
+                released.append(StoredReading(id: stored.id, reading: updated))
+            }
+            return released
+        }
+        if !released.isEmpty { committed(.readings) }
+        return released
     }
 
     /// The meter's row, paired or not, created minimal when missing (inside the caller's transaction).

@@ -78,6 +78,26 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         return added
     }
 
+    @discardableResult
+    public func releaseHeldReadings(
+        _ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?
+    ) async throws -> [StoredReading] {
+        let released = state.withLock { s in
+            var released: [StoredReading] = []
+            for i in s.readings.indices where s.readings[i].meterAddress == meterAddress && s.readings[i].exclusion == .timeInFuture {
+                let old = s.readings[i]
+                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.sequence == old.sequence,
+                      fresh.userFacingTime == old.userFacingTime, fresh.meterInstant == old.meterInstant else { continue }
+                s.readings[i].instant = fresh.instant
+                s.readings[i].exclusion = fresh.exclusion
+                released.append(StoredReading(id: Int64(i + 1), reading: s.readings[i]))
+            }
+            return released
+        }
+        if !released.isEmpty { feed.emit(.readings) }
+        return released
+    }
+
     public func highestSequence(_ address: String) async throws -> Int? {
         state.withLock { s in
             s.meters[address]?.highestSequence ?? s.readings.filter { $0.meterAddress == address }.map(\.sequence).max()
