@@ -220,6 +220,28 @@ func sendBatch(_ items: [OutboxItem], body: [UInt8], url: String, headers: [(Str
     return judge(response)
 }
 
+extension HTTPRequest {
+    /// A credential check, token exchange or status page: a GET that may take `timeoutMs` in all, at most
+    /// 10 s of it to connect, with room for a large document.
+    static func check(url: String, headers: [(String, String)], timeoutMs: Int, caFile: String?) -> HTTPRequest {
+        HTTPRequest(method: "GET", url: url, headers: headers, connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs,
+                    caFile: caFile, maxResponseBytes: ResponseLimit.check)
+    }
+}
+
+/// Sends a credential check's request: without an answer the check says nothing about the credentials
+/// (`.unreachable` with the network failure); an answer is read by `judge`.
+func runCredentialCheck(_ request: HTTPRequest, http: any HTTPClient,
+                        judge: (HTTPResponse) async -> CredentialCheck) async -> CredentialCheck {
+    let response: HTTPResponse
+    do {
+        response = try await http.send(request)
+    } catch {
+        return .unreachable(error.description)
+    }
+    return await judge(response)
+}
+
 /// Nightscout v1 answers a POST with the array of documents it upserted, each as sent plus `_id` when it
 /// was newly inserted. An element counts as stored only when it is an object that matches one we sent:
 /// by its `identifier`, or (without one) by the collection's `fingerprint`. With `_id` it is new, without
@@ -314,26 +336,21 @@ public struct NightscoutDestination: UploadDestination {
 
     /// `GET /api/v1/verifyauth`, which always answers 200 and says whether the credentials are valid.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
-        let request = HTTPRequest(method: "GET", url: HTTPURL.join(settings.url, "/api/v1/verifyauth"), headers: headers,
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile,
-                                  maxResponseBytes: ResponseLimit.check)
-        let response: HTTPResponse
-        do {
-            response = try await http.send(request)
-        } catch {
-            return .unreachable(error.description)
+        let request = HTTPRequest.check(url: HTTPURL.join(settings.url, "/api/v1/verifyauth"), headers: headers,
+                                        timeoutMs: timeoutMs, caFile: settings.caFile)
+        return await runCredentialCheck(request, http: http) { response in
+            if response.status == 401 || response.status == 403 { return .refused("server answered HTTP \(response.status)") }
+            guard response.status == 200 else { return .unreachable("server answered HTTP \(response.status)") }
+            guard let json = try? JSONParser.parse(response.body), let message = json["message"] else {
+                return .unreachable("unreadable answer to the credential check")
+            }
+            let verdict = ServerText.clean(message["message"]?.stringValue ?? "", redacting: secrets)
+            if verdict == "OK" {
+                if message["canWrite"]?.boolValue == false { return .refused("credentials accepted but not allowed to write entries") }
+                return .accepted
+            }
+            return .refused(verdict.isEmpty ? "credentials not accepted" : "credentials not accepted (\(verdict))")
         }
-        if response.status == 401 || response.status == 403 { return .refused("server answered HTTP \(response.status)") }
-        guard response.status == 200 else { return .unreachable("server answered HTTP \(response.status)") }
-        guard let json = try? JSONParser.parse(response.body), let message = json["message"] else {
-            return .unreachable("unreadable answer to the credential check")
-        }
-        let verdict = ServerText.clean(message["message"]?.stringValue ?? "", redacting: secrets)
-        if verdict == "OK" {
-            if message["canWrite"]?.boolValue == false { return .refused("credentials accepted but not allowed to write entries") }
-            return .accepted
-        }
-        return .refused(verdict.isEmpty ? "credentials not accepted" : "credentials not accepted (\(verdict))")
     }
 }
 
@@ -388,25 +405,20 @@ public struct NightscoutTreatmentsDestination: UploadDestination {
 
     /// `careportalEnabled` from `/api/v1/status.json` (only `true` counts), then the entries' credential check.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
-        let request = HTTPRequest(method: "GET", url: HTTPURL.join(settings.url, "/api/v1/status.json"), headers: entries.headers,
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile,
-                                  maxResponseBytes: ResponseLimit.check)
-        let response: HTTPResponse
-        do {
-            response = try await http.send(request)
-        } catch {
-            return .unreachable(error.description)
+        let request = HTTPRequest.check(url: HTTPURL.join(settings.url, "/api/v1/status.json"), headers: entries.headers,
+                                        timeoutMs: timeoutMs, caFile: settings.caFile)
+        return await runCredentialCheck(request, http: http) { response in
+            if response.status == 401 || response.status == 403 { return .refused("server answered HTTP \(response.status) to status.json") }
+            guard response.status == 200 else { return .unreachable("server answered HTTP \(response.status) to status.json") }
+            guard let json = try? JSONParser.parse(response.body), case .object = json else {
+                return .unreachable("unreadable answer from status.json")
+            }
+            guard json["careportalEnabled"]?.boolValue == true else {
+                return .disabled("careportal is not enabled on \(origin) (status.json careportalEnabled is not true): "
+                                 + "treatments paused; entries go on")
+            }
+            return await entries.checkCredentials(timeoutMs: timeoutMs)
         }
-        if response.status == 401 || response.status == 403 { return .refused("server answered HTTP \(response.status) to status.json") }
-        guard response.status == 200 else { return .unreachable("server answered HTTP \(response.status) to status.json") }
-        guard let json = try? JSONParser.parse(response.body), case .object = json else {
-            return .unreachable("unreadable answer from status.json")
-        }
-        guard json["careportalEnabled"]?.boolValue == true else {
-            return .disabled("careportal is not enabled on \(origin) (status.json careportalEnabled is not true): "
-                             + "treatments paused; entries go on")
-        }
-        return await entries.checkCredentials(timeoutMs: timeoutMs)
     }
 }
 
@@ -536,9 +548,8 @@ public struct FHIRDestination: UploadDestination {
 
     /// `GET [base]/metadata` with the token: 401/403 refuse the credentials.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
-        let request = HTTPRequest(method: "GET", url: HTTPURL.join(settings.baseURL, "/metadata"), headers: headers,
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile,
-                                  maxResponseBytes: ResponseLimit.check)
+        let request = HTTPRequest.check(url: HTTPURL.join(settings.baseURL, "/metadata"), headers: headers,
+                                        timeoutMs: timeoutMs, caFile: settings.caFile)
         do {
             let response = try await http.send(request)
             switch response.status {

@@ -79,9 +79,7 @@ public actor NightscoutAuthorization {
     /// `GET /api/v2/authorization/request/<token>`: `{"token": JWT, "iat": s, "exp": s, ...}` or 401.
     private func exchange(timeoutMs: Int) async throws(TokenExchangeFailure) -> String {
         let url = HTTPURL.join(baseURL, "/api/v2/authorization/request/" + Self.pathSegment(token.value))
-        let request = HTTPRequest(method: "GET", url: url, headers: [("Accept", "application/json")],
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: caFile,
-                                  maxResponseBytes: ResponseLimit.check)
+        let request = HTTPRequest.check(url: url, headers: [("Accept", "application/json")], timeoutMs: timeoutMs, caFile: caFile)
         let response: HTTPResponse
         do {
             response = try await http.send(request)
@@ -347,23 +345,18 @@ public struct NightscoutV3Destination: UploadDestination {
             case .transient(let t): return .unreachable(t.message)
             }
         }
-        let request = HTTPRequest(method: "GET", url: HTTPURL.join(settings.url, "/api/v3/status"),
-                                  headers: [("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
-                                  connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs, caFile: settings.caFile,
-                                  maxResponseBytes: ResponseLimit.check)
-        let response: HTTPResponse
-        do {
-            response = try await http.send(request)
-        } catch {
-            return .unreachable(error.description)
+        let request = HTTPRequest.check(url: HTTPURL.join(settings.url, "/api/v3/status"),
+                                        headers: [("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
+                                        timeoutMs: timeoutMs, caFile: settings.caFile)
+        return await runCredentialCheck(request, http: http) { response in
+            if response.status == 401 { return .refused("JWT not accepted by /api/v3 (HTTP 401)") }
+            guard response.status == 200 else { return .unreachable("/api/v3/status answered HTTP \(response.status)") }
+            guard let json = try? JSONParser.parse(response.body), let permissions = json["result"]?["apiPermissions"] else {
+                return .unreachable("unreadable answer from /api/v3/status")
+            }
+            let granted = permissions[collection]?.stringValue ?? ""
+            if !granted.contains("c") { return .refused("access token lacks permission \(createPermission)") }
+            return .accepted
         }
-        if response.status == 401 { return .refused("JWT not accepted by /api/v3 (HTTP 401)") }
-        guard response.status == 200 else { return .unreachable("/api/v3/status answered HTTP \(response.status)") }
-        guard let json = try? JSONParser.parse(response.body), let permissions = json["result"]?["apiPermissions"] else {
-            return .unreachable("unreadable answer from /api/v3/status")
-        }
-        let granted = permissions[collection]?.stringValue ?? ""
-        if !granted.contains("c") { return .refused("access token lacks permission \(createPermission)") }
-        return .accepted
     }
 }
