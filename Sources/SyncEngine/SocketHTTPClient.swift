@@ -81,28 +81,24 @@ final class SocketHTTPClient: Sendable {
     func perform(_ request: HTTPRequest, to target: PlainHTTPTarget, cancelled: @Sendable () -> Bool) -> Result<HTTPResponse, HTTPError> {
         let deadline = Clock.now() + Int64(max(1, request.timeoutMs))
         let wire = Self.encode(request, target)
-        if let fd = takeIdle(target) {
-            switch exchange(fd: fd, wire: wire, request: request, deadline: deadline, cancelled: cancelled, reused: true) {
+        /// The exchange on `fd`, which is then kept or closed; nil when a reused connection turned out stale.
+        func attempt(_ fd: Int32, reused: Bool) -> Result<HTTPResponse, HTTPError>? {
+            switch exchange(fd: fd, wire: wire, request: request, deadline: deadline, cancelled: cancelled, reused: reused) {
             case .done(let result, let keep):
                 finish(fd, target, keep: keep)
                 return result
             case .staleConnection:
                 close(fd)
+                return nil
             }
         }
+        if let fd = takeIdle(target), let result = attempt(fd, reused: true) { return result }
         let fd: Int32
         switch connect(target, connectTimeoutMs: max(1, request.connectTimeoutMs), deadline: deadline, cancelled: cancelled) {
         case .success(let opened): fd = opened
         case .failure(let error): return .failure(error)
         }
-        switch exchange(fd: fd, wire: wire, request: request, deadline: deadline, cancelled: cancelled, reused: false) {
-        case .done(let result, let keep):
-            finish(fd, target, keep: keep)
-            return result
-        case .staleConnection:
-            close(fd)
-            return .failure(.connectionLost)
-        }
+        return attempt(fd, reused: false) ?? .failure(.connectionLost)
     }
 
     private func takeIdle(_ target: PlainHTTPTarget) -> Int32? {
