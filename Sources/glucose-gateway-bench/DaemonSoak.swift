@@ -30,12 +30,10 @@ enum DaemonSoak {
             return 64
         }
 
-        var template = Array("/tmp/gg-soak-XXXXXX".utf8CString)
-        guard let dirPointer = template.withUnsafeMutableBufferPointer({ buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }) else {
+        guard let dir = DownloadBenchmark.makeScratchDirectory("soak") else {
             print("daemon-soak: cannot create a temporary directory")
             return 1
         }
-        let dir = String(cString: dirPointer)
         var started: [pid_t] = []
         defer {
             for pid in started.reversed() { DownloadBenchmark.stop(pid) }
@@ -46,13 +44,12 @@ enum DaemonSoak {
             return 1
         }
 
-        let socket = dir + "/bus.sock"
-        let bus = "unix:path=" + socket
-        guard DownloadBenchmark.write(file: dir + "/bus.conf", DownloadBenchmark.busConfig(socket: socket)),
-              let busProcess = DownloadBenchmark.spawn(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + dir + "/bus.conf"], environment: [:])
-        else { return fail("cannot start dbus-daemon") }
-        started.append(busProcess.pid)
-        guard DownloadBenchmark.waitForFile(socket, seconds: 10) else { return fail("dbus-daemon did not start") }
+        let bus: String
+        do {
+            bus = try DownloadBenchmark.startPrivateBus(in: dir, started: &started)
+        } catch {
+            return fail(error.description)
+        }
         let env = ["DBUS_SYSTEM_BUS_ADDRESS": bus, "TZ": "UTC"]
 
         let meter = """

@@ -25,29 +25,21 @@ enum DownloadBenchmark {
             return 64
         }
 
-        var template = Array("/tmp/gg-bench-XXXXXX".utf8CString)
-        guard let dirPointer = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+        guard let dir = makeScratchDirectory("bench") else {
             print("download: cannot create a temporary directory")
             return 1
         }
-        let dir = String(cString: dirPointer)
         var started: [pid_t] = []
         defer {
             for pid in started.reversed() { stop(pid) }
             _ = spawn(["/bin/rm", "-rf", dir], environment: [:]).map(waitStatus)
         }
 
-        let socket = dir + "/bus.sock"
-        let busAddress = "unix:path=" + socket
-        guard write(file: dir + "/bus.conf", busConfig(socket: socket)),
-              let bus = spawn(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + dir + "/bus.conf"], environment: [:])
-        else {
-            print("download: cannot start dbus-daemon")
-            return 1
-        }
-        started.append(bus.pid)
-        guard waitForFile(socket, seconds: 10) else {
-            print("download: dbus-daemon did not start")
+        let busAddress: String
+        do {
+            busAddress = try startPrivateBus(in: dir, started: &started)
+        } catch {
+            print("download: \(error)")
             return 1
         }
         let env = ["DBUS_SYSTEM_BUS_ADDRESS": busAddress, "TZ": "UTC"]
@@ -263,6 +255,28 @@ enum DownloadBenchmark {
         let path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         let dir = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
         return dir + "/" + name
+    }
+
+    /// A new directory `/tmp/gg-<tag>-XXXXXX`, nil when none can be made.
+    static func makeScratchDirectory(_ tag: String) -> String? {
+        var template = Array("/tmp/gg-\(tag)-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }) else {
+            return nil
+        }
+        return String(cString: made)
+    }
+
+    /// Starts a private dbus-daemon listening on `<dir>/bus.sock` and waits for its socket. Its pid goes
+    /// into `started` as soon as it runs, so the caller stops it whatever happens next. Returns the bus
+    /// address.
+    static func startPrivateBus(in dir: String, started: inout [pid_t]) throws(BenchError) -> String {
+        let socket = dir + "/bus.sock"
+        guard write(file: dir + "/bus.conf", busConfig(socket: socket)),
+              let bus = spawn(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + dir + "/bus.conf"], environment: [:])
+        else { throw BenchError("cannot start dbus-daemon") }
+        started.append(bus.pid)
+        guard waitForFile(socket, seconds: 10) else { throw BenchError("dbus-daemon did not start") }
+        return "unix:path=" + socket
     }
 
     /// The private bus configuration the Swift and system tests use too: `Tests/TestSupport/private-bus.conf`

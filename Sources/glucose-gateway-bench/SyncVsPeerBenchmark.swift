@@ -41,11 +41,7 @@ enum SyncVsPeerBenchmark {
             return 1
         }
 
-        var template = Array("/tmp/gg-peer-XXXXXX".utf8CString)
-        guard let dirPointer = template.withUnsafeMutableBufferPointer({ buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }) else {
-            return fail("cannot create a temporary directory")
-        }
-        let dir = String(cString: dirPointer)
+        guard let dir = DownloadBenchmark.makeScratchDirectory("peer") else { return fail("cannot create a temporary directory") }
         var started: [pid_t] = []
         let server: Server
         do {
@@ -59,13 +55,13 @@ enum SyncVsPeerBenchmark {
             _ = DownloadBenchmark.spawn(["/bin/rm", "-rf", dir], environment: [:]).map(DownloadBenchmark.waitStatus)
         }
 
-        let socket = dir + "/bus.sock"
-        guard DownloadBenchmark.write(file: dir + "/bus.conf", DownloadBenchmark.busConfig(socket: socket)),
-              let bus = DownloadBenchmark.spawn(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + dir + "/bus.conf"], environment: [:])
-        else { return fail("cannot start dbus-daemon") }
-        started.append(bus.pid)
-        guard DownloadBenchmark.waitForFile(socket, seconds: 10) else { return fail("dbus-daemon did not start") }
-        let env = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=" + socket, "TZ": "UTC"]
+        let bus: String
+        do {
+            bus = try DownloadBenchmark.startPrivateBus(in: dir, started: &started)
+        } catch {
+            return fail(error.description)
+        }
+        let env = ["DBUS_SYSTEM_BUS_ADDRESS": bus, "TZ": "UTC"]
         guard let sim = DownloadBenchmark.spawn([gateway, "simulate-meter", "--standin", "--address", address, "--name", "meter+peer",
                                                  "--pin", "123456", "--records", String(records)],
                                                 environment: env, captureOutput: true)
@@ -99,20 +95,27 @@ enum SyncVsPeerBenchmark {
             return config
         }
         func serverHoldsAll() async -> Bool { (try? await server.count()) == records }
+        /// Runs `argv` to its end, sampled: its wall time goes into `figures`, and its CPU seconds and peak
+        /// memory too once it exited 0 and the server holds every reading; nil then, else why not.
+        func measure(_ argv: [String], into figures: inout Figures, what: String, uploader: String, hint: String = "") async -> String? {
+            let t0 = DownloadBenchmark.monotonicSeconds()
+            guard let process = DownloadBenchmark.spawn(argv, environment: env) else { return "cannot start \(what)" }
+            let result = DownloadBenchmark.waitStatusSampling(process)
+            figures.wall.append(DownloadBenchmark.monotonicSeconds() - t0)
+            guard result.status == 0 else { return "\(what) exited \(result.status)\(hint)" }
+            guard await serverHoldsAll() else { return "\(uploader) left the server without all \(records) readings" }
+            figures.cpu.append(result.cpuSeconds)
+            figures.rss.append(result.highWaterKilobytes)
+            return nil
+        }
 
         for run in 0..<runs {
             for part in (run % 2 == 0 ? [0, 1, 2] : [2, 1, 0]) {
                 switch part {
                 case 0:
                     guard let config = await prepareGateway() else { return fail("pairing or server reset failed") }
-                    let t0 = DownloadBenchmark.monotonicSeconds()
-                    guard let sync = DownloadBenchmark.spawn([gateway, "--config", config, "sync"], environment: env) else { return fail("cannot start sync") }
-                    let result = DownloadBenchmark.waitStatusSampling(sync)
-                    gatewayFigures.wall.append(DownloadBenchmark.monotonicSeconds() - t0)
-                    guard result.status == 0 else { return fail("sync exited \(result.status)") }
-                    guard await serverHoldsAll() else { return fail("the gateway's sync left the server without all \(records) readings") }
-                    gatewayFigures.cpu.append(result.cpuSeconds)
-                    gatewayFigures.rss.append(result.highWaterKilobytes)
+                    if let failure = await measure([gateway, "--config", config, "sync"], into: &gatewayFigures,
+                                                   what: "sync", uploader: "the gateway's sync") { return fail(failure) }
                 case 1:
                     guard let config = await prepareGateway() else { return fail("pairing or server reset failed") }
                     let report = dir + "/time\(setup).txt"
@@ -128,16 +131,11 @@ enum SyncVsPeerBenchmark {
                 default:
                     guard (try? await server.control(#"{"mode": "ok"}"#)) != nil, (try? await server.reset()) != nil else { return fail("server reset failed") }
                     setup += 1
-                    let t0 = DownloadBenchmark.monotonicSeconds()
-                    guard let process = DownloadBenchmark.spawn([python, peer, "--address", address, "--database", dir + "/peer\(setup).sqlite3",
-                                                                 "--url", server.url, "--secret", Server.secret], environment: env)
-                    else { return fail("cannot start the peer") }
-                    let result = DownloadBenchmark.waitStatusSampling(process)
-                    peerFigures.wall.append(DownloadBenchmark.monotonicSeconds() - t0)
-                    guard result.status == 0 else { return fail("the peer exited \(result.status) (run it by hand to see why)") }
-                    guard await serverHoldsAll() else { return fail("the peer left the server without all \(records) readings") }
-                    peerFigures.cpu.append(result.cpuSeconds)
-                    peerFigures.rss.append(result.highWaterKilobytes)
+                    if let failure = await measure([python, peer, "--address", address, "--database", dir + "/peer\(setup).sqlite3",
+                                                    "--url", server.url, "--secret", Server.secret], into: &peerFigures,
+                                                   what: "the peer", uploader: "the peer", hint: " (run it by hand to see why)") {
+                        return fail(failure)
+                    }
                 }
             }
         }

@@ -25,12 +25,10 @@ enum UploadHostileBenchmark {
             print("upload-hostile: need --size > 0, 1...100 answers and an executable gateway (\(gateway))")
             return 64
         }
-        var template = Array("/tmp/gg-hostile-XXXXXX".utf8CString)
-        guard let dirPointer = template.withUnsafeMutableBufferPointer({ buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }) else {
+        guard let dir = DownloadBenchmark.makeScratchDirectory("hostile") else {
             print("upload-hostile: cannot create a temporary directory")
             return 1
         }
-        let dir = String(cString: dirPointer)
         var started: [pid_t] = []
         let server: Server
         do {
@@ -48,12 +46,12 @@ enum UploadHostileBenchmark {
             print("upload-hostile: " + message)
             return 1
         }
-        let socket = dir + "/bus.sock"
-        guard DownloadBenchmark.write(file: dir + "/bus.conf", DownloadBenchmark.busConfig(socket: socket)),
-              let bus = DownloadBenchmark.spawn(["dbus-daemon", "--nofork", "--nopidfile", "--config-file=" + dir + "/bus.conf"], environment: [:])
-        else { return fail("cannot start dbus-daemon") }
-        started.append(bus.pid)
-        guard DownloadBenchmark.waitForFile(socket, seconds: 10) else { return fail("dbus-daemon did not start") }
+        let bus: String
+        do {
+            bus = try DownloadBenchmark.startPrivateBus(in: dir, started: &started)
+        } catch {
+            return fail(error.description)
+        }
 
         let database = dir + "/gateway.sqlite3"
         let readings = 50
@@ -70,7 +68,7 @@ enum UploadHostileBenchmark {
             + "[network]\nretry_count = 1\nnetwork_timeout_ms = 5000\n"
         guard DownloadBenchmark.write(file: config, text), chmod(config, 0o600) == 0 else { return fail("cannot write the config") }
         guard let daemon = DownloadBenchmark.spawn([gateway, "--config", config, "run", "--time-scale", "1000"],
-                                                   environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=" + socket, "TZ": "UTC"])
+                                                   environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus, "TZ": "UTC"])
         else { return fail("cannot start the daemon") }
         started.append(daemon.pid)
 
