@@ -67,6 +67,12 @@ class NightscoutDouble:
     def entries(self):
         return self._request("GET", "/__entries")
 
+    def config(self, nightscout_extra=""):
+        """The `[nightscout]` section for this double (plus `nightscout_extra` lines) and a `[network]` section
+        that fails fast: no retries, 1 s timeouts."""
+        return ('[nightscout]\nurl = "%s"\napi_secret = "%s"\n%s'
+                '[network]\nretry_count = 0\nnetwork_timeout_ms = 1000\n' % (self.url, self.secret, nightscout_extra))
+
     def stats(self):
         return self._request("GET", "/__stats")
 

@@ -19,8 +19,7 @@ def test_sync_uploads_what_it_downloaded(private_bus, standin, meter_file, tmp_p
     standin("--meter", meter_file(meter(records_list=recs)))
     ns = NightscoutDouble(log_path=str(tmp_path / "ns.log"))
     try:
-        gw = Gateway(private_bus, tmp_path, extra_config='[nightscout]\nurl = "%s"\napi_secret = "%s"\n'
-                     '[network]\nretry_count = 0\nnetwork_timeout_ms = 1000\n' % (ns.url, ns.secret))
+        gw = Gateway(private_bus, tmp_path, extra_config=ns.config())
         gw.pair(ADDRESS)
         result = gw.sync()
         assert ADDRESS + ": 7 new readings" in result.stdout

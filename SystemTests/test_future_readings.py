@@ -24,8 +24,7 @@ def test_readings_ahead_of_the_gateway_clock_are_held_back(private_bus, standin,
     standin("--meter", meter_file(meter(records_list=recs)))
     ns = NightscoutDouble(log_path=str(tmp_path / "ns.log"))
     try:
-        gw = Gateway(private_bus, tmp_path, extra_config='[nightscout]\nurl = "%s"\napi_secret = "%s"\n'
-                     '[network]\nretry_count = 0\nnetwork_timeout_ms = 1000\n' % (ns.url, ns.secret))
+        gw = Gateway(private_bus, tmp_path, extra_config=ns.config())
         gw.pair(ADDRESS)
         result = gw.sync()
         assert ADDRESS + ": 5 new readings" in result.stdout

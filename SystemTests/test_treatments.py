@@ -34,8 +34,7 @@ def utc_ms(local_text, offset_minutes):
 
 
 def config(ns, extra=""):
-    return ('[nightscout]\nurl = "%s"\napi_secret = "%s"\ntreatments = true\nout_of_range_notes = true\n%s'
-            '[network]\nretry_count = 0\nnetwork_timeout_ms = 1000\n' % (ns.url, ns.secret, extra))
+    return ns.config("treatments = true\nout_of_range_notes = true\n" + extra)
 
 
 def meter_records():

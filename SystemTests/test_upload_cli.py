@@ -32,8 +32,8 @@ def bench():
 class Nightscout:
     """SystemTests/fake_nightscout.py as a child process, stopped by pid."""
 
-    def __init__(self, delay_401=0.05):
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_nightscout.py"), "--secret", SECRET,
+    def __init__(self, delay_401=0.05, credentials=("--secret", SECRET)):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_nightscout.py"), *credentials,
                                       "--delay-401", str(delay_401)], stdout=subprocess.PIPE, text=True)
         ports = json.loads(self.proc.stdout.readline())
         self.port, self.control_port, self.health_port = ports["port"], ports["control_port"], ports["health_port"]
@@ -57,18 +57,23 @@ class Nightscout:
             self.proc.wait(timeout=10)
 
 
-@pytest.fixture
-def nightscout():
+def started_servers(kind):
+    """A fixture's body: yields a function that starts a `kind` server, and stops every one started after the test."""
     servers = []
 
     def start(**kw):
-        s = Nightscout(**kw)
+        s = kind(**kw)
         servers.append(s)
         return s
 
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def nightscout():
+    yield from started_servers(Nightscout)
 
 
 def write_config(tmp_path, server, secret=SECRET, network=""):

@@ -1,65 +1,37 @@
 """System tests of uploads through Nightscout API v3 (`[nightscout] api = "v3"` with an access token) against
 the loopback Nightscout double: the token exchange, faults, JWT renewal, permissions and the config check."""
-import json
 import os
-import signal
 import subprocess
-import sys
-import urllib.request
 
 import pytest
 
+import test_upload_cli
 from test_upload_cli import binary, seed, states, upload
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 FULL = "gateway-3f9c1d2e8a7b6c5d"
 CARE_ONLY = "careportal-0a1b2c3d4e5f"
 ENTRIES_ONLY = "entries-5c4b3a29181706f5"
 UNKNOWN = "nobody-9e8d7c6b5a4f3e2d"
 
 
-class Nightscout:
-    """fake_nightscout.py with two access tokens: one that may create and update entries, one for treatments only."""
+class Nightscout(test_upload_cli.Nightscout):
+    """fake_nightscout.py with access tokens in place of an API secret: one that may do everything, one for
+    treatments only, one for entries only."""
 
     def __init__(self, jwt_lifetime=8 * 3600):
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "fake_nightscout.py"), "--delay-401", "0.05",
-             "--access-token", FULL + "=api:entries:create,api:entries:update,api:treatments:create,*:*:read",
-             "--access-token", CARE_ONLY + "=api:treatments:create",
-             "--access-token", ENTRIES_ONLY + "=api:entries:create",
-             "--jwt-lifetime", str(jwt_lifetime)], stdout=subprocess.PIPE, text=True)
-        ports = json.loads(self.proc.stdout.readline())
-        self.port, self.control_port = ports["port"], ports["control_port"]
-        self.url = "http://127.0.0.1:%d" % self.port
-
-    def control(self, **body):
-        req = urllib.request.Request("http://127.0.0.1:%d/__control" % self.control_port, data=json.dumps(body).encode(),
-                                     method="POST")
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.load(r)
+        super().__init__(credentials=(
+            "--access-token", FULL + "=api:entries:create,api:entries:update,api:treatments:create,*:*:read",
+            "--access-token", CARE_ONLY + "=api:treatments:create",
+            "--access-token", ENTRIES_ONLY + "=api:entries:create",
+            "--jwt-lifetime", str(jwt_lifetime)))
 
     def v3(self):
-        with urllib.request.urlopen("http://127.0.0.1:%d/__v3" % self.control_port, timeout=10) as r:
-            return json.load(r)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        return self.get("/__v3")
 
 
 @pytest.fixture
 def nightscout():
-    servers = []
-
-    def start(**kw):
-        s = Nightscout(**kw)
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
+    yield from test_upload_cli.started_servers(Nightscout)
 
 
 def write_config(tmp_path, server, token=FULL, network="network_timeout_ms = 2000", extra=""):
