@@ -18,6 +18,9 @@ public struct GATTUUID: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let firmwareRevision = GATTUUID(rawValue: 0x2A26)
     public static let softwareRevision = GATTUUID(rawValue: 0x2A28)
     public static let systemID = GATTUUID(rawValue: 0x2A23)
+    /// The i-SENS (CareSens, ReliOn) vendor service and its clock characteristic (write, notify).
+    public static let isensVendorService = GATTUUID(rawValue: 0xFFF0)
+    public static let isensVendorClock = GATTUUID(rawValue: 0xFFF1)
 
     /// `0000xxxx-0000-1000-8000-00805f9b34fb`, lower case, as in BlueZ's `UUID` properties.
     public var uuidString: String {

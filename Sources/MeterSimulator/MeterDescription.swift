@@ -26,6 +26,8 @@ public struct MeterDescription: Sendable, Equatable {
     public var newRecords: NewRecordPlan?
     public var advertising: AdvertisingPlan
     public var faults: MeterFaults
+    /// The meter's clock and how a central reaches it (`MeterClock`).
+    public var clock: MeterClock
 
     public init(
         address: String,
@@ -41,7 +43,8 @@ public struct MeterDescription: Sendable, Equatable {
         records: [MeterRecord] = [],
         newRecords: NewRecordPlan? = nil,
         advertising: AdvertisingPlan = .always,
-        faults: MeterFaults = MeterFaults()
+        faults: MeterFaults = MeterFaults(),
+        clock: MeterClock = .none
     ) {
         self.address = address
         self.addressType = addressType
@@ -57,6 +60,7 @@ public struct MeterDescription: Sendable, Equatable {
         self.newRecords = newRecords
         self.advertising = advertising
         self.faults = faults
+        self.clock = clock
     }
 
     /// The BlueZ object-path form of the address: `dev_AA_BB_CC_DD_EE_FF`.

@@ -34,6 +34,7 @@ public enum MeterFile {
     static let meterKeys: Set<String> = [
         "address", "addressType", "name", "pin", "bonding", "rssi", "deviceInformation", "features",
         "contextCharacteristic", "timeFilter", "unit", "records", "generate", "newRecords", "advertising", "faults",
+        "clock",
     ]
 
     public static func meter(from json: JSONValue) throws(MeterFileError) -> MeterDescription {
@@ -83,7 +84,8 @@ public enum MeterFile {
             records: records,
             newRecords: try o.optionalObject("newRecords").map { (n) throws(MeterFileError) in try newRecords(n) },
             advertising: try advertising(o),
-            faults: try o.optionalObject("faults").map { (f) throws(MeterFileError) in try faults(f) } ?? MeterFaults()
+            faults: try o.optionalObject("faults").map { (f) throws(MeterFileError) in try faults(f) } ?? MeterFaults(),
+            clock: try o.optionalObject("clock").map { (c) throws(MeterFileError) in try clock(c) } ?? .none
         )
     }
 
