@@ -17,6 +17,8 @@ enum ControlInterface {
       DropLink(s address)                                 the meter drops the link (reason Remote)
       SetFaults(s address, s faults_json)                 replace the meter's faults (meter-file "faults")
       Records(s address) -> aq                            sequence numbers stored
+      Describe(s address) -> s                            the meter as it is now, as a meter file (JSON):
+                                                           identity, PIN, every stored record, faults
       RestartBluetoothd()                                 drop org.bluez and every registration, then
                                                            take it again under a new unique name
       CrashBluetoothd()                                   as RestartBluetoothd, but like a killed bluetoothd
@@ -114,6 +116,11 @@ extension BlueZStandIn {
                 guard let self else { return [] }
                 let meter = try await self.meterPeripheral(try address(call)).meter
                 return [.array(element: "q", meter.records.map { .uint16($0.sequenceNumber) })]
+            },
+            DBusMethod("Describe", in: "s", out: "s") { [weak self] call in
+                guard let self else { return [] }
+                let meter = try await self.meterPeripheral(try address(call)).meter
+                return [.string(MeterFile.json(meter).compactText)]
             },
             DBusMethod("RestartBluetoothd") { [weak self] _ in
                 // Reply first: the connection this call came in on is about to close.

@@ -1,0 +1,190 @@
+"""What the gateway must make of a simulated meter's records, worked out from the meter's own record list
+(the stand-in's control interface `Describe`, a meter file) by the rules the README states, not by the
+gateway's code: the user-facing time (base time + offset) read in the meter's zone and stored in UTC, less
+the measured clock skew when it exceeds the threshold; the value as recorded; and the reason a reading is
+kept out of the upload. A record the rules here do not cover fails the test loudly instead of being guessed.
+"""
+import datetime
+from zoneinfo import ZoneInfo
+
+# Sensor status bits 1-10: a measurement fault (battery low and time fault alone exclude nothing).
+MEASUREMENT_FAULTS = 0x07FE
+KETONE_MEAL = 6
+
+
+class Unsupported(AssertionError):
+    """The meter has a record these expectations do not know how to judge."""
+
+
+def parse_local(text):
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+
+
+def iso_utc(instant):
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_utc(local, zone):
+    """A wall-clock time of `zone` as UTC; refuses a time the zone skips or repeats (its rule is the
+    gateway's own choice, tested elsewhere)."""
+    tz = ZoneInfo(zone)
+    first = local.replace(tzinfo=tz, fold=0)
+    second = local.replace(tzinfo=tz, fold=1)
+    if first.utcoffset() != second.utcoffset():
+        raise Unsupported("%s is repeated or skipped in %s" % (local, zone))
+    back = first.astimezone(datetime.timezone.utc).astimezone(tz).replace(tzinfo=None)
+    if back != local:
+        raise Unsupported("%s does not exist in %s" % (local, zone))
+    return first.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+
+
+class Expected:
+    """One record as the store must hold it."""
+
+    def __init__(self, sequence, local_time, time, meter_time, mgdl, mmoll, special, exclusion):
+        self.sequence = sequence
+        self.local_time = local_time
+        self.time = time
+        self.meter_time = meter_time
+        self.mgdl = mgdl
+        self.mmoll = mmoll
+        self.special = special
+        self.exclusion = exclusion
+
+    @property
+    def uploaded(self):
+        return self.exclusion is None
+
+    def __repr__(self):
+        return "Expected(%r)" % self.__dict__
+
+
+def expected_readings(meter, zone, correction_seconds=0, received_at=None, future_tolerance_s=600):
+    """Every record of `meter` (a meter-file dict) as an `Expected`, by sequence number.
+
+    `correction_seconds`: the skew the gateway must subtract (0 when the meter has no readable clock or
+    the skew is within the threshold). `received_at`: the gateway's clock at the download (naive UTC), for
+    the time-in-future rule."""
+    malformed = {m["sequence"]: m.get("kind", "truncated") for m in meter.get("faults", {}).get("malformed", [])}
+    out = {}
+    for r in meter["records"]:
+        seq = r["sequence"]
+        if "hex" in r:
+            raise Unsupported("record %d is sent as verbatim bytes" % seq)
+        kind = malformed.get(seq)
+        if kind not in (None, "invalid-time"):
+            raise Unsupported("record %d is malformed (%s)" % (seq, kind))
+        unit = r.get("unit", meter.get("unit", "kg/L"))
+        mgdl = mmoll = special = None
+        exclusion = None
+        if "mgdl" in r:
+            if unit != "kg/L":
+                raise Unsupported("record %d: mg/dL on a mol/L meter" % seq)
+            mgdl = float(r["mgdl"])
+        elif "mmol" in r:
+            if unit != "mol/L":
+                raise Unsupported("record %d: mmol/L on a kg/L meter" % seq)
+            mmoll = float(r["mmol"])
+        elif r.get("result") == "high":
+            special, exclusion = "+inf", "hi"
+        elif r.get("result") == "low":
+            special, exclusion = "-inf", "lo"
+        elif r.get("result") == "none":
+            exclusion = "no-concentration"
+        else:
+            raise Unsupported("record %d: value %r" % (seq, {k: r[k] for k in r if k in ("sfloat", "result")}))
+        if exclusion is None and (r.get("type") == 10 or r.get("location") == 4 or r.get("control")):
+            exclusion = "control-solution"
+        status = r.get("status", 0)
+        if not isinstance(status, int):
+            raise Unsupported("record %d: status given by name" % seq)
+        if exclusion is None and status & MEASUREMENT_FAULTS:
+            exclusion = "sensor-fault"
+        local = parse_local(r["time"]) + datetime.timedelta(minutes=r.get("timeOffset", 0))
+        time = meter_time = None
+        if kind == "invalid-time":
+            # Sent with month 13: the gateway keeps the base time as sent and never guesses an instant.
+            if exclusion is None:
+                exclusion = "time-unresolved"
+            local_text = None
+        else:
+            local_text = local.strftime("%Y-%m-%dT%H:%M:%S")
+            meter_instant = to_utc(local, zone)
+            instant = meter_instant - datetime.timedelta(seconds=correction_seconds)
+            meter_time, time = iso_utc(meter_instant), iso_utc(instant)
+            if exclusion is None and r.get("context", {}).get("meal") == KETONE_MEAL:
+                raise Unsupported("record %d is a ketone reading" % seq)
+            # Before every other reason, as the README says: a future HI must not become a note ahead of time.
+            if received_at is not None and (instant - received_at).total_seconds() > future_tolerance_s:
+                exclusion = "time-in-future"
+        out[seq] = Expected(seq, local_text, time, meter_time, mgdl, mmoll, special, exclusion)
+    return out
+
+
+def compare_store(expected, readings):
+    """Differences between the expected records and `readings --json` (one meter): each record exactly
+    once, with exactly its value, times and exclusion."""
+    bad = []
+    by_seq = {}
+    for r in readings:
+        if r["sequence"] in by_seq:
+            bad.append("sequence %d stored twice" % r["sequence"])
+        by_seq[r["sequence"]] = r
+    for seq in sorted(set(by_seq) - set(expected)):
+        bad.append("sequence %d stored but the meter has no such record" % seq)
+    for seq, e in sorted(expected.items()):
+        r = by_seq.get(seq)
+        if r is None:
+            bad.append("sequence %d missing" % seq)
+            continue
+        got = {"time": r.get("time"), "meter_time": r.get("meter_time"), "mgdl": r.get("mgdl"),
+               "mmoll": r.get("mmoll"), "special": r.get("special"), "exclusion": r.get("exclusion")}
+        want = {"time": e.time, "meter_time": e.meter_time, "mgdl": e.mgdl, "mmoll": e.mmoll, "special": e.special,
+                "exclusion": e.exclusion}
+        if e.local_time is not None:
+            got["local_time"] = r.get("local_time")
+            want["local_time"] = e.local_time
+        if e.mgdl is None:
+            got.pop("mgdl")   # a mol/L meter's reading also carries mg/dL, converted
+            want.pop("mgdl")
+        if e.mmoll is None:
+            got.pop("mmoll")  # and a kg/L meter's reading mmol/L
+            want.pop("mmoll")
+        for key in want:
+            g, w = got[key], want[key]
+            if isinstance(w, float) and g is not None:
+                g = float(g)
+            if g != w:
+                bad.append("sequence %d: %s %r, want %r" % (seq, key, got[key], w))
+    return bad
+
+
+def compare_nightscout(expected, entries):
+    """Differences between the uploadable records and the Nightscout double's entries: each exactly once,
+    at the exact instant with the value rounded to whole mg/dL, none of the excluded ones."""
+    bad = []
+    want = sorted((e.time, round_half_away(e.mgdl if e.mgdl is not None else e.mmoll * 18.0156))
+                  for e in expected.values() if e.uploaded)
+    got = []
+    for doc in entries:
+        if doc.get("type") != "mbg":
+            bad.append("entry of type %r" % doc.get("type"))
+            continue
+        when = datetime.datetime.fromtimestamp(doc["date"] / 1000, datetime.timezone.utc).replace(tzinfo=None)
+        stated = datetime.datetime.fromisoformat(doc["dateString"].replace("Z", "+00:00"))
+        if stated.astimezone(datetime.timezone.utc).replace(tzinfo=None) != when:
+            bad.append("entry %s: dateString %s is another instant" % (iso_utc(when), doc["dateString"]))
+        device = doc.get("device", "")
+        if not device or any(ord(c) < 0x20 or ord(c) > 0x7E for c in device):
+            bad.append("entry %s: device %r is not plain ASCII" % (iso_utc(when), device))
+        got.append((iso_utc(when), doc["mbg"]))
+    identifiers = [doc.get("identifier") for doc in entries]
+    if len(set(identifiers)) != len(identifiers):
+        bad.append("an identifier appears twice")
+    if sorted(got) != want:
+        bad.append("entries %s, want %s" % (sorted(got), want))
+    return bad
+
+
+def round_half_away(value):
+    return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
