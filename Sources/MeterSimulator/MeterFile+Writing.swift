@@ -3,8 +3,9 @@ import GlucoseProfile
 
 /// Writes a meter back in the JSON meter format that `MeterFile.parse` reads: identity, PIN, GATT options,
 /// every stored record (value, unit, type, location, status, context, verbatim bytes), the new-record
-/// plan, advertising and faults. Parsing what it writes gives the same `MeterDescription`, so a test can
-/// take a running meter's own record list (control interface `Describe`) as the truth to compare with.
+/// plan, advertising, faults and the clock (as it was at start). Parsing what it writes gives the same
+/// `MeterDescription`, so a test can take a running meter's own record list (control interface
+/// `Describe`) as the truth to compare with.
 extension MeterFile {
     public static func json(_ meter: MeterDescription) -> JSONValue {
         var o: [JSONMember] = [
@@ -41,6 +42,12 @@ extension MeterFile {
                                                         JSONMember("offSeconds", .double(off))])))
         }
         o.append(JSONMember("faults", json(faults: meter.faults)))
+        let c = meter.clock
+        o.append(JSONMember("clock", .object([
+            JSONMember("kind", .string(c.kind.rawValue)), JSONMember("writable", .bool(c.writable)),
+            JSONMember("skewSeconds", .double(c.skewSeconds)), JSONMember("utcOffsetMinutes", .int(c.utcOffsetMinutes)),
+            JSONMember("driftSecondsPerDay", .double(c.driftSecondsPerDay)),
+        ])))
         return .object(o)
     }
 

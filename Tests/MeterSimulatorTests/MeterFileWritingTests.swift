@@ -22,6 +22,7 @@ import Testing
         "context": {"carbohydrateGrams": 45, "carbohydrateID": 3, "medicationMillilitres": 1.5}}
      ],
      "advertising": "off",
+     "clock": {"kind": "vendor", "writable": false, "skewSeconds": -300.5, "utcOffsetMinutes": 60, "driftSecondsPerDay": 2},
      "faults": {"dropLinkTimes": null, "failProcedureAfter": 3, "zeroCountAsNoRecords": true,
                 "malformed": [{"sequence": 4, "kind": "truncated"}, {"sequence": 1, "kind": "stray-context"}]}}
     """
