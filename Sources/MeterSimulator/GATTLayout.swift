@@ -42,11 +42,28 @@ public struct GATTLayout: Sendable, Equatable {
         if meter.hasContextCharacteristic { add(.glucoseMeasurementContext, ["notify"], to: &gls, secure: secure) }
         add(.glucoseFeature, ["read"], to: &gls, secure: secure)
         add(.recordAccessControlPoint, ["write", "indicate"], to: &gls, secure: secure)
+        let clock = meter.clock
+        if clock.kind == .glsDateTime {
+            add(.dateTime, clock.writable ? ["read", "write"] : ["read"], to: &gls, secure: secure)
+        }
         var dis = Service(uuid: .deviceInformationService, handle: next(), characteristics: [])
         for (uuid, _) in meter.deviceInformation.characteristics {
             add(uuid, ["read"], to: &dis, secure: false)
         }
         services = [gls, dis]
+        // Clock services come last, so meters without one keep the handles above.
+        switch clock.kind {
+        case .currentTime:
+            var cts = Service(uuid: .currentTimeService, handle: next(), characteristics: [])
+            add(.currentTime, clock.writable ? ["read", "write", "notify"] : ["read", "notify"], to: &cts, secure: secure)
+            services.append(cts)
+        case .vendor:
+            var vendor = Service(uuid: .isensVendorService, handle: next(), characteristics: [])
+            add(.isensVendorClock, ["write", "notify"], to: &vendor, secure: secure)
+            services.append(vendor)
+        case .glsDateTime, .none:
+            break
+        }
     }
 
     public var allCharacteristics: [Characteristic] { services.flatMap(\.characteristics) }

@@ -54,11 +54,19 @@ public actor MeterPeripheral {
     private var advertiseUntil: Task<Void, Never>?
     public private(set) var isAdvertising = false
     public private(set) var isLinked = false
+    /// The meter's own clock (see `MeterClock`), on the wall clock `wallClock` and simulated time.
+    var meterClock: MeterClockState
+    private let wallClock: @Sendable () -> UnixMillis
+    private let startedAt: ContinuousClock.Instant
 
-    public init(meter: MeterDescription, clock: SimulationClock = SimulationClock()) {
+    public init(meter: MeterDescription, clock: SimulationClock = SimulationClock(),
+                wallClock: @escaping @Sendable () -> UnixMillis = { SystemClock.now() }) {
         address = meter.address
         server = GlucoseServer(meter: meter)
         self.clock = clock
+        self.wallClock = wallClock
+        startedAt = clock.base.now
+        meterClock = MeterClockState(clock: meter.clock)
         (events, continuation) = AsyncStream.makeStream(of: PeripheralEvent.self, bufferingPolicy: .unbounded)
     }
 
@@ -168,9 +176,19 @@ public actor MeterPeripheral {
         server.linkDown()
     }
 
-    public func setSubscribed(_ uuid: GATTUUID, _ on: Bool) { server.setSubscribed(uuid, on) }
+    public func setSubscribed(_ uuid: GATTUUID, _ on: Bool) {
+        let wasOn = server.subscriptions.contains(uuid)
+        server.setSubscribed(uuid, on)
+        // An i-SENS meter switches itself off when notifications on its vendor clock stop.
+        if uuid == .isensVendorClock, wasOn, !on, isLinked, server.meter.clock.kind == .vendor {
+            continuation.yield(.dropLink)
+        }
+    }
 
-    public func read(_ uuid: GATTUUID) -> [UInt8]? { server.read(uuid) }
+    public func read(_ uuid: GATTUUID) -> [UInt8]? {
+        if let value = readClock(uuid) { return value }
+        return server.read(uuid)
+    }
 
     /// A RACP write. On success the procedure is queued; call `runProcedure()` once the write's response
     /// has gone out, so the peer sees the write answered before the first notification.
@@ -205,5 +223,68 @@ public actor MeterPeripheral {
                 return
             }
         }
+    }
+}
+
+// MARK: - Clock
+
+extension MeterPeripheral {
+    /// Simulated seconds since the meter started.
+    var simulatedSeconds: Double {
+        let elapsed = clock.base.now - startedAt
+        return (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * clock.scale
+    }
+
+    /// What the meter's clock shows now, and its skew (meter minus true local time) in seconds.
+    public var clockReading: (time: GlucoseDateTime, skewSeconds: Double) {
+        let s = simulatedSeconds
+        return (meterClock.time(utcMillis: wallClock(), simulatedSeconds: s), meterClock.skew(simulatedSeconds: s))
+    }
+
+    func readClock(_ uuid: GATTUUID) -> [UInt8]? {
+        let kind = meterClock.clock.kind
+        switch uuid {
+        case .currentTime where kind == .currentTime:
+            return MeterClockState.currentTimeValue(clockReading.time)
+        case .dateTime where kind == .glsDateTime:
+            return clockReading.time.encoded()
+        default:
+            return nil
+        }
+    }
+
+    /// A write to the clock characteristic: Current Time (10 bytes), Date Time (7 bytes) or the vendor
+    /// command (`ISENSClockProtocol`). Setting moves the clock; the vendor clock answers with its time.
+    /// Errors: 0x80 for a write the meter refuses (its clock is read-only), 0xFF (out of range) for a value
+    /// that is not a valid date or command.
+    public func writeClock(_ uuid: GATTUUID, _ bytes: [UInt8]) throws(GlucoseServer.ATTError) {
+        let c = meterClock.clock
+        switch uuid {
+        case .currentTime where c.kind == .currentTime, .dateTime where c.kind == .glsDateTime:
+            guard c.writable else { throw GlucoseServer.ATTError(0x80) }
+            let expected = uuid == .currentTime ? 10 : 7
+            guard bytes.count == expected, let time = try? GlucoseDateTime(bytes: bytes) else {
+                throw GlucoseServer.ATTError(0xFF)
+            }
+            meterClock.set(to: time, utcMillis: wallClock(), simulatedSeconds: simulatedSeconds)
+        case .isensVendorClock where c.kind == .vendor:
+            guard let command = ISENSClockProtocol.command(bytes) else { throw GlucoseServer.ATTError(0xFF) }
+            if case .setTime(let time) = command {
+                guard c.writable else { throw GlucoseServer.ATTError(0x80) }
+                meterClock.set(to: time, utcMillis: wallClock(), simulatedSeconds: simulatedSeconds)
+            }
+            // The answer follows the write's response.
+            Task { [weak self] in
+                try? await Task.sleep(for: .milliseconds(20))
+                await self?.sendVendorClockAnswer()
+            }
+        default:
+            throw GlucoseServer.ATTError(0x80)
+        }
+    }
+
+    private func sendVendorClockAnswer() {
+        guard isLinked, server.subscriptions.contains(.isensVendorClock) else { return }
+        continuation.yield(.value(.isensVendorClock, ISENSClockProtocol.answer(clockReading.time)))
     }
 }

@@ -1,7 +1,10 @@
 import GatewayCore
 import GlucoseProfile
 @testable import MeterSimulator
+import Synchronization
 import Testing
+import TestSupport
+import BlueZ
 
 @Suite struct MeterClockTests {
     /// 2024-03-05T14:30:00Z
@@ -70,5 +73,135 @@ import Testing
                 == MeterClock(kind: .currentTime, writable: false, skewSeconds: -600, utcOffsetMinutes: 120))
         #expect(throws: MeterFileError.self) { try MeterFile.clock(kind: nil, skew: "5", readOnly: false, utcOffset: nil) }
         #expect(throws: MeterFileError.self) { try MeterFile.clock(kind: "cts", skew: "soon", readOnly: false, utcOffset: nil) }
+    }
+}
+
+/// A wall clock the test sets.
+final class FixedWallClock: Sendable {
+    let millis: Mutex<UnixMillis>
+    init(_ m: UnixMillis) { millis = Mutex(m) }
+    var now: UnixMillis { millis.withLock { $0 } }
+    func advance(seconds: Int64) { millis.withLock { $0 += seconds * 1000 } }
+}
+
+@Suite struct MeterPeripheralClockTests {
+    static let utc: UnixMillis = 1_709_649_000_000   // 2024-03-05T14:30:00Z
+
+    static func peripheral(_ clock: MeterClock, wall: FixedWallClock, manual: ManualClock = ManualClock(),
+                           scale: Double = 1) -> MeterPeripheral {
+        MeterPeripheral(meter: MeterDescription(address: "C0:26:DA:00:00:0A", name: "m", passkey: 123456, clock: clock),
+                        clock: SimulationClock(scale: scale, base: manual), wallClock: { wall.now })
+    }
+
+    @Test func layoutOffersTheClockOfItsKind() {
+        func layout(_ c: MeterClock) -> GATTLayout {
+            GATTLayout(meter: MeterDescription(address: "C0:26:DA:00:00:0A", name: "m", passkey: 1, clock: c))
+        }
+        let plain = layout(.none)
+        #expect(plain.services.map(\.uuid) == [.glucoseService, .deviceInformationService])
+        #expect(plain.characteristic(.currentTime) == nil && plain.characteristic(.dateTime) == nil)
+        let cts = layout(MeterClock(kind: .currentTime))
+        #expect(cts.services.map(\.uuid) == [.glucoseService, .deviceInformationService, .currentTimeService])
+        #expect(cts.characteristic(.currentTime)?.flags == ["read", "write", "notify"])
+        // Meters without a clock service keep their handles.
+        #expect(cts.services[0] == plain.services[0] && cts.services[1] == plain.services[1])
+        #expect(layout(MeterClock(kind: .currentTime, writable: false)).characteristic(.currentTime)?.flags == ["read", "notify"])
+        let gls = layout(MeterClock(kind: .glsDateTime))
+        #expect(gls.services.count == 2 && gls.services[0].characteristics.last?.uuid == .dateTime)
+        #expect(gls.characteristic(.dateTime)?.flags == ["read", "write"])
+        let vendor = layout(MeterClock(kind: .vendor))
+        #expect(vendor.services.last?.uuid == .isensVendorService)
+        #expect(vendor.characteristic(.isensVendorClock)?.flags == ["write", "notify"])
+    }
+
+    @Test func currentTimeReadAndWrite() async throws {
+        let wall = FixedWallClock(Self.utc)
+        let p = Self.peripheral(MeterClock(kind: .currentTime, skewSeconds: -600, utcOffsetMinutes: 60), wall: wall)
+        #expect(await p.read(.currentTime) == [0xE8, 0x07, 3, 5, 15, 20, 0, 2, 0, 0])
+        #expect(await p.read(.dateTime) == nil)
+        let set = GlucoseDateTime(year: 2024, month: 3, day: 5, hour: 15, minute: 30, second: 5)!
+        try await p.writeClock(.currentTime, MeterClockState.currentTimeValue(set, adjustReason: 1))
+        #expect(await p.clockReading.skewSeconds == 5)
+        wall.advance(seconds: 60)
+        #expect(await p.clockReading.time.isoString == "2024-03-05T15:31:05")
+        // A Date Time alone (7 bytes) or a month 13 is not a Current Time.
+        await #expect(throws: GlucoseServer.ATTError(0xFF)) { try await p.writeClock(.currentTime, set.encoded()) }
+        await #expect(throws: GlucoseServer.ATTError(0xFF)) {
+            try await p.writeClock(.currentTime, [0xE8, 0x07, 13, 5, 15, 20, 0, 2, 0, 0])
+        }
+        #expect(await p.clockReading.skewSeconds == 5)
+    }
+
+    @Test func readOnlyClockRefusesWrites() async throws {
+        let wall = FixedWallClock(Self.utc)
+        let p = Self.peripheral(MeterClock(kind: .glsDateTime, writable: false, skewSeconds: 90), wall: wall)
+        #expect(await p.read(.dateTime) == [0xE8, 0x07, 3, 5, 14, 31, 30])
+        let set = GlucoseDateTime(year: 2024, month: 3, day: 5, hour: 14, minute: 30, second: 0)!
+        await #expect(throws: GlucoseServer.ATTError(0x80)) { try await p.writeClock(.dateTime, set.encoded()) }
+        #expect(await p.clockReading.skewSeconds == 90)
+    }
+
+    @Test func driftFollowsTheTimeScale() async throws {
+        let manual = ManualClock()
+        let wall = FixedWallClock(Self.utc)
+        let p = Self.peripheral(MeterClock(kind: .currentTime, driftSecondsPerDay: 8640), wall: wall, manual: manual, scale: 100)
+        manual.advance(by: .seconds(864))   // a simulated day at scale 100
+        #expect(await p.clockReading.skewSeconds == 8640)
+    }
+
+    @Test(.timeLimit(.minutes(1))) func vendorClockAnswersAndSwitchesOffWhenNotificationsStop() async throws {
+        let wall = FixedWallClock(Self.utc)
+        let p = Self.peripheral(MeterClock(kind: .vendor, skewSeconds: 3600), wall: wall)
+        await p.linkUp()
+        #expect(await p.read(.isensVendorClock) == nil)
+        await p.setSubscribed(.isensVendorClock, true)
+        try await p.writeClock(.isensVendorClock, ISENSClockProtocol.getTimeCommand())
+        var events = p.events.makeAsyncIterator()
+        #expect(await events.next() == .value(.isensVendorClock, [0x05, 0, 0, 0, 0xE8, 0x07, 3, 5, 15, 30, 0]))
+        let set = GlucoseDateTime(year: 2024, month: 3, day: 5, hour: 14, minute: 30, second: 0)!
+        try await p.writeClock(.isensVendorClock, ISENSClockProtocol.setTimeCommand(set))
+        #expect(await events.next() == .value(.isensVendorClock, [0x05, 0, 0, 0, 0xE8, 0x07, 3, 5, 14, 30, 0]))
+        #expect(await p.clockReading.skewSeconds == 0)
+        await #expect(throws: GlucoseServer.ATTError(0xFF)) { try await p.writeClock(.isensVendorClock, [0xC0, 0x03]) }
+        await p.setSubscribed(.isensVendorClock, false)
+        #expect(await events.next() == .dropLink)
+        await p.stop()
+    }
+}
+
+@Suite(.serialized) struct StandInClockTests {
+    static let address = "C0:26:DA:01:02:0C"
+
+    @Test(.timeLimit(.minutes(1))) func centralReadsAndSetsTheClockThroughTheStandIn() async throws {
+        let bus = try await PrivateBus.start()
+        defer { bus.close() }
+        let meter = MeterDescription(address: Self.address, name: "meter+01020c", passkey: 123456, requiresBonding: false,
+                                     clock: MeterClock(kind: .currentTime, skewSeconds: -7200))
+        let standIn = BlueZStandIn(meters: [meter], options: StandInOptions(busAddress: bus.address), logger: .silent)
+        try await standIn.start()
+        let client = try await BlueZClient.connect(bus: bus.address)
+        do {
+            _ = try await client.waitForAdapter(timeout: .seconds(5))
+            try await client.startDiscovery()
+            _ = try await client.waitForDevice(address: Self.address, timeout: .seconds(10))
+            try await client.stopDiscovery()
+            let link = try await client.connectMeter(address: Self.address, timeout: .seconds(20))
+            let before = try await link.read(.currentTime)
+            #expect(before.count == 10)
+            let shown = try GlucoseDateTime(bytes: before)
+            let trueNow = GlucoseDateTime(naiveSeconds: Int64(SystemClock.now() / 1000))
+            #expect(abs(trueNow.naiveSeconds - shown.naiveSeconds - 7200) <= 2)
+            try await link.write(.currentTime, MeterClockState.currentTimeValue(trueNow))
+            let after = try GlucoseDateTime(bytes: try await link.read(.currentTime))
+            #expect(abs(after.naiveSeconds - trueNow.naiveSeconds) <= 2)
+            let skew = try #require(await standIn.meterPeripheral(Self.address).clockReading.skewSeconds)
+            #expect(abs(skew) <= 2)
+            await #expect(throws: MeterLinkError.self) { try await link.write(.currentTime, [1, 2, 3]) }
+            await link.disconnect()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await client.close()
+        await standIn.stop()
     }
 }

@@ -54,6 +54,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --new-record-every S   --advertise always|off|ON/OFF (seconds on/off bursts)
       Faults: --drop-after N   --drop-times K   --fail-after N   --notify-delay-ms MS   --context-before
               --malformed-at SEQ[:truncated|invalid-time|stray-context]   --zero-count-as-no-records
+      Clock: --clock cts|gls-date-time|vendor|none (default none)   --clock-skew S (meter minus true time)
+             --clock-read-only   --clock-utc-offset MIN (the meter's zone, no DST; default 0)
 
     Meter file (JSON; unknown keys are errors):
       {"address": "C0:26:DA:01:02:03", "name": "meter+06543210", "pin": "123456",
@@ -69,7 +71,9 @@ enum SimulateMeterCommand: GatewayCommand {
        "advertising": "always" | "off" | {"onSeconds": 5, "offSeconds": 25},
        "faults": {"dropLinkAfter": 3, "dropLinkTimes": 1, "failProcedureAfter": 5, "notificationDelayMs": 50,
                   "contextOrder": "before", "malformed": [{"sequence": 7, "kind": "truncated"}],
-                  "zeroCountAsNoRecords": false}}
+                  "zeroCountAsNoRecords": false},
+       "clock": {"kind": "cts" | "gls-date-time" | "vendor" | "none", "writable": true, "skewSeconds": -300,
+                 "utcOffsetMinutes": 60, "driftSecondsPerDay": 2}}
 
     Control interface (--standin): object \(controlPath) on the stand-in's connection (destination
     org.bluez), interface org.glucosegateway.Simulator1:
@@ -81,11 +85,11 @@ enum SimulateMeterCommand: GatewayCommand {
             "--bus", "--time-scale", "--state", "--temporary-timeout", "--adapter", "--adapter-address",
             "--address", "--name", "--pin", "--records", "--first-sequence", "--start", "--interval-minutes",
             "--time-offset", "--unit", "--new-record-every", "--advertise", "--drop-after", "--drop-times",
-            "--fail-after", "--notify-delay-ms",
+            "--fail-after", "--notify-delay-ms", "--clock", "--clock-skew", "--clock-utc-offset",
         ],
         flags: [
             "--standin", "--bluez", "--acquire-notify", "--display-passkey", "--no-bonding", "--with-context",
-            "--no-context-characteristic", "--context-before", "--zero-count-as-no-records",
+            "--no-context-characteristic", "--context-before", "--zero-count-as-no-records", "--clock-read-only",
         ],
         repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
     )
@@ -247,12 +251,14 @@ enum SimulateMeterCommand: GatewayCommand {
         let contextBefore = a.flag("--context-before")
         let malformed = try a.options("--malformed-at")
         let zeroCount = a.flag("--zero-count-as-no-records")
+        let clockKind = try a.option("--clock"), clockSkew = try a.option("--clock-skew")
+        let clockReadOnly = a.flag("--clock-read-only"), clockOffset = try a.option("--clock-utc-offset")
 
         let anyFlag = address != nil || name != nil || pin != nil || count != nil || first != nil || start != nil
             || interval != nil || offset != nil || unitText != nil || withContext || noContextChar || noBonding
             || !controls.isEmpty || !highs.isEmpty || !lows.isEmpty || newEvery != nil || advertise != nil
             || dropAfter != nil || dropTimes != nil || failAfter != nil || delayMs != nil || contextBefore
-            || !malformed.isEmpty || zeroCount
+            || !malformed.isEmpty || zeroCount || clockKind != nil || clockSkew != nil || clockReadOnly || clockOffset != nil
         guard anyFlag else { return nil }
 
         let normalized: String
@@ -322,6 +328,9 @@ enum SimulateMeterCommand: GatewayCommand {
                 advertising = .bursts(onSeconds: on, offSeconds: off)
             }
         }
+        let clock: MeterClock
+        do { clock = try MeterFile.clock(kind: clockKind, skew: clockSkew, readOnly: clockReadOnly, utcOffset: clockOffset) }
+        catch { throw usage(error) }
         let described = MeterDescription(
             address: normalized,
             name: name ?? defaultName(normalized),
@@ -331,7 +340,8 @@ enum SimulateMeterCommand: GatewayCommand {
             records: records,
             newRecords: newEvery.map { NewRecordPlan(intervalSeconds: $0) },
             advertising: advertising,
-            faults: faults
+            faults: faults,
+            clock: clock
         )
         return FlaggedMeter(meter: described, addressGiven: address != nil, nameGiven: name != nil, passkeyGiven: pin != nil)
     }

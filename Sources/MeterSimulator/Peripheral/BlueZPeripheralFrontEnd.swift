@@ -364,11 +364,24 @@ public actor BlueZPeripheralFrontEnd {
 
     private func writeValue(_ uuid: GATTUUID, _ call: DBusMethodCall) async throws {
         await noteDevice(call)
-        guard uuid == .recordAccessControlPoint else {
+        guard layout.characteristic(uuid)?.flags.contains("write") == true else {
             throw DBusError(name: "org.bluez.Error.NotPermitted", message: "Write not permitted")
         }
         guard let bytes = call.arguments.first?.bytes else {
             throw DBusError(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments")
+        }
+        if uuid != .recordAccessControlPoint {
+            // The meter's clock (Current Time, Date Time or the vendor clock).
+            do {
+                try await peripheral.writeClock(uuid, bytes)
+            } catch {
+                // Only 0x80...0x9f pass through bluetoothd as ATT errors; an invalid value is refused as such.
+                guard (0x80...0x9F).contains(error.code) else {
+                    throw DBusError(name: "org.bluez.Error.InvalidArguments", message: "Invalid value")
+                }
+                throw DBusError(name: "org.bluez.Error.Failed", message: "0x" + hexString([error.code]))
+            }
+            return
         }
         do {
             try await peripheral.writeRACP(bytes)

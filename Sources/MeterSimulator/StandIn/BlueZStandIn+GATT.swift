@@ -168,10 +168,19 @@ extension BlueZStandIn {
     private func writeValue(_ address: String, _ uuid: GATTUUID, _ call: DBusMethodCall, _ run: BluetoothdRun) async throws {
         log(call)
         try checkAccess(address, uuid, run)
-        guard uuid == .recordAccessControlPoint, let m = meters[address] else {
+        guard let m = meters[address], m.layout.characteristic(uuid)?.flags.contains("write") == true else {
             throw bluezError("NotPermitted", "Write not permitted")
         }
         guard let bytes = call.arguments.first?.bytes else { throw bluezError("InvalidArguments", "Invalid arguments in method call") }
+        if uuid != .recordAccessControlPoint {
+            // The meter's clock (Current Time, Date Time or the vendor clock).
+            do {
+                try await m.peripheral.writeClock(uuid, bytes)
+            } catch {
+                throw bluezError("Failed", "Operation failed with ATT error: 0x" + hexString([error.code]))
+            }
+            return
+        }
         if let type = call.arguments.dropFirst().first?.vardict?["type"]?.string, type == "command" {
             // RACP has no write-without-response property.
             throw bluezError("NotSupported", "Operation is not supported")

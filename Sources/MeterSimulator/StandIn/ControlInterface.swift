@@ -19,6 +19,9 @@ enum ControlInterface {
       Records(s address) -> aq                            sequence numbers stored
       Describe(s address) -> s                            the meter as it is now, as a meter file (JSON):
                                                            identity, PIN, every stored record, faults
+      MeterClock(s address) -> (s kind, s time, d skew)   the meter's clock: its kind (cts, gls-date-time,
+                                                           vendor, none), the time it shows now
+                                                           (YYYY-MM-DDTHH:MM:SS) and its skew in seconds
       RestartBluetoothd()                                 drop org.bluez and every registration, then
                                                            take it again under a new unique name
       CrashBluetoothd()                                   as RestartBluetoothd, but like a killed bluetoothd
@@ -121,6 +124,13 @@ extension BlueZStandIn {
                 guard let self else { return [] }
                 let meter = try await self.meterPeripheral(try address(call)).meter
                 return [.string(MeterFile.json(meter).compactText)]
+            },
+            DBusMethod("MeterClock", in: "s", out: "ssd") { [weak self] call in
+                guard let self else { return [] }
+                let peripheral = try await self.meterPeripheral(try address(call))
+                let kind = await peripheral.meter.clock.kind
+                let reading = await peripheral.clockReading
+                return [.string(kind.rawValue), .string(reading.time.isoString), .double(reading.skewSeconds)]
             },
             DBusMethod("RestartBluetoothd") { [weak self] _ in
                 // Reply first: the connection this call came in on is about to close.
