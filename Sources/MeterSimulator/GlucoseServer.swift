@@ -12,7 +12,10 @@ import GlucoseProfile
 /// - "Report number of stored records" indicates `05 00 <count LE>`.
 /// - "Abort" stops a running procedure and indicates `06 00 03 01`.
 /// - A write while a procedure runs fails with ATT error 0x80 (except Abort); a write while RACP
-///   indications are off, or "report records" while 0x2A18 notifications are off, fails with 0x81.
+///   indications are off, or "report records" while 0x2A18 notifications are off, fails with 0x81
+///   (a meter with `MeterQuirks.racpWithoutIndications == .silent` accepts the former and never answers).
+/// - Filters and "first"/"last record" apply to the numbers as stored, also on a meter that numbers
+///   newest first (`MeterQuirks.numbering`): there "first record" is the newest.
 public struct GlucoseServer: Sendable {
     /// What the meter sends.
     public enum Output: Sendable, Equatable {
@@ -72,17 +75,35 @@ public struct GlucoseServer: Sendable {
 
     // MARK: Records
 
-    /// Stores a record (replacing one with the same sequence number) and keeps storage order.
+    /// Stores a record (replacing one with the same sequence number) and keeps storage order. On a meter
+    /// that numbers newest first, a record numbered 0 is a new measurement: every stored number goes up by one.
     public mutating func store(_ record: MeterRecord) {
+        if meter.quirks.numbering == .newestFirst, record.sequenceNumber == 0 {
+            meter.records = meter.records.map { r in
+                var r = r
+                r.sequenceNumber &+= 1
+                r.context?.sequenceNumber = r.sequenceNumber
+                return r
+            }
+            meter.faults.malformed = Dictionary(meter.faults.malformed.map { ($0.key &+ 1, $0.value) },
+                                                uniquingKeysWith: { a, _ in a })
+        }
         meter.records.removeAll { $0.sequenceNumber == record.sequenceNumber }
         meter.records.append(record)
         meter.records.sort { $0.sequenceNumber < $1.sequenceNumber }
     }
 
-    /// The sequence number the next new record gets (last + 1, wrapping; 0 on an empty meter).
+    /// The sequence number the next new record gets (last + 1, wrapping; 0 on an empty meter, and always 0
+    /// on a meter that numbers newest first).
     public var nextSequenceNumber: UInt16 {
+        if meter.quirks.numbering == .newestFirst { return 0 }
         guard let last = meter.records.last?.sequenceNumber else { return 0 }
         return last &+ 1
+    }
+
+    /// The newest record stored.
+    var newestRecord: MeterRecord? {
+        meter.quirks.numbering == .newestFirst ? meter.records.first : meter.records.last
     }
 
     /// Makes and stores the next record of the meter's new-record plan (or a default 120 mg/dL one),
@@ -90,7 +111,7 @@ public struct GlucoseServer: Sendable {
     @discardableResult
     public mutating func addGeneratedRecord(minutesLater: Int = 5) -> MeterRecord? {
         if let limit = meter.newRecords?.limit, generated >= limit { return nil }
-        let last = meter.records.last
+        let last = newestRecord
         let base = last?.baseTime.adding(minutes: max(1, minutesLater))
             ?? GlucoseDateTime(year: 2024, month: 1, day: 1, hour: 8, minute: 0, second: 0)
         guard let base else { return nil }
@@ -116,7 +137,11 @@ public struct GlucoseServer: Sendable {
     /// Handles a write to the Record Access Control Point. Returns the ATT error the write fails with,
     /// or queues the procedure's values and returns normally.
     public mutating func writeRACP(_ bytes: [UInt8]) throws(ATTError) {
-        guard subscriptions.contains(.recordAccessControlPoint) else { throw .cccdImproperlyConfigured }
+        guard subscriptions.contains(.recordAccessControlPoint) else {
+            // A meter that accepts the write and never answers (`MeterQuirks.RACPWithoutIndications.silent`).
+            if meter.quirks.racpWithoutIndications == .silent { return }
+            throw .cccdImproperlyConfigured
+        }
         let opCode = bytes.first ?? 0
         if opCode == RACPOpCode.abortOperation.rawValue {
             queue.removeAll()

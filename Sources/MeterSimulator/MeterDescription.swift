@@ -28,6 +28,8 @@ public struct MeterDescription: Sendable, Equatable {
     public var faults: MeterFaults
     /// The meter's clock and how a central reaches it (`MeterClock`).
     public var clock: MeterClock
+    /// How the meter's firmware departs from the profile (see `MeterProfile`).
+    public var quirks: MeterQuirks
 
     public init(
         address: String,
@@ -44,7 +46,8 @@ public struct MeterDescription: Sendable, Equatable {
         newRecords: NewRecordPlan? = nil,
         advertising: AdvertisingPlan = .always,
         faults: MeterFaults = MeterFaults(),
-        clock: MeterClock = .none
+        clock: MeterClock = .none,
+        quirks: MeterQuirks = MeterQuirks()
     ) {
         self.address = address
         self.addressType = addressType
@@ -61,6 +64,7 @@ public struct MeterDescription: Sendable, Equatable {
         self.advertising = advertising
         self.faults = faults
         self.clock = clock
+        self.quirks = quirks
     }
 
     /// The BlueZ object-path form of the address: `dev_AA_BB_CC_DD_EE_FF`.

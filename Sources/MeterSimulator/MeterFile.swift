@@ -35,21 +35,47 @@ public enum MeterFile {
         "address", "addressType", "name", "pin", "bonding", "rssi", "deviceInformation", "features",
         "contextCharacteristic", "timeFilter", "unit", "records", "generate", "newRecords", "advertising", "faults",
         "clock",
+        "profile",
     ]
 
+    /// A meter object. With `"profile": "NAME"` the built-in profile is the base and every other key given
+    /// replaces what the profile says (records as a whole, when `records` or `generate` is given).
     public static func meter(from json: JSONValue) throws(MeterFileError) -> MeterDescription {
         let o = try JSONObject(json, path: "")
         try o.onlyKeys(meterKeys)
-        guard let address = MeterDescription.normalizedAddress(try o.string("address")) else {
-            throw MeterFileError("address", "must look like AA:BB:CC:DD:EE:FF")
+        var base: MeterDescription?
+        if let profile = try o.optionalString("profile") {
+            guard let p = MeterProfile.named(profile) else {
+                throw MeterFileError("profile", "must be one of \(MeterProfile.names.joined(separator: ", "))")
+            }
+            base = p.meter
         }
-        let addressType = try o.optionalString("addressType") ?? "public"
+        let address: String
+        if let text = try o.optionalString("address") {
+            guard let a = MeterDescription.normalizedAddress(text) else {
+                throw MeterFileError("address", "must look like AA:BB:CC:DD:EE:FF")
+            }
+            address = a
+        } else if let base {
+            address = base.address
+        } else {
+            throw MeterFileError("address", "is required")
+        }
+        let addressType = try o.optionalString("addressType") ?? base?.addressType ?? "public"
         guard addressType == "public" || addressType == "random" else {
             throw MeterFileError("addressType", "must be \"public\" or \"random\"")
         }
-        let pin = try parsePIN(try o.string("pin"), field: "pin")
+        let pin: UInt32
+        if let text = try o.optionalString("pin") {
+            pin = try parsePIN(text, field: "pin")
+        } else if let base {
+            pin = base.passkey
+        } else {
+            throw MeterFileError("pin", "is required")
+        }
+        let baseUnit = base?.records.last?.unit ?? .kilogramPerLitre
         let unit = try o.optionalString("unit").map { (u) throws(MeterFileError) in try parseUnit(u, field: "unit") }
-            ?? .kilogramPerLitre
+            ?? baseUnit
         var records: [MeterRecord] = []
         if let list = try o.optionalArray("records") {
             for (i, item) in list.enumerated() {
@@ -57,35 +83,56 @@ public enum MeterFile {
             }
         }
         if let g = try o.optionalObject("generate") {
-            records += try generated(g, unit: unit)
+            var series = try generated(g, unit: unit)
+            if let base, base.quirks.numbering == .newestFirst, g["firstSequence"] == nil {
+                series = MeterProfile.renumbered(series, .newestFirst)
+            }
+            records += series
+        }
+        if o["records"] == nil, o["generate"] == nil, let base {
+            records = base.records
         }
         var seen = Set<UInt16>()
         for r in records where !seen.insert(r.sequenceNumber).inserted {
             throw MeterFileError("records", "sequence number \(r.sequenceNumber) appears twice")
         }
-        var info = DeviceInformation()
+        var info = base?.deviceInformation ?? DeviceInformation()
         if let d = try o.optionalObject("deviceInformation") {
             try d.onlyKeys(["manufacturer", "model", "serial", "firmware", "software"])
             info = DeviceInformation(manufacturer: try d.optionalString("manufacturer"), model: try d.optionalString("model"),
                                      serial: try d.optionalString("serial"), firmware: try d.optionalString("firmware"),
                                      software: try d.optionalString("software"))
         }
+        let name: String
+        if let text = try o.optionalString("name") {
+            name = text
+        } else if let base {
+            name = base.name
+        } else {
+            throw MeterFileError("name", "is required")
+        }
+        let rssi = try o.optionalInt("rssi", in: -127...20).map { Int16($0) } ?? base?.rssi ?? -60
+        let features = o["features"] == nil ? (base?.features ?? 0x0020 | 0x0400) : try features(o)
+        let advertising = o["advertising"] == nil ? (base?.advertising ?? .always) : try advertising(o)
         return MeterDescription(
             address: address,
             addressType: addressType,
-            name: try o.string("name"),
+            name: name,
             passkey: pin,
-            requiresBonding: try o.optionalBool("bonding") ?? true,
-            rssi: Int16(try o.optionalInt("rssi", in: -127...20) ?? -60),
+            requiresBonding: try o.optionalBool("bonding") ?? base?.requiresBonding ?? true,
+            rssi: rssi,
             deviceInformation: info,
-            features: try features(o),
-            hasContextCharacteristic: try o.optionalBool("contextCharacteristic") ?? true,
-            supportsTimeFilter: try o.optionalBool("timeFilter") ?? true,
+            features: features,
+            hasContextCharacteristic: try o.optionalBool("contextCharacteristic") ?? base?.hasContextCharacteristic ?? true,
+            supportsTimeFilter: try o.optionalBool("timeFilter") ?? base?.supportsTimeFilter ?? true,
             records: records,
-            newRecords: try o.optionalObject("newRecords").map { (n) throws(MeterFileError) in try newRecords(n) },
-            advertising: try advertising(o),
-            faults: try o.optionalObject("faults").map { (f) throws(MeterFileError) in try faults(f) } ?? MeterFaults(),
-            clock: try o.optionalObject("clock").map { (c) throws(MeterFileError) in try clock(c) } ?? .none
+            newRecords: try o.optionalObject("newRecords").map { (n) throws(MeterFileError) in try newRecords(n) }
+                ?? base?.newRecords,
+            advertising: advertising,
+            faults: try o.optionalObject("faults").map { (f) throws(MeterFileError) in try faults(f) }
+                ?? base?.faults ?? MeterFaults(),
+            clock: try o.optionalObject("clock").map { (c) throws(MeterFileError) in try clock(c) } ?? base?.clock ?? .none,
+            quirks: base?.quirks ?? MeterQuirks()
         )
     }
 

@@ -11,7 +11,8 @@ enum SimulateMeterCommand: GatewayCommand {
     static let name = "simulate-meter"
     static let abstract = "Simulate a glucose meter, on real BlueZ or as a BlueZ stand-in"
     static let help = """
-    usage: glucose-gateway simulate-meter --standin [--bus ADDRESS] (--meter FILE ... | METER FLAGS) [OPTIONS]
+    usage: glucose-gateway simulate-meter --list-profiles
+           glucose-gateway simulate-meter --standin [--bus ADDRESS] (--meter FILE ... | METER FLAGS) [OPTIONS]
            glucose-gateway simulate-meter --bluez [--adapter hciN] [--bus ADDRESS] (--meter FILE | METER FLAGS) [OPTIONS]
 
     Plays a Bluetooth LE glucose meter (Glucose Service 0x1808: 0x2A18, 0x2A34, 0x2A51, 0x2A52 with the
@@ -47,6 +48,7 @@ enum SimulateMeterCommand: GatewayCommand {
       --adapter-address A     (--standin) address of the simulated adapter
 
     Meter flags (instead of --meter):
+      --profile NAME   a built-in meter (see --list-profiles); the other meter flags change it
       --address AA:BB:CC:DD:EE:FF   --name NAME   --pin 123456   --no-bonding
       --records N   --first-sequence S   --start 2024-03-05T07:30:00   --interval-minutes M
       --time-offset MIN   --unit kg/L|mol/L   --with-context   --no-context-characteristic
@@ -58,7 +60,8 @@ enum SimulateMeterCommand: GatewayCommand {
              --clock-read-only   --clock-utc-offset MIN (the meter's zone, no DST; default 0)
 
     Meter file (JSON; unknown keys are errors):
-      {"address": "C0:26:DA:01:02:03", "name": "meter+06543210", "pin": "123456",
+      {"profile": "accu-chek-guide" (optional: the keys below then change the profile; records as a whole),
+       "address": "C0:26:DA:01:02:03", "name": "meter+06543210", "pin": "123456",
        "bonding": true, "unit": "kg/L", "rssi": -60, "contextCharacteristic": true, "timeFilter": true,
        "deviceInformation": {"manufacturer": "...", "model": "...", "serial": "...", "firmware": "..."},
        "features": ["highLow", "multipleBond"],
@@ -85,11 +88,11 @@ enum SimulateMeterCommand: GatewayCommand {
             "--bus", "--time-scale", "--state", "--temporary-timeout", "--adapter", "--adapter-address",
             "--address", "--name", "--pin", "--records", "--first-sequence", "--start", "--interval-minutes",
             "--time-offset", "--unit", "--new-record-every", "--advertise", "--drop-after", "--drop-times",
-            "--fail-after", "--notify-delay-ms", "--clock", "--clock-skew", "--clock-utc-offset",
+            "--fail-after", "--notify-delay-ms", "--clock", "--clock-skew", "--clock-utc-offset", "--profile",
         ],
         flags: [
             "--standin", "--bluez", "--acquire-notify", "--display-passkey", "--no-bonding", "--with-context",
-            "--no-context-characteristic", "--context-before", "--zero-count-as-no-records", "--clock-read-only",
+            "--no-context-characteristic", "--context-before", "--zero-count-as-no-records", "--clock-read-only", "--list-profiles",
         ],
         repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
     )
@@ -98,6 +101,11 @@ enum SimulateMeterCommand: GatewayCommand {
     static var controlSummary: String { StandInDocs.controlSummary }
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
+        if arguments.flag("--list-profiles") {
+            try arguments.finish()
+            StandardStream.writeOutput(profileList())
+            return .ok
+        }
         let standin = arguments.flag("--standin")
         let bluez = arguments.flag("--bluez")
         guard standin != bluez else {
@@ -194,6 +202,14 @@ enum SimulateMeterCommand: GatewayCommand {
         return lost ? .unavailable : .ok
     }
 
+    /// One line per built-in profile: its name and what it reproduces.
+    static func profileList() -> String {
+        let width = (MeterProfile.names.map(\.count).max() ?? 0) + 2
+        return MeterProfile.all.map { p in
+            p.name + String(repeating: " ", count: max(1, width - p.name.count)) + p.summary + "\n"
+        }.joined()
+    }
+
     static func timeScale(_ arguments: inout Arguments) throws(GatewayFailure) -> Double {
         guard let text = try arguments.option("--time-scale") else { return 1 }
         guard let v = Double(text), v >= 0.001, v <= 100_000 else {
@@ -227,6 +243,14 @@ enum SimulateMeterCommand: GatewayCommand {
     /// BlueZ, where the adapter's address is used) a missing --address is filled in later.
     static func meterFromFlags(_ a: inout Arguments, requireAddress: Bool = true) throws -> FlaggedMeter? {
         func usage(_ f: MeterFileError) -> GatewayFailure { GatewayFailure(.usage, f.description) }
+        let profileName = try a.option("--profile")
+        var profile: MeterDescription?
+        if let profileName {
+            guard let p = MeterProfile.named(profileName) else {
+                throw GatewayFailure(.usage, "--profile must be one of \(MeterProfile.names.joined(separator: ", ")); got '\(profileName.prefix(40))'")
+            }
+            profile = p.meter
+        }
         let address = try a.option("--address")
         let name = try a.option("--name")
         let pin = try a.option("--pin")
@@ -258,7 +282,7 @@ enum SimulateMeterCommand: GatewayCommand {
             || interval != nil || offset != nil || unitText != nil || withContext || noContextChar || noBonding
             || !controls.isEmpty || !highs.isEmpty || !lows.isEmpty || newEvery != nil || advertise != nil
             || dropAfter != nil || dropTimes != nil || failAfter != nil || delayMs != nil || contextBefore
-            || !malformed.isEmpty || zeroCount || clockKind != nil || clockSkew != nil || clockReadOnly || clockOffset != nil
+            || !malformed.isEmpty || zeroCount || clockKind != nil || clockSkew != nil || clockReadOnly || clockOffset != nil || profile != nil
         guard anyFlag else { return nil }
 
         let normalized: String
@@ -267,6 +291,8 @@ enum SimulateMeterCommand: GatewayCommand {
                 throw GatewayFailure(.usage, "--address must look like AA:BB:CC:DD:EE:FF, got '\(addressText.prefix(40))'")
             }
             normalized = n
+        } else if let profile {
+            normalized = profile.address
         } else {
             guard !requireAddress else {
                 throw GatewayFailure(.usage, "--address AA:BB:CC:DD:EE:FF is required for a meter described by flags")
@@ -274,14 +300,26 @@ enum SimulateMeterCommand: GatewayCommand {
             normalized = "00:00:00:00:00:00"
         }
         let passkey: UInt32
-        do { passkey = try MeterFile.parsePIN(pin ?? "123456", field: "--pin") } catch { throw usage(error) }
-        var unit = ConcentrationUnit.kilogramPerLitre
+        do {
+            passkey = try pin.map { (p) throws(MeterFileError) in try MeterFile.parsePIN(p, field: "--pin") } ?? profile?.passkey ?? 123456
+        } catch { throw usage(error) }
+        var unit = profile?.records.last?.unit ?? ConcentrationUnit.kilogramPerLitre
         if let unitText { do { unit = try MeterFile.parseUnit(unitText, field: "--unit") } catch { throw usage(error) } }
         var startTime: GlucoseDateTime?
         if let start { do { startTime = try MeterFile.parseTime(start, field: "--start") } catch { throw usage(error) } }
-        var records = MeterSeries.records(count: count ?? 10, firstSequence: UInt16(first ?? 1), start: startTime,
+        var records: [MeterRecord]
+        let seriesGiven = count != nil || first != nil || start != nil || interval != nil || offset != nil
+            || unitText != nil || withContext
+        if let profile, !seriesGiven {
+            records = profile.records
+        } else {
+            records = MeterSeries.records(count: count ?? 10, firstSequence: UInt16(first ?? 1), start: startTime,
                                           intervalMinutes: interval ?? 240, timeOffset: offset.map { Int16($0) },
                                           unit: unit, withContext: withContext)
+            if let profile, profile.quirks.numbering == .newestFirst, first == nil {
+                records = MeterProfile.renumbered(records, .newestFirst)
+            }
+        }
         func sequences(_ list: [String], _ flag: String) throws -> [UInt16] {
             try list.map { text in
                 guard let v = UInt16(text) else { throw GatewayFailure(.usage, "\(flag) needs a sequence number, got '\(text)'") }
@@ -297,13 +335,13 @@ enum SimulateMeterCommand: GatewayCommand {
         for s in try sequences(lows, "--low-at") {
             if let i = records.firstIndex(where: { $0.sequenceNumber == s }) { records[i].result = .low }
         }
-        var faults = MeterFaults()
-        faults.dropLinkAfter = dropAfter
+        var faults = profile?.faults ?? MeterFaults()
+        if let dropAfter { faults.dropLinkAfter = dropAfter }
         if let dropTimes { faults.dropLinkTimes = dropTimes }
-        faults.failProcedureAfter = failAfter
-        faults.notificationDelay = Double(delayMs ?? 0) / 1000
-        faults.contextOrder = contextBefore ? .before : .after
-        faults.zeroCountAsNoRecords = zeroCount
+        if let failAfter { faults.failProcedureAfter = failAfter }
+        if let delayMs { faults.notificationDelay = Double(delayMs) / 1000 }
+        if contextBefore { faults.contextOrder = .before }
+        if zeroCount { faults.zeroCountAsNoRecords = true }
         for item in malformed {
             let parts = item.split(separator: ":", maxSplits: 1).map(String.init)
             guard let first = parts.first, let seq = UInt16(first) else {
@@ -315,7 +353,7 @@ enum SimulateMeterCommand: GatewayCommand {
             }
             faults.malformed[seq] = kind
         }
-        var advertising = AdvertisingPlan.always
+        var advertising = profile?.advertising ?? AdvertisingPlan.always
         if let advertise {
             switch advertise {
             case "always": advertising = .always
@@ -329,21 +367,28 @@ enum SimulateMeterCommand: GatewayCommand {
             }
         }
         let clock: MeterClock
-        do { clock = try MeterFile.clock(kind: clockKind, skew: clockSkew, readOnly: clockReadOnly, utcOffset: clockOffset) }
-        catch { throw usage(error) }
-        let described = MeterDescription(
-            address: normalized,
-            name: name ?? defaultName(normalized),
-            passkey: passkey,
-            requiresBonding: !noBonding,
-            hasContextCharacteristic: !noContextChar,
-            records: records,
-            newRecords: newEvery.map { NewRecordPlan(intervalSeconds: $0) },
-            advertising: advertising,
-            faults: faults,
-            clock: clock
-        )
-        return FlaggedMeter(meter: described, addressGiven: address != nil, nameGiven: name != nil, passkeyGiven: pin != nil)
+        let clockFlags = clockKind != nil || clockSkew != nil || clockReadOnly || clockOffset != nil
+        if let profile, !clockFlags {
+            clock = profile.clock
+        } else {
+            // With a profile, --clock-skew, --clock-utc-offset or --clock-read-only alone change the profile's clock.
+            let kind = clockKind ?? profile?.clock.kind.rawValue
+            do { clock = try MeterFile.clock(kind: kind, skew: clockSkew, readOnly: clockReadOnly, utcOffset: clockOffset) }
+            catch { throw usage(error) }
+        }
+        var described = profile ?? MeterDescription(address: normalized, name: defaultName(normalized), passkey: passkey)
+        described.address = normalized
+        if let name { described.name = name } else if profile == nil { described.name = defaultName(normalized) }
+        described.passkey = passkey
+        if noBonding { described.requiresBonding = false }
+        if noContextChar { described.hasContextCharacteristic = false }
+        described.records = records.sorted { $0.sequenceNumber < $1.sequenceNumber }
+        if let newEvery { described.newRecords = NewRecordPlan(intervalSeconds: newEvery) }
+        described.advertising = advertising
+        described.faults = faults
+        described.clock = clock
+        return FlaggedMeter(meter: described, addressGiven: address != nil, nameGiven: name != nil || profile != nil,
+                            passkeyGiven: pin != nil)
     }
 }
 
