@@ -28,6 +28,12 @@ extension MeterFile {
         o.append(JSONMember("contextCharacteristic", .bool(meter.hasContextCharacteristic)))
         o.append(JSONMember("timeFilter", .bool(meter.supportsTimeFilter)))
         o.append(JSONMember("records", .array(meter.records.map(json(record:)))))
+        if meter.quirks != MeterQuirks() {
+            o.append(JSONMember("quirks", .object([
+                JSONMember("numbering", .string(meter.quirks.numbering.rawValue)),
+                JSONMember("racpWithoutIndications", .string(meter.quirks.racpWithoutIndications.rawValue)),
+            ])))
+        }
         if let plan = meter.newRecords {
             var n = [JSONMember("everySeconds", .double(plan.intervalSeconds))]
             if let limit = plan.limit { n.append(JSONMember("limit", .int(limit))) }

@@ -35,7 +35,7 @@ public enum MeterFile {
         "address", "addressType", "name", "pin", "bonding", "rssi", "deviceInformation", "features",
         "contextCharacteristic", "timeFilter", "unit", "records", "generate", "newRecords", "advertising", "faults",
         "clock",
-        "profile",
+        "profile", "quirks",
     ]
 
     /// A meter object. With `"profile": "NAME"` the built-in profile is the base and every other key given
@@ -132,8 +132,28 @@ public enum MeterFile {
             faults: try o.optionalObject("faults").map { (f) throws(MeterFileError) in try faults(f) }
                 ?? base?.faults ?? MeterFaults(),
             clock: try o.optionalObject("clock").map { (c) throws(MeterFileError) in try clock(c) } ?? base?.clock ?? .none,
-            quirks: base?.quirks ?? MeterQuirks()
+            quirks: try o.optionalObject("quirks").map { (q) throws(MeterFileError) in try quirks(q) }
+                ?? base?.quirks ?? MeterQuirks()
         )
+    }
+
+    /// `"quirks": {"numbering": "newest-first", "racpWithoutIndications": "silent"}` (see `MeterQuirks`).
+    static func quirks(_ o: JSONObject) throws(MeterFileError) -> MeterQuirks {
+        try o.onlyKeys(["numbering", "racpWithoutIndications"])
+        var q = MeterQuirks()
+        if let text = try o.optionalString("numbering") {
+            guard let v = MeterQuirks.Numbering(rawValue: text) else {
+                throw MeterFileError(o.field("numbering"), "must be \"oldest-first\" or \"newest-first\"")
+            }
+            q.numbering = v
+        }
+        if let text = try o.optionalString("racpWithoutIndications") {
+            guard let v = MeterQuirks.RACPWithoutIndications(rawValue: text) else {
+                throw MeterFileError(o.field("racpWithoutIndications"), "must be \"att-error\" or \"silent\"")
+            }
+            q.racpWithoutIndications = v
+        }
+        return q
     }
 
     public static func parsePIN(_ text: String, field: String) throws(MeterFileError) -> UInt32 {

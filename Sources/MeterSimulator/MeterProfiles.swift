@@ -72,7 +72,7 @@ public struct MeterProfile: Sendable {
     //   and nothing comes back.
     // - Device Information strings carry NUL bytes: xDrip's Nightscout `device` became
     //   "...AscensiaDiabetesCare\u0000..." (cgm-remote-monitor issue 5205). Here the strings are NUL-padded.
-    // - Clock: Current Time Service. Unverified: the advertised name's digits, the model string, the
+    // - Clock: Current Time Service (the Contour has CTS; xDrip reads it). Unverified: the advertised name's digits, the model string, the
     //   feature bits.
     public static let contourNextOne = MeterProfile(
         name: "contour-next-one",
@@ -88,6 +88,7 @@ public struct MeterProfile: Sendable {
             features: 0x0020 | 0x0400,
             records: MeterSeries.records(count: 12, firstSequence: 1, start: start, intervalMinutes: 240,
                                          timeOffset: nil, unit: .kilogramPerLitre, withContext: true),
+            clock: MeterClock(kind: .currentTime),
             quirks: MeterQuirks(racpWithoutIndications: .silent)
         )
     )
@@ -110,7 +111,8 @@ public struct MeterProfile: Sendable {
             deviceInformation: DeviceInformation(manufacturer: "Roche", model: "Accu-Chek Guide", serial: "06543210",
                                                  firmware: "1.0"),
             features: 0x0020 | 0x0400,
-            records: rangeRecords(low: 20, high: 600, timeOffset: 60, withContext: true)
+            records: rangeRecords(low: 20, high: 600, timeOffset: 60, withContext: true),
+            clock: MeterClock(kind: .glsDateTime)
         )
     )
 
@@ -132,7 +134,8 @@ public struct MeterProfile: Sendable {
                                                  firmware: "1.0"),
             features: 0x0020 | 0x0400,
             hasContextCharacteristic: false,
-            records: rangeRecords(low: 10, high: 600, timeOffset: 60, withContext: false)
+            records: rangeRecords(low: 10, high: 600, timeOffset: 60, withContext: false),
+            clock: MeterClock(kind: .glsDateTime)
         )
     )
 
@@ -156,7 +159,8 @@ public struct MeterProfile: Sendable {
                                                  firmware: "1.0.3"),
             features: 0x0020 | 0x0400,
             records: careSensRecords(),
-            faults: MeterFaults(malformed: [5: .invalidTime])
+            faults: MeterFaults(malformed: [5: .invalidTime]),
+            clock: MeterClock(kind: .vendor)
         )
     )
 
@@ -181,7 +185,8 @@ public struct MeterProfile: Sendable {
                                                  firmware: "Firmware Revision"),
             hasContextCharacteristic: false,
             records: withMemoryFullMarker(MeterSeries.records(count: 20, firstSequence: 1, start: start, intervalMinutes: 240,
-                                                              timeOffset: nil, unit: .kilogramPerLitre))
+                                                              timeOffset: nil, unit: .kilogramPerLitre)),
+            clock: .none
         )
     )
 
@@ -207,6 +212,7 @@ public struct MeterProfile: Sendable {
             hasContextCharacteristic: false,
             records: renumbered(MeterSeries.records(count: 10, firstSequence: 0, start: start, intervalMinutes: 240,
                                                     timeOffset: nil, unit: .kilogramPerLitre), .newestFirst),
+            clock: .none,
             quirks: MeterQuirks(numbering: .newestFirst)
         )
     )
@@ -222,7 +228,8 @@ public struct MeterProfile: Sendable {
             name: "meter+00000007",
             passkey: 123456,
             records: MeterSeries.records(count: 10, firstSequence: 1, start: start, intervalMinutes: 240,
-                                         timeOffset: nil, unit: .kilogramPerLitre, withContext: true)
+                                         timeOffset: nil, unit: .kilogramPerLitre, withContext: true),
+            clock: MeterClock(kind: .currentTime)
         )
     )
 

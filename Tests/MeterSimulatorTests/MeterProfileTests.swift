@@ -179,4 +179,29 @@ private func at(_ y: Int, _ mo: Int, _ d: Int, _ h: Int, _ mi: Int) -> GlucoseDa
         #expect(throws: MeterFileError.self) { try MeterFile.parse(#"{"profile": "nope"}"#) }
         #expect(throws: MeterFileError("address", "is required")) { try MeterFile.parse(#"{"name": "x", "pin": "123456"}"#) }
     }
+
+    @Test(arguments: MeterProfile.names)
+    func everyProfileSurvivesTheMeterFileFormat(_ name: String) throws {
+        let meter = try #require(MeterProfile.named(name)).meter
+        var again = try MeterFile.parse(MeterFile.json(meter).compactText)
+        again.clock = meter.clock   // the written format leaves the clock out
+        #expect(again == meter)
+    }
+
+    @Test func clockKindsFollowTheEvidence() {
+        #expect(MeterProfile.contourNextOne.meter.clock.kind == .currentTime)
+        #expect(MeterProfile.accuChekGuide.meter.clock.kind == .glsDateTime)
+        #expect(MeterProfile.accuChekInstant.meter.clock.kind == .glsDateTime)
+        #expect(MeterProfile.careSens.meter.clock.kind == .vendor)
+        #expect(MeterProfile.taiDocReversed.meter.clock.kind == .none)
+        #expect(MeterProfile.genericGLS.meter.clock.kind == .currentTime)
+    }
+
+    @Test func quirksInAMeterFile() throws {
+        let m = try MeterFile.parse(#"{"address": "C0:26:DA:01:02:03", "name": "x", "pin": "123456", "quirks": {"numbering": "newest-first", "racpWithoutIndications": "silent"}}"#)
+        #expect(m.quirks == MeterQuirks(numbering: .newestFirst, racpWithoutIndications: .silent))
+        #expect(throws: MeterFileError("quirks.numbering", "must be \"oldest-first\" or \"newest-first\"")) {
+            try MeterFile.parse(#"{"address": "C0:26:DA:01:02:03", "name": "x", "pin": "123456", "quirks": {"numbering": "backwards"}}"#)
+        }
+    }
 }
