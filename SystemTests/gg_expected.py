@@ -38,6 +38,35 @@ def to_utc(local, zone):
     return first.astimezone(datetime.timezone.utc).replace(tzinfo=None)
 
 
+def simulated_skew(meter, zone, now=None):
+    """The skew the gateway must measure, in seconds: the meter's clock minus the true time. The meter
+    shows the local time of a fixed UTC offset (it does not follow DST) and the gateway reads it in the
+    meter's zone, so the offset's difference to the zone's offset now adds to the clock's own skew. None
+    for a meter without a clock a central can read."""
+    clock = meter.get("clock", {"kind": "none"})
+    if clock["kind"] == "none":
+        return None
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    zone_offset = now.astimezone(ZoneInfo(zone)).utcoffset().total_seconds()
+    return clock["skewSeconds"] + clock["utcOffsetMinutes"] * 60 - zone_offset
+
+
+def check_clock(meter, zone, listed, threshold=120):
+    """Compares `meters --json` (the meter's entry) with the simulated clock. Returns (problems, the
+    correction the gateway must have applied to reading times)."""
+    skew = simulated_skew(meter, zone)
+    if skew is None:
+        if "clock_skew_seconds" in listed:
+            return ["clock_skew_seconds %r for a meter without a readable clock" % listed["clock_skew_seconds"]], 0
+        return [], 0
+    measured = listed.get("clock_skew_seconds")
+    if measured is None:
+        return ["no clock_skew_seconds; the meter's clock is off by %.0f s" % skew], 0
+    problems = [] if abs(measured - skew) <= 2 else ["clock_skew_seconds %r, want %.0f" % (measured, skew)]
+    # Reading times are corrected by the skew the gateway measured, when it is beyond the threshold.
+    return problems, (measured if abs(measured) > threshold else 0)
+
+
 class Expected:
     """One record as the store must hold it."""
 

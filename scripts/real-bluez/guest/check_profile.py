@@ -1,0 +1,52 @@
+#!/usr/bin/python3
+"""check_profile.py METER.json READINGS.json METERS.json --address A --zone Area/City [--sync-output FILE]
+
+Compares what the gateway stored (`readings --json`, `meters --json`) with the meter's own description
+(describe_meter.py): every record exactly once with its exact value, times and exclusion, the clock skew
+measured where the meter has a readable clock and absent where not, and, with --sync-output, that the
+sync reported every record as new. The rules are SystemTests/gg_expected.py's. Prints every difference;
+exit 1 when any.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "SystemTests"))
+from gg_expected import Unsupported, check_clock, compare_store, expected_readings  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("meter")
+p.add_argument("readings")
+p.add_argument("meters")
+p.add_argument("--address", required=True)
+p.add_argument("--zone", required=True)
+p.add_argument("--sync-output")
+a = p.parse_args()
+meter = json.load(open(a.meter))
+readings = [r for r in json.load(open(a.readings)) if r.get("meter") == a.address]
+listed = [m for m in json.load(open(a.meters)) if m.get("address") == a.address]
+bad = []
+if len(listed) != 1:
+    bad.append("meters --json lists the meter %d times" % len(listed))
+    listed = [{}]
+problems, correction = check_clock(meter, a.zone, listed[0])
+bad += problems
+received = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+try:
+    expected = expected_readings(meter, a.zone, correction, received)
+    bad += compare_store(expected, readings)
+except Unsupported as e:
+    bad.append("cannot judge the meter: %s" % e)
+    expected = {}
+if a.sync_output:
+    want = "%s: %d new readings" % (a.address, len(expected))
+    lines = [l for l in open(a.sync_output).read().splitlines() if l.startswith(a.address + ":")]
+    if lines != [want]:
+        bad.append("sync said %r, want %r" % (lines, want))
+for line in bad:
+    print("  mismatch:", line)
+print("  %d readings stored, %d expected, skew %s, %d mismatch(es)"
+      % (len(readings), len(expected), listed[0].get("clock_skew_seconds"), len(bad)))
+sys.exit(1 if bad else 0)

@@ -1,0 +1,44 @@
+# Meter VM of the profiles scenario: plays each meter of RB_PROFILES in turn (a profile name:
+# `simulate-meter --bluez --profile NAME`; "file:NAME": the meter file meters/NAME.json) on this VM's
+# controller, next to the rotation advertisement (guest/meter_aid.py). Before each meter it writes the
+# meter's own description (records, PIN, clock; guest/describe_meter.py) to the job directory as
+# meter.N.json, announces "ADDRESS NAME" as flag meter-ready.N, and waits for gateway-done.N.
+source "$RB_LIBDIR/guest-lib.sh"
+addr="$(bluetoothctl list | awk '/^Controller/ {print $2; exit}')"
+/usr/bin/python3 "$RB_LIBDIR/guest/meter_aid.py" --rotate > "$RB_OUT/meter_aid.log" 2>&1 &
+aidpid=$!
+deadline=$((SECONDS + 30))
+while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/meter_aid.log" && break; sleep 0.2; done
+rb_check "meter aid ready" grep -q '^ready' "$RB_OUT/meter_aid.log"
+i=0
+for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
+    i=$((i + 1))
+    if [[ $item == file:* ]]; then
+        name="${item#file:}"
+        sed "s/\"ADDRESS\"/\"$addr\"/" "$RB_LIBDIR/meters/$name.json" > "/tmp/meter.$i.json"
+        args=(--meter "/tmp/meter.$i.json")
+    else
+        name="$item"
+        args=(--profile "$name")
+    fi
+    rb_step "$name: the meter's own description" 0 \
+        bash -c '/usr/bin/python3 "$1" "$2" "${@:4}" > "$3"' _ "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" \
+        "$RB_JOB/meter.$i.json" "${args[@]}"
+    log="$RB_OUT/simulator.$i.log"
+    "$RB_GATEWAY_BIN" simulate-meter --bluez --adapter hci0 "${args[@]}" > "$log" 2>&1 &
+    sim=$!
+    deadline=$((SECONDS + 40))
+    while ((SECONDS < deadline)); do grep -q '^ready' "$log" && break; kill -0 $sim 2> /dev/null || break; sleep 0.2; done
+    rb_check "$name: simulate-meter --bluez registered (ready)" grep -q '^ready' "$log"
+    rb_signal "meter-ready.$i" "$addr $name"
+    rb_await "gateway-done.$i" 200 > /dev/null
+    rb_check "$name: the simulator ran to the end" kill -0 $sim
+    kill $sim 2> /dev/null
+    wait $sim
+    rb_note "$name: simulator exit $?"
+    echo "--- $name: simulator output"; cat "$log"
+done
+rb_guest_wait_gateway_done 60
+kill $aidpid 2> /dev/null
+echo "--- meter aid output"; cat "$RB_OUT/meter_aid.log"
+rb_done

@@ -1,0 +1,8 @@
+# rb-about: meter profiles on the real stack: per profile pair, sync (every record exactly once, exact values and times, the clock skew), an incremental second sync
+# rb-topology: two VMs: own kernel + bluetoothd each; the meter VM plays the profiles one after another
+# rb-ci: no
+# RB_PROFILES (default "contour-next-one accu-chek-guide"): the meters to play, in order; "file:NAME" plays
+# meters/NAME.json instead of a profile.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+rb_two_vms "$RB_LIBDIR/guest/meter-profiles.sh" "$RB_LIBDIR/guest/gw-profiles.sh" \
+    --env "RB_PROFILES=${RB_PROFILES:-contour-next-one accu-chek-guide}"
