@@ -70,7 +70,7 @@ def check_clock(meter, zone, listed, threshold=120):
 class Expected:
     """One record as the store must hold it."""
 
-    def __init__(self, sequence, local_time, time, meter_time, mgdl, mmoll, special, exclusion):
+    def __init__(self, sequence, local_time, time, meter_time, mgdl, mmoll, special, exclusion, unit, analyte):
         self.sequence = sequence
         self.local_time = local_time
         self.time = time
@@ -79,6 +79,8 @@ class Expected:
         self.mmoll = mmoll
         self.special = special
         self.exclusion = exclusion
+        self.unit = unit
+        self.analyte = analyte
 
     @property
     def uploaded(self):
@@ -122,6 +124,15 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
             exclusion = "no-concentration"
         else:
             raise Unsupported("record %d: value %r" % (seq, {k: r[k] for k in r if k in ("sfloat", "result")}))
+        analyte = "glucose"
+        if r.get("context", {}).get("meal") == KETONE_MEAL:
+            # i-SENS: a blood ketone result in the glucose field, mmol/L = the "mg/dL" value / 10.
+            if unit != "kg/L":
+                raise Unsupported("record %d: a ketone result on a mol/L meter" % seq)
+            analyte = "ketone"
+            if mgdl is not None:
+                mmoll = round_half_away(mgdl / 10 * 100) / 100
+            mgdl = None
         if exclusion is None and (r.get("type") == 10 or r.get("location") == 4 or r.get("control")):
             exclusion = "control-solution"
         status = r.get("status", 0)
@@ -141,50 +152,69 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
             meter_instant = to_utc(local, zone)
             instant = meter_instant - datetime.timedelta(seconds=correction_seconds)
             meter_time, time = iso_utc(meter_instant), iso_utc(instant)
-            if exclusion is None and r.get("context", {}).get("meal") == KETONE_MEAL:
-                raise Unsupported("record %d is a ketone reading" % seq)
-            # Before every other reason, as the README says: a future HI must not become a note ahead of time.
-            if received_at is not None and (instant - received_at).total_seconds() > future_tolerance_s:
-                exclusion = "time-in-future"
-        out[seq] = Expected(seq, local_text, time, meter_time, mgdl, mmoll, special, exclusion)
+        if exclusion is None and analyte == "ketone":
+            exclusion = "ketone"
+        # Before every other reason, as the README says: a future HI must not become a note ahead of time.
+        if time is not None and received_at is not None and (instant - received_at).total_seconds() > future_tolerance_s:
+            exclusion = "time-in-future"
+        out[seq] = Expected(seq, local_text, time, meter_time, mgdl, mmoll, special, exclusion, unit, analyte)
     return out
 
 
-def compare_store(expected, readings):
+def carry_over(earlier, later, by_time=False):
+    """The records of `later` (a download after `earlier`), where those already downloaded keep what the
+    earlier download made of them: a stored reading keeps the skew correction of its own download."""
+    key = (lambda e: e.local_time) if by_time else (lambda e: e.sequence)
+    before = {key(e): e for e in earlier.values()}
+    return {s: before.get(key(e), e) for s, e in later.items()}
+
+
+def newest_first(meter):
+    """Whether the meter numbers its records backwards (0 = newest): its numbers move with every new
+    record, so the store is matched to them by time, not by sequence number."""
+    return meter.get("quirks", {}).get("numbering") == "newest-first"
+
+
+def compare_store(expected, readings, by_time=False):
     """Differences between the expected records and `readings --json` (one meter): each record exactly
-    once, with exactly its value, times and exclusion."""
+    once, with exactly its value, times and exclusion. `by_time`: match records by their local time
+    (each must be unique) instead of their sequence number."""
     bad = []
-    by_seq = {}
+    if by_time:
+        if None in [e.local_time for e in expected.values()]:
+            raise Unsupported("a record without a time on a meter matched by time")
+        count = len(expected)
+        expected = {e.local_time: e for e in expected.values()}
+        if len(expected) != count:
+            raise Unsupported("two records at the same time on a meter matched by time")
+    key = (lambda r: r.get("local_time")) if by_time else (lambda r: r["sequence"])
+    found = {}
     for r in readings:
-        if r["sequence"] in by_seq:
-            bad.append("sequence %d stored twice" % r["sequence"])
-        by_seq[r["sequence"]] = r
-    for seq in sorted(set(by_seq) - set(expected)):
-        bad.append("sequence %d stored but the meter has no such record" % seq)
-    for seq, e in sorted(expected.items()):
-        r = by_seq.get(seq)
+        k = key(r)
+        if k in found:
+            bad.append("record %s stored twice" % (k,))
+        found[k] = r
+    for k in sorted(set(found) - set(expected)):
+        bad.append("record %s stored but the meter has no such record" % (k,))
+    for k, e in sorted(expected.items()):
+        r = found.get(k)
         if r is None:
-            bad.append("sequence %d missing" % seq)
+            bad.append("record %s missing" % (k,))
             continue
-        got = {"time": r.get("time"), "meter_time": r.get("meter_time"), "mgdl": r.get("mgdl"),
-               "mmoll": r.get("mmoll"), "special": r.get("special"), "exclusion": r.get("exclusion")}
-        want = {"time": e.time, "meter_time": e.meter_time, "mgdl": e.mgdl, "mmoll": e.mmoll, "special": e.special,
-                "exclusion": e.exclusion}
+        want = {"time": e.time, "meter_time": e.meter_time, "special": e.special, "exclusion": e.exclusion,
+                "analyte": e.analyte}
         if e.local_time is not None:
-            got["local_time"] = r.get("local_time")
             want["local_time"] = e.local_time
-        if e.mgdl is None:
-            got.pop("mgdl")   # a mol/L meter's reading also carries mg/dL, converted
-            want.pop("mgdl")
-        if e.mmoll is None:
-            got.pop("mmoll")  # and a kg/L meter's reading mmol/L
-            want.pop("mmoll")
-        for key in want:
-            g, w = got[key], want[key]
+        if e.analyte == "ketone" or e.unit == "kg/L":
+            want["mgdl"] = e.mgdl        # a mol/L meter's glucose reading also carries mg/dL, converted
+        if e.analyte == "ketone" or e.unit == "mol/L":
+            want["mmoll"] = e.mmoll      # and a kg/L meter's mmol/L
+        for field, w in want.items():
+            g = r.get(field)
             if isinstance(w, float) and g is not None:
                 g = float(g)
             if g != w:
-                bad.append("sequence %d: %s %r, want %r" % (seq, key, got[key], w))
+                bad.append("record %s: %s %r, want %r" % (k, field, r.get(field), w))
     return bad
 
 

@@ -5,12 +5,15 @@ uploadable one reaches a loopback Nightscout exactly once; the ones the rules ex
 never uploaded."""
 import datetime
 import json
+import re
+import subprocess
 from zoneinfo import ZoneInfo
 
+from gg_bus import gateway_binary
 from gg_daemon import NightscoutDouble
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
-from gg_expected import check_clock, compare_nightscout, compare_store, expected_readings
+from gg_expected import carry_over, check_clock, compare_nightscout, compare_store, expected_readings, newest_first
 
 ZONE = "Europe/Berlin"
 
@@ -24,9 +27,10 @@ def describe(bus, address):
 
 
 def new_count(result, address):
+    """The sync's line for the meter, without the clock note a skew beyond the threshold adds."""
     line = [l for l in result.stdout.splitlines() if l.startswith(address + ": ")]
     assert len(line) == 1, result.stdout
-    return line[0]
+    return re.sub(r"; meter clock off by -?[0-9]+ s$", "", line[0])
 
 
 def download_and_check(bus, tmp_path, threshold=120):
@@ -38,40 +42,77 @@ def download_and_check(bus, tmp_path, threshold=120):
     try:
         gw = Gateway(bus, tmp_path, extra_config=ns.config())
         the_meter = describe(bus, address)
+        by_time = newest_first(the_meter)
         gw.pair(address, pin=the_meter["pin"], time_zone=ZONE)
+        # The identity as the meter sends it, with NUL and other control characters gone.
+        listed = json.loads(gw.run("meters", "--json").stdout)
+        for key, sent in the_meter["deviceInformation"].items():
+            if key in ("manufacturer", "model", "serial", "firmware"):
+                assert listed[0].get(key) == "".join(c for c in sent if c >= " " and c != "\x7f").strip(), key
+
+        def downloaded(result, received):
+            """What the store must hold after a download: the meter's records, times corrected by the skew
+            the gateway measured in that download when beyond the threshold (checked against the
+            simulated clock: measured where the meter has a readable clock, absent where not)."""
+            listed = json.loads(gw.run("meters", "--json").stdout)
+            assert [m["address"] for m in listed] == [address]
+            problems, correction = check_clock(the_meter, ZONE, listed[0], threshold)
+            assert problems == []
+            note = re.search(r"; meter clock off by (-?[0-9]+) s$", [l for l in result.stdout.splitlines()
+                                                                     if l.startswith(address)][0])
+            assert (int(note.group(1)) if note else 0) == correction
+            return expected_readings(describe(bus, address), ZONE, correction, received)
 
         received = utc_now()
         first = gw.sync()
-        # The meter's clock: measured where the meter has one a central can read, absent where not.
-        listed = json.loads(gw.run("meters", "--json").stdout)
-        assert [m["address"] for m in listed] == [address]
-        problems, correction = check_clock(the_meter, ZONE, listed[0], threshold)
-        assert problems == []
-        expected = expected_readings(the_meter, ZONE, correction, received)
+        expected = downloaded(first, received)
         assert new_count(first, address) == "%s: %d new readings" % (address, len(expected))
-        assert compare_store(expected, gw.readings()) == []
+        assert compare_store(expected, gw.readings(), by_time) == []
         assert compare_nightscout(expected, ns.entries()) == []
 
-        # The user measures again: the next sync fetches that one record and nothing else.
-        local_now = datetime.datetime.now(ZoneInfo(ZONE)).replace(tzinfo=None, microsecond=0)
-        new_time = (local_now - datetime.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S")
+        # The user measures again (half an hour ago by the meter's clock, or by the zone's time without
+        # one): the next sync fetches that one record and nothing else.
+        clock = the_meter.get("clock", {"kind": "none"})
+        if clock["kind"] == "none":
+            shown = datetime.datetime.now(ZoneInfo(ZONE)).replace(tzinfo=None)
+        else:
+            shown = utc_now() + datetime.timedelta(minutes=clock["utcOffsetMinutes"], seconds=clock["skewSeconds"])
+        new_time = (shown - datetime.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S")
         control(bus, "AddRecord", "ss", [address, json.dumps({"time": new_time, "mgdl": 123})])
         received = utc_now()
         second = gw.sync(address)
         assert new_count(second, address) == "%s: 1 new reading" % address
-        the_meter = describe(bus, address)
-        expected = expected_readings(the_meter, ZONE, correction, received)
-        assert compare_store(expected, gw.readings()) == []
+        expected = carry_over(expected, downloaded(second, received), by_time)
+        assert len(expected) == len(describe(bus, address)["records"])
+        assert compare_store(expected, gw.readings(), by_time) == []
         assert compare_nightscout(expected, ns.entries()) == []
 
         third = gw.sync()
         assert new_count(third, address) in ("%s: 0 new readings" % address,
                                              "%s: 0 new readings, 1 already stored" % address)
-        assert compare_store(expected, gw.readings()) == []
+        assert compare_store(expected, gw.readings(), by_time) == []
         assert compare_nightscout(expected, ns.entries()) == []
         return gw
     finally:
         ns.stop()
+
+
+# --- The built-in profiles -----------------------------------------------------------------------
+
+# The meters the profiles must cover; a profile missing from --list-profiles fails here.
+REQUIRED = ["contour-next-one", "accu-chek-guide", "accu-chek-instant", "caresens", "fora-tng", "taidoc-reversed",
+            "generic-gls"]
+
+
+def listed_profiles():
+    result = subprocess.run([gateway_binary(), "simulate-meter", "--list-profiles"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr
+    return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+
+
+def test_every_known_meter_has_a_profile():
+    assert [p for p in REQUIRED if p not in listed_profiles()] == []
 
 
 # --- Meters described by a meter file --------------------------------------------------------------
