@@ -17,6 +17,8 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
         case notFound
         /// The device or adapter lacks the feature.
         case notSupported
+        /// The meter no longer has the bond this adapter holds (see `BlueZClient.connectMeter`).
+        case bondLost
     }
 
     public var kind: Kind
@@ -27,6 +29,9 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
     public var attError: UInt8?
     /// For a failed pairing: what it means for the user (set by `BlueZClient.pair`).
     public var pairingFailure: PairingFailure?
+    /// For a failed connection attempt: why it looks like the meter refused the encryption with the
+    /// stored key (set by `BlueZClient.connectMeter`); nil when nothing points that way.
+    public var authenticationFailure: String?
 
     public init(_ kind: Kind, _ message: String, name: String? = nil, attError: UInt8? = nil,
                 pairingFailure: PairingFailure? = nil) {
@@ -50,6 +55,7 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
         case .timeout: .timeout
         case .disconnected: .disconnected
         case .notSupported: .notSupported
+        case .bondLost: .bondLost
         }
         return MeterLinkError(linkKind, description, attError: attError)
     }

@@ -42,21 +42,38 @@ extension BlueZClient {
         }
     }
 
+    /// How many attempts in a row must fail the way a lost bond makes them fail before the meter is
+    /// reported as `bondLost` (see `connectMeter`).
+    static let bondLostAttempts = 3
+
     private func connectLink(address: String, timeout: Duration, retry: ConnectRetry) async throws(BlueZError) -> BlueZMeterLink {
         let deadline = ContinuousClock.now + timeout
         func remaining() -> Duration { deadline - ContinuousClock.now }
         var attempt = 0
+        // Consecutive attempts refused at encryption; any other outcome starts the count again.
+        var refusals = 0
         while true {
             attempt += 1
             do {
                 return try await connectOnce(address: address, deadline: deadline)
             } catch where error.kind == .transient && attempt < retry.attempts {
+                refusals = error.authenticationFailure == nil ? 0 : refusals + 1
+                if let why = error.authenticationFailure, refusals >= Self.bondLostAttempts, bonded(address) {
+                    throw BlueZError(.bondLost, "\(address) refused the encryption with this gateway's key \(refusals) times in a row (\(why)): the meter no longer has the bond (reset, or paired with another device)")
+                }
                 let pause = retry.delay(before: attempt)
                 guard remaining() > pause + .milliseconds(100) else { throw error }
                 logger.info("bluez: connecting \(address) failed (\(error)); retry \(attempt) in \(pause)")
                 do { try await Task.sleep(for: pause) } catch { throw BlueZError(.timeout, "cancelled while connecting") }
             }
         }
+    }
+
+    /// Whether BlueZ holds a bond with the device (`Paired`, and `Bonded` where bluetoothd has it).
+    private func bonded(_ address: String) -> Bool {
+        guard let device = device(address: address) else { return false }
+        let properties = objects[device.path]?[BlueZNames.device]
+        return device.paired && properties?["Bonded"]?.bool != false
     }
 
     private func connectOnce(address: String, deadline: ContinuousClock.Instant) async throws(BlueZError) -> BlueZMeterLink {
@@ -87,6 +104,10 @@ extension BlueZClient {
                 _ = try await callBlueZ(path: path, interface: BlueZNames.device, member: "Connect", timeout: remaining)
             } catch where error.name == BlueZErrorNames.alreadyConnected {
                 // Fine: wait for services below.
+            } catch {
+                var failed = error
+                if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure() }
+                throw failed
             }
             // The mirror must have seen Connected=true (sent before the reply) before it is judged.
             await caughtUp()
@@ -111,7 +132,9 @@ extension BlueZClient {
             if error.kind == .timeout {
                 _ = try? await callBlueZ(path: path, interface: BlueZNames.device, member: "Disconnect", timeout: .seconds(5))
             }
-            throw error
+            var failed = error
+            if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure() }
+            throw failed
         }
         guard resolved, owner == currentOwner else { throw BlueZError(.disconnected, "bluetoothd went away") }
         handedOver = true
@@ -165,6 +188,10 @@ final class LinkCore: Sendable {
         var ended = false
         /// Values of the current dispatch pass, not yet yielded.
         var batch: [MeterLinkEvent] = []
+        /// When this link was signalled up and down, and the reason bluetoothd gave (5.83+).
+        var upAt: ContinuousClock.Instant?
+        var downAt: ContinuousClock.Instant?
+        var disconnectReason: String?
     }
     private let state = Mutex(State())
 
@@ -212,6 +239,12 @@ final class LinkCore: Sendable {
             end("the meter's device object was removed")
             return
         }
+        if message.interface == BlueZNames.device, message.member == "Disconnected" {
+            // Device1.Disconnected(s reason, s message), BlueZ 5.83+: sent before Connected=false.
+            guard message.path == devicePath, let reason = message.body.first?.string else { return }
+            state.withLock { $0.disconnectReason = reason }
+            return
+        }
         guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path else { return }
         if interface == BlueZNames.gattCharacteristic {
             guard let value = message.body[1].vardict?["Value"]?.bytes else { return }
@@ -221,9 +254,45 @@ final class LinkCore: Sendable {
             }
             return
         }
-        if interface == BlueZNames.device, path == devicePath, message.body[1].vardict?["Connected"]?.bool == false {
-            end("the meter disconnected")
+        if interface == BlueZNames.device, path == devicePath, let connected = message.body[1].vardict?["Connected"]?.bool {
+            let at = ContinuousClock.now
+            state.withLock { state in
+                if connected { state.upAt = at } else if state.downAt == nil { state.downAt = at }
+            }
+            if !connected { end("the meter disconnected") }
         }
+    }
+
+    /// A link dropped this soon after coming up, before its services were resolved, was ended at the
+    /// encryption (the first thing a central does on a link to a bonded device), not by the radio: the
+    /// kernel's LE supervision timeout alone is 420 ms.
+    static let refusedWithin: Duration = .milliseconds(400)
+
+    /// Why this failed attempt looks like the meter refusing the encryption with the stored key, or nil.
+    ///
+    /// What the stack says when the meter forgot the bond (seen on BlueZ 5.66 with Linux 6.1: the
+    /// bond-loss real-stack scenario): the kernel starts encryption with the stored key, the meter answers
+    /// with a negative LTK reply, the controller reports Encryption Change with status 0x06 (PIN or Key
+    /// Missing), and the kernel disconnects with 0x05 (Authentication Failure); mgmt reports Device
+    /// Disconnected with reason 4 (authentication failure). bluetoothd keeps the key: `Paired` and
+    /// `Bonded` stay true, and nothing is retried at ATT level (no 0x05/0x0F ATT errors: no request
+    /// got that far). On D-Bus, 5.66 shows only `Connected` going true and false again within some
+    /// 20-80 ms, with `ServicesResolved` never true; `Connect` itself either succeeds (bluetoothd
+    /// attached ATT before raising security: "Elevating security level since LTK is available") or
+    /// fails with `org.bluez.Error.Failed` "le-connection-abort-by-local" (the same text as any other
+    /// local abort). BlueZ 5.83 added `Device1.Disconnected(reason, message)`; the reason is then
+    /// `org.bluez.Reason.Authentication`, which the kernel reports only for that failure. So: where
+    /// bluetoothd gave a reason, only `Authentication` counts; where it gave none, a link that came up
+    /// and was dropped within `refusedWithin` does.
+    func authenticationFailure(now: ContinuousClock.Instant = .now) -> String? {
+        let s = state.withLock { $0 }
+        if let reason = s.disconnectReason {
+            return reason == "org.bluez.Reason.Authentication" ? "bluetoothd: disconnected, reason \(reason)" : nil
+        }
+        guard let up = s.upAt else { return nil }
+        let lasted = up.duration(to: s.downAt ?? now)
+        guard lasted <= Self.refusedWithin else { return nil }
+        return "the link was dropped \(lasted.wholeMilliseconds) ms after it came up, before its services were resolved"
     }
 
     /// Hands on the values of the dispatch pass that just ended.
@@ -270,6 +339,7 @@ public final class BlueZMeterLink: MeterLink {
         [
             MatchRule(sender: BlueZNames.service, interface: DBusNames.properties, member: "PropertiesChanged",
                       pathNamespace: devicePath),
+            MatchRule(sender: BlueZNames.service, interface: BlueZNames.device, member: "Disconnected", path: devicePath),
             MatchRule(sender: BlueZNames.service, interface: DBusNames.objectManager, member: "InterfacesRemoved"),
             MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
                       path: DBusNames.busPath, arguments: [0: BlueZNames.service]),

@@ -137,6 +137,7 @@ struct ConfigBuilder {
             "database", "adapter", "log_level", "metrics_file", "time_zone", "clock_skew_correction",
             "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s",
             "heartbeat_url", "heartbeat_api", "heartbeat_interval_s", "heartbeat_max_pending_s", "heartbeat_on_fail",
+            "on_meter_error",
         ]),
         ("nightscout", [
             "enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file", "api", "treatments", "units",
@@ -241,6 +242,7 @@ struct ConfigBuilder {
             }
         }
         buildHeartbeat(&g)
+        if let command = command(s, "on_meter_error") { g.onMeterError = command }
     }
 
     /// The heartbeat keys. The URL is never echoed in a message: its path is the monitor's token.
@@ -465,29 +467,34 @@ struct ConfigBuilder {
         }
         if let v = bool(s, "recovery_mode") { n.recoveryMode = v.value }
         if let v = bool(s, "error_bypass") { n.errorBypass = v.value }
-        if let entry = entries[s]?["on_network_error"] {
-            let command: [String]
-            switch entry.value {
-            case .string(let text): command = [text]
-            case .array(let items): command = items
-            default:
-                problem(entry.line, "\(s).on_network_error: expected a program path (string) or an array of strings, got \(entry.value.typeName)")
-                return
-            }
-            guard let program = command.first, !program.isEmpty else {
-                problem(entry.line, "\(s).on_network_error: the command is empty")
-                return
-            }
-            guard program.hasPrefix("/") else {
-                problem(entry.line, "\(s).on_network_error: the program must be an absolute path, got \"\(ConfigParser.clip(program))\"")
-                return
-            }
-            guard ConfigFiles.isExecutable(program) else {
-                problem(entry.line, "\(s).on_network_error: \(ConfigParser.clip(program, limit: 200)) is not an executable file")
-                return
-            }
-            n.onNetworkError = command
+        if let command = command(s, "on_network_error") { n.onNetworkError = command }
+    }
+
+    /// An alert command (`on_network_error`, `on_meter_error`): a program path, or an array of strings whose
+    /// first is an absolute path to an executable file.
+    private mutating func command(_ s: String, _ key: String) -> [String]? {
+        guard let entry = entries[s]?[key] else { return nil }
+        let command: [String]
+        switch entry.value {
+        case .string(let text): command = [text]
+        case .array(let items): command = items
+        default:
+            problem(entry.line, "\(s).\(key): expected a program path (string) or an array of strings, got \(entry.value.typeName)")
+            return nil
         }
+        guard let program = command.first, !program.isEmpty else {
+            problem(entry.line, "\(s).\(key): the command is empty")
+            return nil
+        }
+        guard program.hasPrefix("/") else {
+            problem(entry.line, "\(s).\(key): the program must be an absolute path, got \"\(ConfigParser.clip(program))\"")
+            return nil
+        }
+        guard ConfigFiles.isExecutable(program) else {
+            problem(entry.line, "\(s).\(key): \(ConfigParser.clip(program, limit: 200)) is not an executable file")
+            return nil
+        }
+        return command
     }
 
     // MARK: typed getters (each reports a wrong type on the key's line)

@@ -52,6 +52,9 @@ public struct GatewaySection: Sendable, Equatable {
     public var heartbeatIntervalSeconds: Int = HeartbeatPolicy.defaultIntervalSeconds
     public var heartbeatMaxPendingSeconds: Int = HeartbeatPolicy.defaultMaxPendingSeconds
     public var heartbeatOnFail: HeartbeatFailMode = .report
+    /// `on_meter_error`: run like `on_network_error` when a meter needs a person (it lost its bond), with
+    /// the meter's address in GATEWAY_METER; nil: none.
+    public var onMeterError: [String]?
 
     public init() {}
 
@@ -207,6 +210,7 @@ public struct GatewayConfig: Sendable, Equatable {
         lines.append("heartbeat_interval_s: \(gateway.heartbeatIntervalSeconds)")
         lines.append("heartbeat_max_pending_s: \(gateway.heartbeatMaxPendingSeconds)")
         lines.append("heartbeat_on_fail: \(gateway.heartbeatOnFail.rawValue)")
+        lines.append("on_meter_error: \(gateway.onMeterError.map(Self.describeCommand) ?? "(not set)")")
         lines.append("[nightscout]")
         lines.append("enabled: \(nightscout.enabled)")
         lines.append("url: \(opt(nightscout.url))")

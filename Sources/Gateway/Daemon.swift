@@ -402,6 +402,7 @@ public actor GatewayDaemon {
             paired = map
             schedule.pairedListRead(at: clock.now)
             snapshot.pairedMeters = map.count
+            snapshot.repairNeeded = map.values.filter { $0.bondLostAt != nil }.map(\.address).sorted()
         } catch {
             logger.error("cannot read the paired meters: \(error)")
         }
@@ -421,6 +422,8 @@ public actor GatewayDaemon {
             guard paired[address] != nil, sessions[address] == nil else { return }
         }
         guard let meter = paired[address] else { return }
+        // A meter that lost its bond refuses every connection until it is paired again: left alone.
+        guard meter.bondLostAt == nil else { return }
         if let wait = schedule.waitsUntil(address, at: clock.now) {
             // A link bluetoothd brought up during the quiet period is looked at when the period ends, once.
             if connected { scheduleRecheck(address, at: wait) }
@@ -460,6 +463,9 @@ public actor GatewayDaemon {
             case .notSeen(let error):
                 logger.warning("\(address): cannot connect: \(error.message)")
                 await self?.sessionEnded(address, failure: .timeout, complete: false, stored: 0)
+            case .unreachable(let error) where error.kind == .bondLost:
+                await self?.bondLost(address, message: error.message)
+                await self?.sessionEnded(address, failure: .bondLost, complete: false, stored: 0)
             case .unreachable(let error):
                 logger.warning("\(address): cannot connect: \(error.message)")
                 await self?.sessionEnded(address, failure: SessionFailure(error.kind), complete: false, stored: 0)
@@ -478,6 +484,21 @@ public actor GatewayDaemon {
         }
         sessions[address] = Session(task: task, link: nil)
         snapshot.activeSessions = sessions.keys.sorted()
+    }
+
+    /// The meter lost its bond: state `re-pair needed`, kept in the store (so a restart does not try it
+    /// again, nor alert again), an error line and the meter alert, once. The daemon does not
+    /// connect to it again until `pair` clears the state.
+    private func bondLost(_ address: String, message: String) async {
+        // The session stored the state and the event (`MeterSession`); the daemon keeps it in its list too.
+        let at = now()
+        let known = paired[address]?.bondLostAt != nil
+        if !known { paired[address]?.bondLostAt = at }
+        paired[address]?.bondLostMessage = message
+        snapshot.repairNeeded = paired.values.filter { $0.bondLostAt != nil }.map(\.address).sorted()
+        let line = "\(address): re-pair needed: \(message); not connecting to it until it is paired again: glucose-gateway pair \(address) --pin PIN"
+        logger.error(line)
+        if !known { hooks.meterAlert(DaemonAlert.meterBondLost, address, line) }
     }
 
     private func noteReaction(_ reaction: Duration) {

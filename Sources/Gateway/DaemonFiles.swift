@@ -26,6 +26,7 @@ public enum DaemonStateFile {
         radio.add("watching", s.watching.map { JSONValue.string($0.rawValue) } ?? .null)
         o.add("radio", radio.value)
         o.add("paired_meters", s.pairedMeters)
+        o.add("repair_needed", s.repairNeeded)
         o.add("active_sessions", s.activeSessions)
         var c = JSONObjectBuilder()
         c.add("connects", s.counters.connects)
@@ -116,7 +117,7 @@ extension DaemonSnapshot {
     /// The figures for the Prometheus textfile (`metrics_file`, written by `PrometheusTextfile`).
     public func metrics(now: UnixMillis) -> MetricsSnapshot {
         let code = lastErrorCode ?? 0
-        return MetricsSnapshot(
+        var metrics = MetricsSnapshot(
             readingsStored: readingsTotal ?? 0, readingsExcluded: readingsExcluded ?? 0,
             destinations: destinations.map { d in
                 DestinationMetrics(name: d.name.rawValue, uploaded: d.counts.acknowledged, pending: d.counts.pending + d.counts.inFlight,
@@ -126,6 +127,8 @@ extension DaemonSnapshot {
             connects: counters.connects, connectFailures: counters.failures, networkStateCode: code,
             networkStateName: code == 0 ? nil : DaemonSnapshot.codeName(code), generatedAt: now
         )
+        metrics.metersRepairNeeded = repairNeeded.count
+        return metrics
     }
 
     /// `NETWORK_NOT_CONNECTED` for 1001, `NETWORK_TIMEOUT` for 1002, `BLUETOOTHD_NOT_ANSWERING` for 2001,
@@ -137,6 +140,7 @@ extension DaemonSnapshot {
         case 1002: "NETWORK_TIMEOUT"
         case DaemonAlert.bluetoothdNotAnswering: "BLUETOOTHD_NOT_ANSWERING"
         case DaemonAlert.databaseDamaged: "DATABASE_DAMAGED"
+        case DaemonAlert.meterBondLost: "METER_BOND_LOST"
         default: "HTTP \(code)"
         }
     }

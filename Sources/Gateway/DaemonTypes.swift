@@ -16,17 +16,23 @@ public struct DaemonHooks: Sendable {
     /// A condition that needs a person (the configured alert command in the product): a code from
     /// `DaemonAlert` and a one-line message. Called once per change of condition.
     public var alert: @Sendable (_ code: Int, _ message: String) -> Void
+    /// A condition of one meter that needs a person (`on_meter_error` in the product): a code from
+    /// `DaemonAlert`, the meter's address and a one-line message. Called once when the meter enters the
+    /// condition (a lost bond: once until it is paired again, also across restarts).
+    public var meterAlert: @Sendable (_ code: Int, _ address: String, _ message: String) -> Void
 
     public init(
         ready: @escaping @Sendable (String) -> Void = { _ in }, status: @escaping @Sendable (String) -> Void = { _ in },
         stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) -> Void = { _ in },
-        alert: @escaping @Sendable (Int, String) -> Void = { _, _ in }
+        alert: @escaping @Sendable (Int, String) -> Void = { _, _ in },
+        meterAlert: @escaping @Sendable (Int, String, String) -> Void = { _, _, _ in }
     ) {
         self.ready = ready
         self.status = status
         self.stopping = stopping
         self.snapshot = snapshot
         self.alert = alert
+        self.meterAlert = meterAlert
     }
 }
 
@@ -36,6 +42,8 @@ public enum DaemonAlert {
     public static let bluetoothdNotAnswering = 2001
     /// The database failed its start-up check (`PRAGMA quick_check`).
     public static let databaseDamaged = 2002
+    /// A meter lost its bond with the gateway: re-pair needed (`on_meter_error`).
+    public static let meterBondLost = 2003
 }
 
 /// An alert the daemon holds while it does no work at all (a damaged database): shown in status and the
@@ -131,6 +139,8 @@ public struct SessionFailure: RawRepresentable, Hashable, Sendable, CustomString
     public static let disconnected = SessionFailure(rawValue: "disconnected")
     public static let timeout = SessionFailure(rawValue: "timeout")
     public static let notSupported = SessionFailure(rawValue: "not-supported")
+    /// The meter refused the encryption with the stored key: it lost the bond (re-pair needed).
+    public static let bondLost = SessionFailure(rawValue: "bond-lost")
 
     /// A failed connection.
     public init(_ kind: MeterLinkError.Kind) {
@@ -140,6 +150,7 @@ public struct SessionFailure: RawRepresentable, Hashable, Sendable, CustomString
         case .disconnected: self = .disconnected
         case .timeout: self = .timeout
         case .notSupported: self = .notSupported
+        case .bondLost: self = .bondLost
         }
     }
 }
@@ -179,6 +190,8 @@ public struct DaemonSnapshot: Sendable, Equatable {
     /// Mode in effect (`discovery`, `profile`), nil while not watching.
     public var watching: ScanMode?
     public var pairedMeters: Int = 0
+    /// Paired meters in state `re-pair needed` (they lost their bond), by address.
+    public var repairNeeded: [String] = []
     public var activeSessions: [String] = []
     public var counters = DaemonCounters()
     public var readingsTotal: Int?
@@ -212,6 +225,7 @@ public struct DaemonSnapshot: Sendable, Equatable {
             parts.append("waiting for an adapter")
         }
         parts.append("\(pairedMeters) meter\(pairedMeters == 1 ? "" : "s")")
+        if !repairNeeded.isEmpty { parts.append("\(repairNeeded.count) re-pair needed") }
         if !activeSessions.isEmpty { parts.append("\(activeSessions.count) downloading") }
         parts.append("\(pending) pending")
         if quarantined > 0 { parts.append("\(quarantined) quarantined") }

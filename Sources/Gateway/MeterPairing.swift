@@ -55,26 +55,36 @@ public struct MeterPairing: Sendable {
     }
 
     public func run(address: String, passkey: UInt32, timeZone: String) async throws(GatewayFailure) -> PairingResult {
-        let nearby: NearbyMeter
+        var nearby: NearbyMeter
         do {
             nearby = try await radio.waitForMeter(address: address, timeout: advertiseTimeout)
         } catch {
             throw Self.failure(error, address: address, step: "waiting for the meter")
         }
-        let keptBond = nearby.paired
+        if nearby.paired, let known = try? await store.meter(address), known.bondLostAt != nil {
+            // The meter lost the bond (state re-pair needed): the key BlueZ keeps is useless; pair anew.
+            nearby = try await dropStaleBond(address)
+        }
+        var keptBond = nearby.paired
         if keptBond {
             logger.notice("\(address) is bonded already; keeping the bond (the PIN is not checked)")
         } else {
-            do {
-                try await radio.pair(address: address, passkey: passkey, timeout: pairTimeout)
-            } catch {
-                throw Self.failure(error, address: address, step: "pairing")
-            }
+            try await pairWithPIN(address, passkey)
         }
 
-        let link: any MeterLink
+        var link: any MeterLink
         do {
             link = try await radio.connect(address: address, timeout: connectTimeout)
+        } catch where error.kind == .bondLost && keptBond {
+            // The kept bond no longer works (the meter forgot it): pair anew with the PIN given.
+            nearby = try await dropStaleBond(address)
+            keptBond = false
+            try await pairWithPIN(address, passkey)
+            do {
+                link = try await radio.connect(address: address, timeout: connectTimeout)
+            } catch {
+                throw Self.failure(MeterAccessError(connecting: error), address: address, step: "connecting after pairing")
+            }
         } catch {
             throw Self.failure(MeterAccessError(connecting: error), address: address, step: "connecting after pairing")
         }
@@ -120,6 +130,30 @@ public struct MeterPairing: Sendable {
         return PairingResult(meter: info, singleBond: info.keepsSingleBond, keptExistingBond: keptBond)
     }
 
+    private func pairWithPIN(_ address: String, _ passkey: UInt32) async throws(GatewayFailure) {
+        do {
+            try await radio.pair(address: address, passkey: passkey, timeout: pairTimeout)
+        } catch {
+            throw Self.failure(error, address: address, step: "pairing")
+        }
+    }
+
+    /// Removes the key BlueZ keeps for a meter that lost the bond, then waits for the meter to be seen
+    /// again (removing the device drops BlueZ's object for it).
+    private func dropStaleBond(_ address: String) async throws(GatewayFailure) -> NearbyMeter {
+        logger.notice("\(address) lost its bond with this gateway; removing the stale key and pairing again with the PIN")
+        do {
+            _ = try await radio.forget(address: address)
+        } catch {
+            throw Self.failure(error, address: address, step: "removing the stale bond")
+        }
+        do {
+            return try await radio.waitForMeter(address: address, timeout: advertiseTimeout)
+        } catch {
+            throw Self.failure(error, address: address, step: "waiting for the meter")
+        }
+    }
+
     static func failure(_ error: MeterAccessError, address: String, step: String) -> GatewayFailure {
         switch error.kind {
         case .authenticationFailed:
@@ -137,6 +171,8 @@ public struct MeterPairing: Sendable {
             return GatewayFailure(.unavailable, "Bluetooth adapter unavailable: \(error.message)")
         case .notAMeter:
             return GatewayFailure(.failure, "\(address) is not a glucose meter: \(error.message)")
+        case .bondLost:
+            return GatewayFailure(.unavailable, "\(step) \(address) failed: \(error.message); pair it again: glucose-gateway pair \(address) --pin PIN")
         case .failed:
             return GatewayFailure(.failure, "\(step) \(address) failed: \(error.message)")
         }

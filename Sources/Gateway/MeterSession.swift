@@ -87,7 +87,14 @@ public struct MeterSession: Sendable {
         do {
             plain = try await radio.connect(address: address, timeout: max(connectTimeout, wait))
         } catch {
+            if error.kind == .bondLost { await recordBondLost(meter, address: address, error.message) }
             return .unreachable(error)
+        }
+        if meter.bondLostAt != nil {
+            // The meter took the stored key after all (it came back, or the finding was wrong): clear it.
+            _ = try? await download.store.setBondLost(meter.address, at: nil, message: nil)
+            try? await download.store.log(GatewayEvent(at: download.now(), kind: .bondLost, meterAddress: address,
+                                                       message: "the bond works again; re-pair needed cleared"))
         }
         guard let link = await connected(plain) else {
             await plain.disconnect()
@@ -99,5 +106,15 @@ public struct MeterSession: Sendable {
         } catch {
             return .failed(error)
         }
+    }
+
+    /// The meter refused the stored key (`bondLost`): state `re-pair needed` in the store, with an event,
+    /// unless it is in that state already (the first finding is kept).
+    private func recordBondLost(_ meter: MeterInfo, address: String, _ message: String) async {
+        guard meter.bondLostAt == nil else { return }
+        let at = download.now()
+        _ = try? await download.store.setBondLost(meter.address, at: at, message: message)
+        try? await download.store.log(GatewayEvent(at: at, kind: .bondLost, meterAddress: address, code: DaemonAlert.meterBondLost,
+                                                   message: "re-pair needed: \(message)"))
     }
 }

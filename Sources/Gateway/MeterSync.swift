@@ -7,6 +7,8 @@ public struct MeterSyncResult: Sendable, Equatable {
         case downloaded(DownloadReport)
         /// Not reachable: not advertising, out of range, or the connection failed.
         case unreachable(String)
+        /// The meter refused the stored key: it lost its bond and must be paired again.
+        case repairNeeded(String)
         /// The download failed (meter refused the procedure, store failed).
         case failed(DownloadError)
         /// Another process (the daemon) is downloading from this meter.
@@ -33,6 +35,8 @@ public struct MeterSyncResult: Sendable, Equatable {
             return line
         case .unreachable(let why):
             return "\(address): not reachable (\(why))"
+        case .repairNeeded(let why):
+            return "\(address): re-pair needed: \(why); pair it again: glucose-gateway pair \(address) --pin PIN"
         case .failed(let e):
             return "\(address): download failed: \(e.message)"
         case .busy:
@@ -66,6 +70,7 @@ public struct MeterSync: Sendable {
         case .busy: status = .busy
         case .lockFailed(let error): status = .lockFailed(error)
         case .notSeen(let error): status = .unreachable(error.message)
+        case .unreachable(let error) where error.kind == .bondLost: status = .repairNeeded(error.message)
         case .unreachable(let error): status = .unreachable(error.message)
         case .declined: status = .unreachable("the connection was declined")
         case .downloaded(let report): status = .downloaded(report)

@@ -55,6 +55,8 @@ public struct MetricsSnapshot: Sendable, Equatable {
     public var networkStateCode: Int
     /// Name of that code, for the status line.
     public var networkStateName: String?
+    /// Paired meters that lost their bond (state `re-pair needed`).
+    public var metersRepairNeeded: Int = 0
     /// When the snapshot was taken.
     public var generatedAt: UnixMillis
 
@@ -127,6 +129,8 @@ public enum PrometheusTextfile {
         family("glucose_gateway_meter_connects_total", "counter", "Meter connections made since the daemon started.", [([], "\(s.connects)")])
         family("glucose_gateway_meter_connect_failures_total", "counter", "Failed meter connections since the daemon started, by reason.",
                s.connectFailures.sorted { $0.key < $1.key }.map { ([("reason", $0.key)], "\($0.value)") })
+        family("glucose_gateway_meters_repair_needed", "gauge", "Paired meters that lost their bond and must be paired again (glucose-gateway pair ADDRESS).",
+               [([], "\(s.metersRepairNeeded)")])
         family("glucose_gateway_network_state", "gauge", "0 when uploads go through, else the last error: 1001 not connected, 1002 timeout, or the HTTP status.",
                [([], "\(s.networkStateCode)")])
         family("glucose_gateway_metrics_timestamp_seconds", "gauge", "When these figures were taken (Unix time).",

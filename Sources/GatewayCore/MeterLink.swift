@@ -68,6 +68,10 @@ public struct MeterLinkError: Error, Sendable, CustomStringConvertible, Equatabl
         case timeout
         /// The meter lacks the characteristic or service.
         case notSupported
+        /// The meter no longer has the bond this gateway holds (reset, or paired with another device):
+        /// the link is refused at encryption with the stored key, every time, until the meter is paired
+        /// again. Only for a meter BlueZ shows bonded; see `BlueZClient.connectMeter` for the evidence.
+        case bondLost
     }
     public var kind: Kind
     public var message: String

@@ -28,6 +28,8 @@ public struct MeterAccessError: Error, Sendable, Equatable, CustomStringConverti
         case timeout
         /// The device is not a glucose meter (no Glucose Service).
         case notAMeter
+        /// The meter lost the bond this gateway holds: it must be paired again (`MeterLinkError.Kind.bondLost`).
+        case bondLost
         case failed
     }
     public var kind: Kind
@@ -45,6 +47,7 @@ extension MeterAccessError {
         switch error.kind {
         case .timeout: self.init(.timeout, error.message)
         case .notSupported: self.init(.notAMeter, error.message)
+        case .bondLost: self.init(.bondLost, error.message)
         case .transient, .permanent, .disconnected: self.init(.notFound, error.message)
         }
     }

@@ -151,6 +151,11 @@ public struct MeterInfo: Sendable, Equatable, Codable {
     public var lastSeen: UnixMillis?
     /// Meter clock minus gateway clock, in seconds, at the last sync where the clock was readable.
     public var lastClockSkewSeconds: Int?
+    /// When the gateway found that the meter lost its bond (state `re-pair needed`): nil while the bond
+    /// works. Pairing again clears it; the daemon leaves the meter alone meanwhile.
+    public var bondLostAt: UnixMillis?
+    /// What the Bluetooth stack said when the bond was found lost (no secrets, no health values).
+    public var bondLostMessage: String?
 
     public init(address: String, timeZone: String) {
         self.address = address

@@ -15,6 +15,8 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let network = EventKind(rawValue: "network")
     public static let paired = EventKind(rawValue: "paired")
     public static let unpaired = EventKind(rawValue: "unpaired")
+    /// The meter lost its bond with the gateway: it must be paired again (state `re-pair needed`).
+    public static let bondLost = EventKind(rawValue: "bond-lost")
     public var description: String { rawValue }
 }
 
@@ -41,8 +43,12 @@ public protocol ReadingStore: Sendable {
     func meter(_ address: String) async throws -> MeterInfo?
     /// Meters paired with this gateway, by address (unpaired ones are left alone).
     func pairedMeters() async throws -> [MeterInfo]
-    /// Inserts or replaces the meter's row (identity, time zone, sync bookkeeping).
+    /// Inserts or replaces the meter's row (identity, time zone, sync bookkeeping, bond state).
     func saveMeter(_ meter: MeterInfo) async throws
+    /// Sets (`at` non-nil) or clears the meter's `re-pair needed` state (`MeterInfo.bondLostAt`) and
+    /// nothing else. Returns false when no paired meter has this address.
+    @discardableResult
+    func setBondLost(_ address: String, at: UnixMillis?, message: String?) async throws -> Bool
     /// Inserts, in one transaction, each reading not already stored (a reading is unique per meter by
     /// sequence and user-facing time), together with one outbox row per enabled destination whose
     /// builder accepts it. Returns how many were new. Raises the meter's highest sequence seen.

@@ -145,5 +145,11 @@ enum Schema {
                 message TEXT NOT NULL
             ) STRICT;
             """),
+        // A meter that lost its bond (reset, or paired with another device) is in state `re-pair needed`
+        // until it is paired again; kept here so the state survives a restart of the daemon.
+        Migration(name: "2-meter-bond-lost", sql: """
+            ALTER TABLE meter ADD COLUMN bond_lost_at INTEGER;
+            ALTER TABLE meter ADD COLUMN bond_lost_message TEXT;
+            """),
     ]
 }

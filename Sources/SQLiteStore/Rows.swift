@@ -15,7 +15,7 @@ public struct MeterRecord: Sendable, Equatable {
 enum MeterColumns {
     static let list = """
         address, name, manufacturer, model, serial, firmware, features, time_zone, paired_at, unpaired_at,
-        highest_sequence, last_sync, last_seen, last_clock_skew_s
+        highest_sequence, last_sync, last_seen, last_clock_skew_s, bond_lost_at, bond_lost_message
         """
 
     static func decode(_ row: SQLiteStatement) -> MeterRecord {
@@ -31,6 +31,8 @@ enum MeterColumns {
         info.lastSync = row.optionalInt64(11)
         info.lastSeen = row.optionalInt64(12)
         info.lastClockSkewSeconds = row.optionalInt(13)
+        info.bondLostAt = row.optionalInt64(14)
+        info.bondLostMessage = row.optionalText(15)
         return MeterRecord(info: info, unpairedAt: row.optionalInt64(9))
     }
 }

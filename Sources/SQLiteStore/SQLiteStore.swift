@@ -294,23 +294,37 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         try db.transaction {
             try db.execute("""
                 INSERT INTO meter (address, name, manufacturer, model, serial, firmware, features, time_zone,
-                    paired_at, unpaired_at, highest_sequence, last_sync, last_seen, last_clock_skew_s)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)
+                    paired_at, unpaired_at, highest_sequence, last_sync, last_seen, last_clock_skew_s,
+                    bond_lost_at, bond_lost_message)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (address) DO UPDATE SET
                     name = excluded.name, manufacturer = excluded.manufacturer, model = excluded.model,
                     serial = excluded.serial, firmware = excluded.firmware, features = excluded.features,
                     time_zone = excluded.time_zone, paired_at = excluded.paired_at, unpaired_at = NULL,
                     highest_sequence = max(coalesce(excluded.highest_sequence, meter.highest_sequence), coalesce(meter.highest_sequence, excluded.highest_sequence)),
                     last_sync = excluded.last_sync, last_seen = excluded.last_seen,
-                    last_clock_skew_s = excluded.last_clock_skew_s
+                    last_clock_skew_s = excluded.last_clock_skew_s,
+                    bond_lost_at = excluded.bond_lost_at, bond_lost_message = excluded.bond_lost_message
                 """, [
                     .text(meter.address), SQLiteValue(meter.name), SQLiteValue(meter.manufacturer), SQLiteValue(meter.model),
                     SQLiteValue(meter.serial), SQLiteValue(meter.firmware), SQLiteValue(meter.features), .text(meter.timeZone),
                     SQLiteValue(meter.pairedAt), SQLiteValue(meter.highestSequence), SQLiteValue(meter.lastSync),
                     SQLiteValue(meter.lastSeen), SQLiteValue(meter.lastClockSkewSeconds),
+                    SQLiteValue(meter.bondLostAt), SQLiteValue(meter.bondLostAt == nil ? nil : meter.bondLostMessage),
                 ])
         }
         committed(.meters)
+    }
+
+    /// Sets or clears the meter's `re-pair needed` state, leaving the rest of its row alone.
+    @discardableResult
+    public func setBondLost(_ address: String, at: UnixMillis?, message: String?) throws -> Bool {
+        let db = try openConnection()
+        try db.execute("UPDATE meter SET bond_lost_at = ?, bond_lost_message = ? WHERE address = ? AND unpaired_at IS NULL",
+                       [SQLiteValue(at), SQLiteValue(at == nil ? nil : message), .text(address)])
+        guard db.changes == 1 else { return false }
+        committed(.meters)
+        return true
     }
 
     /// Inserts each reading not already stored, with one outbox row per builder that accepts it, all in

@@ -10,19 +10,22 @@ public struct AlertCommand: Sendable {
     public var command: String
     public init(command: String) { self.command = command }
 
-    /// Starts the command and returns its pid, or nil when it could not start.
+    /// Starts the command and returns its pid, or nil when it could not start. `meter`: the meter's
+    /// address for a meter's condition (`on_meter_error`), in GATEWAY_METER.
     @discardableResult
-    public func run(code: Int, message: String, pending: Int) -> pid_t? {
+    public func run(code: Int, message: String, pending: Int, meter: String? = nil) -> pid_t? {
         var environment: [String] = []
         var pointer = environ
+        let ours = ["GATEWAY_ERROR_CODE=", "GATEWAY_ERROR_MESSAGE=", "GATEWAY_PENDING=", "GATEWAY_METER="]
         while let entry = pointer.pointee {
             let text = String(cString: entry)
-            if !text.hasPrefix("GATEWAY_ERROR_CODE=") && !text.hasPrefix("GATEWAY_ERROR_MESSAGE=") && !text.hasPrefix("GATEWAY_PENDING=") {
+            if !ours.contains(where: { text.hasPrefix($0) }) {
                 environment.append(text)
             }
             pointer += 1
         }
         environment += ["GATEWAY_ERROR_CODE=\(code)", "GATEWAY_ERROR_MESSAGE=\(message)", "GATEWAY_PENDING=\(pending)"]
+        if let meter { environment.append("GATEWAY_METER=\(meter)") }
         guard !command.isEmpty else { return nil }
         let argv = ["/bin/sh", "-c", command]
         var pid: pid_t = 0

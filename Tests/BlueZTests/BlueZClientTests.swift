@@ -124,6 +124,53 @@ final class Rig: Sendable {
         await rig.close()
     }
 
+    /// A meter that forgot its bond, as BlueZ 5.66 shows it (no `Disconnected` reason): each link comes
+    /// up and drops some 30 ms later, before services resolve.
+    struct BondCase: Sendable, CustomStringConvertible {
+        var description: String
+        var paired: Bool
+        var drops: Int
+        var dropAfter: Duration = .milliseconds(30)
+        var reason: String?
+        /// nil: the link comes up in the end.
+        var expected: MeterLinkError.Kind?
+        var connects: Int
+    }
+
+    static let bondCases: [BondCase] = [
+        BondCase(description: "5.66: three quick drops of a bonded meter are a lost bond", paired: true, drops: 10,
+                 expected: .bondLost, connects: 3),
+        BondCase(description: "two quick drops, then the link works: no verdict", paired: true, drops: 2,
+                 expected: nil, connects: 3),
+        BondCase(description: "quick drops of a device without a bond are only transient", paired: false, drops: 10,
+                 expected: .transient, connects: 6),
+        BondCase(description: "slow drops (a fading radio) are only transient", paired: true, drops: 10,
+                 dropAfter: .milliseconds(600), expected: .transient, connects: 6),
+        BondCase(description: "5.83+: reason Authentication counts however late the drop", paired: true, drops: 10,
+                 dropAfter: .milliseconds(600), reason: "org.bluez.Reason.Authentication", expected: .bondLost, connects: 3),
+        BondCase(description: "5.83+: another reason does not count however quick the drop", paired: true, drops: 10,
+                 reason: "org.bluez.Reason.Remote", expected: .transient, connects: 6),
+    ]
+
+    @Test(arguments: bondCases) func lostBondNeedsRepeatedEvidenceOnABondedDevice(_ c: BondCase) async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(dropsBeforeResolve: c.drops, dropAfter: c.dropAfter, dropReason: c.reason))
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter", paired: c.paired)
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6)
+        do {
+            let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(30), retry: retry)
+            #expect(c.expected == nil)
+            await link.disconnect()
+        } catch {
+            #expect(error.kind == c.expected)
+            if c.expected == .bondLost {
+                #expect(error.message.contains("no longer has the bond"))
+            }
+        }
+        #expect(rig.fake.calls.filter { $0 == "Connect" }.count == c.connects)
+        await rig.close()
+    }
+
     @Test func permanentConnectFailureIsNotRetried() async throws {
         let rig = try await Rig(script: FakeBlueZ.Script(connectFailures: [
             DBusError(name: "org.bluez.Error.NotPermitted", message: "Not paired"),

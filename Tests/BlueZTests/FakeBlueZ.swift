@@ -15,6 +15,11 @@ final class FakeBlueZ: Sendable {
         var passkey: UInt32 = 123_456
         /// Never resolve services after Connect.
         var hangAfterConnect = false
+        /// How long after Connect's reply a scripted drop comes.
+        var dropAfter: Duration = .milliseconds(30)
+        /// The `Disconnected(reason, message)` signal sent before a scripted drop's Connected=false
+        /// (BlueZ 5.83+); nil: none, as in 5.66.
+        var dropReason: String?
     }
 
     let connection: DBusConnection
@@ -101,7 +106,7 @@ final class FakeBlueZ: Sendable {
     /// Adds a device as discovery would (InterfacesAdded).
     @discardableResult
     func addDevice(address: String, name: String, uuids: [String] = ["00001808-0000-1000-8000-00805f9b34fb"],
-                   rssi: Int16 = -60) async throws -> String {
+                   rssi: Int16 = -60, paired: Bool = false) async throws -> String {
         let path = Self.devicePath(address)
         let device = "org.bluez.Device1"
         try await connection.export(path: path, interfaces: [
@@ -112,15 +117,19 @@ final class FakeBlueZ: Sendable {
                         throw failure
                     }
                     await connection.setProperties(path: path, interface: device, ["Connected": .bool(true)])
-                    let (drop, hang) = script.withLock { script -> (Bool, Bool) in
+                    let (drop, hang, dropAfter, reason) = script.withLock { script -> (Bool, Bool, Duration, String?) in
                         let drop = script.dropsBeforeResolve > 0
                         if drop { script.dropsBeforeResolve -= 1 }
-                        return (drop, script.hangAfterConnect)
+                        return (drop, script.hangAfterConnect, script.dropAfter, script.dropReason)
                     }
                     // Reply first; resolve (or drop) a little later, as BlueZ does.
                     Task {
-                        try? await Task.sleep(for: .milliseconds(30))
+                        try? await Task.sleep(for: drop ? dropAfter : .milliseconds(30))
                         if drop {
+                            if let reason {
+                                try? await connection.emitSignal(path: path, interface: device, member: "Disconnected",
+                                                                 arguments: [.string(reason), .string("scripted")])
+                            }
                             await connection.setProperties(path: path, interface: device, ["Connected": .bool(false)])
                         } else if !hang {
                             try? await exportGATT(devicePath: path)
@@ -155,7 +164,7 @@ final class FakeBlueZ: Sendable {
                 },
             ], properties: [
                 "Address": .string(address), "AddressType": .string("public"), "Name": .string(name), "Alias": .string(name),
-                "RSSI": .int16(rssi), "UUIDs": .strings(uuids), "Paired": .bool(false), "Bonded": .bool(false),
+                "RSSI": .int16(rssi), "UUIDs": .strings(uuids), "Paired": .bool(paired), "Bonded": .bool(paired),
                 "Trusted": .bool(false), "Connected": .bool(false), "ServicesResolved": .bool(false),
                 "Adapter": .objectPath(Self.adapterPath),
             ], writableProperties: ["Trusted"]) { [self] name, value, _ in

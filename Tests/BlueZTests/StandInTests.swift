@@ -72,6 +72,34 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
 }
 
 @Suite(.timeLimit(.minutes(1))) struct StandInTests {
+    @Test func meterThatForgotItsBondIsReportedAsBondLostUntilPairedAgain() async throws {
+        let rig = try await StandInRig(records: 3)
+        let link = try await rig.connectedLink()
+        await link.disconnect()
+        try await rig.standIn.forgetBond(StandInRig.address)
+        let before = try await rig.callLog().filter { $0.hasPrefix("org.bluez.Device1.Connect ") }.count
+        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6)
+        let error = await #expect(throws: MeterLinkError.self) {
+            try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20), retry: retry)
+        }
+        #expect(error?.kind == .bondLost)
+        // The stand-in gives the reason, as BlueZ 5.83+ does; the key stays on the gateway's side.
+        #expect(error?.message.contains("org.bluez.Reason.Authentication") == true)
+        let after = try await rig.callLog().filter { $0.hasPrefix("org.bluez.Device1.Connect ") }.count
+        #expect(after - before == 3)
+        #expect(await rig.client.device(address: StandInRig.address)?.paired == true)
+        #expect(await rig.client.device(address: StandInRig.address)?.connected == false)
+
+        // Pairing again (after removing the stale key) makes the meter work again.
+        #expect(try await rig.client.removeDevice(address: StandInRig.address))
+        _ = try await rig.discover()
+        try await rig.client.pair(address: StandInRig.address, pin: StandInRig.passkey, timeout: .seconds(20))
+        let again = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20))
+        #expect(try await again.read(.glucoseFeature).count == 2)
+        await again.disconnect()
+        await rig.close()
+    }
+
     @Test func discoverPairConnectAndReportAllInOrder() async throws {
         let rig = try await StandInRig(records: 60)
         let device = try await rig.discover()

@@ -121,6 +121,14 @@ import TestSupport
         #expect(config.network.onNetworkError == ["/bin/true"])
     }
 
+    @Test func onMeterErrorIsACommandLikeOnNetworkError() {
+        let (config, problems) = Self.evaluate("[gateway]\non_meter_error = [\"/bin/sh\", \"-c\", \"exit 0\"]\n")
+        #expect(problems == [])
+        #expect(config.gateway.onMeterError == ["/bin/sh", "-c", "exit 0"])
+        #expect(config.summaryLines().contains("on_meter_error: /bin/sh (2 arguments)"))
+        #expect(Self.evaluate("[gateway]\n").config.gateway.onMeterError == nil)
+    }
+
     struct BadCase: CustomTestStringConvertible, Sendable {
         var name: String
         var text: String
@@ -174,6 +182,8 @@ import TestSupport
         BadCase(name: "relative command", text: "[network]\non_network_error = \"notify.sh\"\n", line: 2, fragment: "must be an absolute path"),
         BadCase(name: "missing command", text: "[network]\non_network_error = [\"/nonexistent/notify\"]\n", line: 2, fragment: "is not an executable file"),
         BadCase(name: "command of wrong type", text: "[network]\non_network_error = true\n", line: 2, fragment: "expected a program path (string) or an array of strings"),
+        BadCase(name: "relative meter alert command", text: "[gateway]\non_meter_error = \"notify.sh\"\n", line: 2, fragment: "gateway.on_meter_error: the program must be an absolute path"),
+        BadCase(name: "missing meter alert command", text: "[gateway]\n\non_meter_error = [\"/nonexistent/notify\"]\n", line: 3, fragment: "gateway.on_meter_error: /nonexistent/notify is not an executable file"),
         BadCase(name: "ftp url", text: "[nightscout]\nurl = \"ftp://ns.example\"\ntoken = \"t\"\n", line: 2, fragment: "expected an http:// or https:// URL"),
         BadCase(name: "url with credentials", text: "[nightscout]\nurl = \"https://me:pw@ns.example\"\ntoken = \"t\"\n", line: 2, fragment: "must not carry a user name or password"),
         BadCase(name: "url with query", text: "[nightscout]\nurl = \"https://ns.example/?token=abc\"\ntoken = \"t\"\n", line: 2, fragment: "must not carry a query"),

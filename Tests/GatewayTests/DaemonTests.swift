@@ -40,25 +40,29 @@ struct DaemonTests {
         let daemon: GatewayDaemon
         let statuses = StatusLog()
         let alerts = StatusLog()
+        let meterAlerts = StatusLog()
         let runner: Task<GatewayDaemon.End, Never>
 
         init(meters: [FakeMeter], paired: [FakeMeter]? = nil, settings: DaemonSettings = Fixture.settings,
-             clock: any SessionClock = ContinuousClock()) async throws {
+             clock: any SessionClock = ContinuousClock(), directory existing: String? = nil,
+             radio existingRadio: FakeMeterRadio? = nil) async throws {
             var template = Array("/tmp/gg-daemon-XXXXXX".utf8CString)
-            let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
+            let made = existing ?? template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) } }
             directory = try #require(made)
             store = try SQLiteStore(path: directory + "/gateway.sqlite3")
-            for m in paired ?? meters {
+            for m in existing == nil ? (paired ?? meters) : [] {
                 var info = MeterInfo(address: m.address, timeZone: DaemonTests.zone)
                 info.pairedAt = 1
                 try await store.saveMeter(info)
             }
-            radio = FakeMeterRadio(meters: meters)
+            radio = existingRadio ?? FakeMeterRadio(meters: meters)
             let statuses = self.statuses
             let alerts = self.alerts
+            let meterAlerts = self.meterAlerts
             daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads, settings: settings, logger: .silent,
                                    hooks: DaemonHooks(status: { line in statuses.append(line) },
-                                                      alert: { code, message in alerts.append("\(code) \(message)") }),
+                                                      alert: { code, message in alerts.append("\(code) \(message)") },
+                                                      meterAlert: { code, address, message in meterAlerts.append("\(code) \(address) \(message)") }),
                                    clock: clock)
             let daemon = self.daemon
             runner = Task { await daemon.run() }

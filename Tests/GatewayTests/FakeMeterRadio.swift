@@ -13,6 +13,8 @@ final class FakeMeterRadio: MeterRadio {
         var pin: UInt32
         var inRange = true
         var paired = false
+        /// The meter forgot its bond: every connect fails as BlueZ reports a lost bond.
+        var forgotBond = false
     }
     struct State {
         var radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true, discovering: true)
@@ -41,6 +43,10 @@ final class FakeMeterRadio: MeterRadio {
 
     func setInRange(_ address: String, _ inRange: Bool) {
         state.withLock { $0.meters[address]?.inRange = inRange }
+    }
+
+    func setForgotBond(_ address: String, _ forgot: Bool) {
+        state.withLock { $0.meters[address]?.forgotBond = forgot }
     }
 
     func isPaired(_ address: String) -> Bool { state.withLock { $0.meters[address]?.paired ?? false } }
@@ -95,6 +101,9 @@ final class FakeMeterRadio: MeterRadio {
         if let gate { try? await gate.wait() }
         guard let entry else { throw MeterLinkError(.timeout, "not advertising") }
         guard entry.inRange else { throw MeterLinkError(.disconnected, "le-connection-abort-by-local") }
+        guard !entry.forgotBond else {
+            throw MeterLinkError(.bondLost, "\(address) refused the encryption with this gateway's key 3 times in a row")
+        }
         return entry.meter.connect()
     }
 
@@ -131,6 +140,7 @@ final class FakeMeterRadio: MeterRadio {
             guard let e = s.meters[address], e.inRange else { throw MeterAccessError(.notFound, "not found") }
             guard e.pin == passkey else { throw MeterAccessError(.authenticationFailed, "AuthenticationFailed") }
             s.meters[address]?.paired = true
+            s.meters[address]?.forgotBond = false
         }
     }
 

@@ -35,6 +35,7 @@ import TestSupport
             "glucose_gateway_meter_connects_total 7",
             "glucose_gateway_meter_connect_failures_total{reason=\"le-connection-abort\"} 1",
             "glucose_gateway_meter_connect_failures_total{reason=\"timeout\"} 2",
+            "glucose_gateway_meters_repair_needed 0",
             "glucose_gateway_network_state 1001",
             "glucose_gateway_metrics_timestamp_seconds 1790000000",
         ])
@@ -50,6 +51,17 @@ import TestSupport
         #expect(none.oldestUnsentAgeSeconds == nil)
         // A clock behind the row's creation never gives a negative age.
         #expect(DestinationMetrics(.fhir, counts: counts, now: 0).oldestUnsentAgeSeconds == 0)
+    }
+
+    @Test func metersThatNeedPairingAgainAreCounted() {
+        var s = MetricsSnapshot()
+        s.metersRepairNeeded = 2
+        let text = PrometheusTextfile.render(s)
+        #expect(text.contains("# TYPE glucose_gateway_meters_repair_needed gauge\nglucose_gateway_meters_repair_needed 2\n"))
+        var daemon = DaemonSnapshot()
+        daemon.repairNeeded = ["00:60:19:01:0E:92"]
+        #expect(daemon.metrics(now: 0).metersRepairNeeded == 1)
+        #expect(Self.problems(in: text) == [])
     }
 
     @Test func labelValuesAreEscaped() {

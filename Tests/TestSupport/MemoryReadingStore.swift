@@ -53,6 +53,18 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
     }
 
     @discardableResult
+    public func setBondLost(_ address: String, at: UnixMillis?, message: String?) async throws -> Bool {
+        let found = state.withLock { s -> Bool in
+            guard s.meters[address] != nil else { return false }
+            s.meters[address]?.bondLostAt = at
+            s.meters[address]?.bondLostMessage = at == nil ? nil : message
+            return true
+        }
+        if found { feed.emit(.meters) }
+        return found
+    }
+
+    @discardableResult
     public func insert(_ readings: [NewReading]) async throws -> Int {
         let added = try state.withLock { s throws(Failure) in
             if let n = s.failInsertsAfter {

@@ -96,6 +96,7 @@ enum RunCommand: GatewayCommand {
         let metricsPath = Mutex(config.gateway.metricsFile)
         let pendingNow = Mutex(0)
         let alertCommand = upload.recovery.onNetworkError
+        let meterAlertCommand = config.gateway.onMeterError.map(ShellWords.command)
         let heartbeat = RunHeartbeat(config: config, logger: logger)
         defer { heartbeat.stop() }
         let hooks = DaemonHooks(
@@ -122,6 +123,10 @@ enum RunCommand: GatewayCommand {
             alert: { code, message in
                 guard let alertCommand else { return }
                 AlertCommand(command: alertCommand).run(code: code, message: message, pending: pendingNow.withLock { $0 })
+            },
+            meterAlert: { code, address, message in
+                guard let meterAlertCommand else { return }
+                AlertCommand(command: meterAlertCommand).run(code: code, message: message, pending: pendingNow.withLock { $0 }, meter: address)
             }
         )
 

@@ -17,8 +17,9 @@ enum StatusCommand: GatewayCommand {
       daemon        running or not, pid, what it is doing, connections and failures since it started
       bluetooth     bluetoothd on the bus or not, answering or not (3 s), the adapter, powered, rfkill,
                     discovering
-      meters        last seen, last sync, highest sequence, clock skew, and a warning for meters that keep
-                    one bond only (pairing a phone with such a meter unpairs the gateway)
+      meters        last seen, last sync, highest sequence, clock skew, a warning for meters that keep
+                    one bond only (pairing a phone with such a meter unpairs the gateway), and state:
+                    ok, or re-pair needed (the meter lost its bond; a PROBLEM line names the fix)
       heartbeat     the last ping to heartbeat_url's monitor (shown as scheme://host): when, ok or fail
                     with the reason, and whether the monitor answered
       destinations  state, last error code (1001 NETWORK_NOT_CONNECTED, 1002 NETWORK_TIMEOUT, or HTTP) and
@@ -61,6 +62,13 @@ struct StatusReport {
     var store: StoreStatus
     /// The heartbeat's last attempt, when `heartbeat_url` is set and the daemon has made one.
     var heartbeat: HeartbeatStateFile.Contents? = nil
+
+    /// What needs a person, one line each (shown first in the text, `problems` in the JSON).
+    var problems: [String] {
+        store.meters.filter { $0.info.bondLostAt != nil }.map {
+            "meter \($0.info.address): re-pair needed (the meter lost its bond with this gateway); run: glucose-gateway pair \($0.info.address) --pin PIN"
+        }
+    }
 }
 
 // MARK: - Database

@@ -88,8 +88,11 @@ extension StatusReport {
             o.add("clock_skew_seconds", Self.int(m.info.lastClockSkewSeconds))
             o.add("readings", m.readings)
             o.add("single_bond", m.info.keepsSingleBond)
+            o.add("state", m.info.bondLostAt == nil ? "ok" : "re-pair-needed")
+            o.add("bond_lost_at", Self.time(m.info.bondLostAt))
             return o.value
         }))
+        root.add("problems", .array(problems.map(JSONValue.string)))
 
         root.add("destinations", .array(store.destinations.map { dest in
             var o = JSONObjectBuilder()

@@ -21,6 +21,7 @@ extension StatusReport {
     var text: String {
         let e = TerminalText.escaped as (String) -> String
         var out = ""
+        for problem in problems { out += "PROBLEM: \(e(problem))\n" }
         if daemon.running, let pid = daemon.pid {
             out += "daemon: running (pid \(pid)), \(e(daemon.phase?.rawValue ?? "?"))"
             if let w = daemon.watching { out += ", watching by \(e(w))" }
@@ -81,6 +82,9 @@ extension StatusReport {
             line += ", highest sequence \(m.info.highestSequence.map(String.init) ?? "none"), \(m.readings) readings"
             if let skew = m.info.lastClockSkewSeconds { line += ", clock skew \(skew) s" }
             out += line + "\n"
+            if m.info.bondLostAt != nil {
+                out += "  re-pair needed since \(Self.iso(m.info.bondLostAt)): \(e(m.info.bondLostMessage ?? "the meter lost its bond"))\n"
+            }
             if m.info.keepsSingleBond {
                 out += "  warning: this meter keeps one bond only; pairing it with a phone unpairs the gateway\n"
             }

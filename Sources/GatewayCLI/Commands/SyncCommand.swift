@@ -17,8 +17,11 @@ enum SyncCommand: GatewayCommand {
       --wait SECONDS   how long to wait for a meter to start advertising (default 0: connect at once,
                        which succeeds while the meter is awake)
       --adapter hciN   the Bluetooth adapter (default: [gateway] adapter, else the first powered one)
-    Exit status: 0 done; 1 a download failed or was interrupted; 64 bad arguments; 69 no meter reachable
-    or no adapter; 75 readings stored but their upload deferred; 78 configuration error.
+    A meter that lost its bond (reset, or paired with another device) is reported as "re-pair needed"
+    with the command that fixes it (pairing it again: glucose-gateway pair ADDRESS); status shows it too.
+    Exit status: 0 done; 1 a download failed or was interrupted; 64 bad arguments; 69 no meter reachable,
+    a meter needs pairing again, or no adapter; 75 readings stored but their upload deferred; 78
+    configuration error.
     """
     static let options = OptionTable(values: ["--wait", "--adapter"])
 
@@ -81,30 +84,32 @@ enum SyncCommand: GatewayCommand {
                              lockDatabase: config.gateway.database)
         var reachable = 0
         var incomplete = false
+        var repair = false
         for meter in meters {
             let bar = ProgressBar(label: meter.address, enabled: MeterCommandSupport.stdoutIsTerminal)
             let result = await sync.sync(meter, wait: .milliseconds(Int(wait * 1000))) { bar.update($0) }
             bar.clear()
             // A failed download's reason is an error: stderr, as every error (the summaries go to stdout).
             switch result.status {
-            case .failed, .lockFailed:
+            case .failed, .lockFailed, .repairNeeded:
                 StandardStream.writeError("glucose-gateway sync: " + TerminalText.escaped(result.summary) + "\n")
             case .downloaded, .unreachable, .busy:
                 StandardStream.writeOutput(TerminalText.escaped(result.summary) + "\n")
             }
             switch result.status {
             case .unreachable: break
+            case .repairNeeded: repair = true
             case .downloaded, .failed, .busy: reachable += 1
             case .lockFailed: incomplete = true
             }
             switch result.status {
             case .downloaded, .failed: if !result.isComplete { incomplete = true }
-            case .unreachable, .busy, .lockFailed: break
+            case .unreachable, .busy, .lockFailed, .repairNeeded: break
             }
         }
         await radio.close()
         if incomplete { return .failure }
-        if reachable == 0 { return .unavailable }
+        if repair || reachable == 0 { return .unavailable }
         return .ok
     }
 }

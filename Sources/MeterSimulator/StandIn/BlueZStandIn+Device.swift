@@ -141,6 +141,10 @@ extension BlueZStandIn {
                 early = true
             }
         }
+        if let m = meters[address], m.paired, m.forgotBond {
+            try await refuseEncryption(address, run)
+            return
+        }
         try await establishLink(address, run)
         // The reply goes out when this returns; services resolve just after it, as in bluetoothd.
         scheduleServiceResolution(address, run, resolvedBeforeExport: early)
@@ -248,8 +252,9 @@ extension BlueZStandIn {
         await disconnectLink(address, reason: "org.bluez.Reason.Local")
     }
 
-    /// Takes the link down with BlueZ's signal order: ServicesResolved=false, Connected=false, then
-    /// `Disconnected(reason, message)` (BlueZ 5.83+).
+    /// Takes the link down with BlueZ's signal order: ServicesResolved=false, `Disconnected(reason,
+    /// message)` (BlueZ 5.83+), then Connected=false (`device_remove_connection` in `src/device.c` emits
+    /// the signal before the property).
     func disconnectLink(_ address: String, reason: String) async {
         guard var d = devices[address], d.connected else { return }
         d.pairTask?.cancel()
@@ -263,11 +268,15 @@ extension BlueZStandIn {
         for path in acquired.keys where path.hasPrefix(devicePath(address) + "/") { await releaseAcquired(path) }
         if let m = meters[address] { await m.peripheral.linkDown() }
         if wasResolved { await setDevice(address, ["ServicesResolved": .bool(false)]) }
-        await setDevice(address, ["Connected": .bool(false)])
         if let c = connection, d.exported {
-            let message = reason.hasSuffix("Remote") ? "Connection terminated by remote user" : "Connection terminated by local host"
+            let message = switch reason {
+            case "org.bluez.Reason.Remote": "Connection terminated by remote user"
+            case "org.bluez.Reason.Authentication": "Connection terminated due to authentication failure"
+            default: "Connection terminated by local host"
+            }
             try? await c.emitSignal(path: devicePath(address), interface: "org.bluez.Device1", member: "Disconnected",
                                     arguments: [.string(reason), .string(message)])
         }
+        await setDevice(address, ["Connected": .bool(false)])
     }
 }

@@ -72,10 +72,47 @@ extension BlueZStandIn {
         devices[address]?.pairAgent = nil
         try run.check()
         meters[address]?.paired = true
+        meters[address]?.forgotBond = false
+        meters[address]?.bondRefusals = 0
         saveState()
         await setDevice(address, ["Paired": .bool(true), "Bonded": .bool(true)])
         // Pair also resolves services before it returns.
         await resolveServices(address, run)
+    }
+
+    // MARK: A meter that forgot its bond
+
+    /// The meter forgets its bond with the gateway (a reset, or paired with another device) while
+    /// bluetoothd keeps the key, as `bluetoothctl remove` on the meter's side does.
+    public func forgetBond(_ address: String) throws {
+        guard meters[address] != nil else { throw DBusError(.invalidArgs, "no meter \(address)") }
+        meters[address]?.forgotBond = true
+        meters[address]?.bondRefusals = 0
+        logger.info("\(address) forgot its bond; bluetoothd keeps the key")
+    }
+
+    /// `Connect` to a meter that forgot its bond, as BlueZ 5.66 and Linux 6.1 do it (the bond-loss
+    /// real-stack scenario): the link comes up, the kernel starts encryption with the stored key, the
+    /// meter has none (LTK negative reply, Encryption Change 0x06 PIN or Key Missing), and the kernel
+    /// disconnects (0x05 Authentication Failure). `Paired`/`Bonded` stay true; `ServicesResolved` never
+    /// turns true. bluetoothd answered `Connect` both ways in that scenario: with success (ATT was
+    /// attached before security was raised) and with `Failed "le-connection-abort-by-local"` (the link
+    /// was gone first); this alternates between the two. The `Disconnected` signal carries
+    /// `org.bluez.Reason.Authentication` (BlueZ 5.83+).
+    func refuseEncryption(_ address: String, _ run: BluetoothdRun) async throws {
+        try await establishLink(address, run)
+        let refusals = (meters[address]?.bondRefusals ?? 0) + 1
+        meters[address]?.bondRefusals = refusals
+        logger.info("\(address) refused the encryption (no key): refusal \(refusals)")
+        if refusals % 2 == 1 {
+            try? await Task.sleep(for: .milliseconds(20))
+            await disconnectLink(address, reason: "org.bluez.Reason.Authentication")
+            throw bluezError("Failed", "le-connection-abort-by-local")
+        }
+        Task { [weak self] in
+            try? await Task.sleep(for: .milliseconds(20))
+            await self?.disconnectLink(address, reason: "org.bluez.Reason.Authentication")
+        }
     }
 
     func cancelPairing(_ address: String, _ call: DBusMethodCall, _ run: BluetoothdRun) async throws {

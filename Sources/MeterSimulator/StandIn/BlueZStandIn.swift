@@ -54,6 +54,10 @@ public actor BlueZStandIn {
         var paired = false
         var trusted = false
         var blocked = false
+        /// The meter forgot its bond (control method `ForgetBond`) while bluetoothd keeps its key, and
+        /// how many connections it refused since (see `BlueZStandIn+Pairing`).
+        var forgotBond = false
+        var bondRefusals = 0
     }
 
     struct Device {

@@ -31,6 +31,10 @@ enum ControlInterface {
       FailConnect(s address, as outcomes)                 script the next Connect calls: abort-by-local,
                                                            canceled, in-progress, hang, resolved-before-export
       StaleConnect(s address)                             the meter is already connected (no Connect call)
+      ForgetBond(s address)                               the meter forgets its bond (reset, paired
+                                                           elsewhere); bluetoothd keeps its key, so each
+                                                           Connect is refused at encryption as on real
+                                                           BlueZ (Disconnected reason Authentication)
       SetRfkill(b blocked)                                rfkill: Powered=false, PowerState off-blocked
       SetQuirks(s address, as quirks)                     play real bluetoothd behaviour for the meter:
                                                            silent-connected (Connected=true without a
@@ -178,6 +182,11 @@ extension BlueZStandIn {
             DBusMethod("StaleConnect", in: "s") { [weak self] call in
                 guard let self else { return [] }
                 try await self.staleConnect(try address(call))
+                return []
+            },
+            DBusMethod("ForgetBond", in: "s") { [weak self] call in
+                guard let self else { return [] }
+                try await self.forgetBond(try address(call))
                 return []
             },
             DBusMethod("SetRfkill", in: "b") { [weak self] call in

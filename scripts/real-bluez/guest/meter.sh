@@ -26,6 +26,7 @@ deadline=$((SECONDS + 30))
 while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/meter_aid.log" && break; sleep 0.2; done
 rb_check "meter aid ready" grep -q '^ready' "$RB_OUT/meter_aid.log"
 rb_signal meter-ready "$addr"
+[[ -n ${RB_METER_FORGET:-} ]] && (source "$RB_LIBDIR/guest/meter-forget.sh") &
 rb_guest_wait_gateway_done 280
 rb_check "the simulator ran to the end" kill -0 $sim
 kill $sim $aidpid 2> /dev/null

@@ -1,0 +1,95 @@
+import GatewayCore
+import SQLiteStore
+import Testing
+import TestSupport
+@testable import Gateway
+
+@Suite("Daemon: a meter that lost its bond", .timeLimit(.minutes(1)))
+struct DaemonBondLossTests {
+    typealias Fixture = DaemonTests.Fixture
+
+    static func connects(_ f: Fixture, _ address: String) -> Int {
+        f.radio.calls.filter { $0 == "connect \(address)" }.count
+    }
+
+    @Test("re-pair needed: stored, shown, alerted once; the daemon stops connecting, also after a restart, until it is paired again")
+    func lostBondIsAStateUntilPairedAgain() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: DaemonTests.records(1...3)))
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
+        f.radio.add(meter, paired: true)
+        f.radio.setForgotBond(meter.address, true)
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("re-pair needed") { await f.daemon.currentSnapshot().repairNeeded == [meter.address] }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        #expect(Self.connects(f, meter.address) == 1)
+
+        let row = try #require(try await f.store.meter(meter.address))
+        #expect(row.bondLostAt != nil)
+        #expect(row.bondLostMessage?.contains("refused the encryption") == true)
+        #expect(try await f.store.recentEvents(meterAddress: meter.address, kind: .bondLost).count == 1)
+        #expect(f.meterAlerts.all.count == 1)
+        #expect(f.meterAlerts.all.first?.hasPrefix("\(DaemonAlert.meterBondLost) \(meter.address) ") == true)
+        #expect(f.meterAlerts.all.first?.contains("glucose-gateway pair \(meter.address)") == true)
+        let snapshot = await f.daemon.currentSnapshot()
+        #expect(snapshot.statusLine.contains("1 re-pair needed"))
+        #expect(snapshot.counters.failures["bond-lost"] == 1)
+        #expect(snapshot.metrics(now: 0).metersRepairNeeded == 1)
+        #expect(f.alerts.all.isEmpty)
+
+        // The meter keeps advertising: hours pass, no connect, no second alert.
+        for _ in 0..<20 {
+            clock.advance(by: .seconds(600))
+            await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
+            await f.daemon.handle(.meterSeen(address: meter.address, connected: true))
+        }
+        #expect(Self.connects(f, meter.address) == 1)
+        #expect(f.meterAlerts.all.count == 1)
+        await f.finish()
+
+        // A restart keeps the state: still no connect and no new alert.
+        let restarted = try await Fixture(meters: [], clock: clock, directory: f.directory, radio: FakeMeterRadio(meters: [meter]))
+        restarted.radio.add(meter, paired: true)
+        restarted.radio.setForgotBond(meter.address, true)
+        #expect(await restarted.daemon.currentSnapshot().repairNeeded == [meter.address])
+        for _ in 0..<5 {
+            clock.advance(by: .seconds(600))
+            await restarted.daemon.handle(.meterSeen(address: meter.address, connected: false))
+        }
+        #expect(Self.connects(restarted, meter.address) == 0)
+        #expect(restarted.meterAlerts.all.isEmpty)
+
+        // `pair` (another process) pairs it again: the state is gone and the meter is downloaded.
+        restarted.radio.setForgotBond(meter.address, false)
+        let other = try SQLiteStore(path: f.directory + "/gateway.sqlite3")
+        let pairing = MeterPairing(radio: restarted.radio, store: other, logger: .silent)
+        _ = try await pairing.run(address: meter.address, passkey: 123_456, timeZone: DaemonTests.zone)
+        await other.close()
+        #expect(try await restarted.store.meter(meter.address)?.bondLostAt == nil)
+        await restarted.daemon.databaseWritten()
+        #expect(await restarted.daemon.currentSnapshot().repairNeeded == [])
+        await restarted.daemon.handle(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("3 readings") { try await restarted.sequences(meter.address) == [1, 2, 3] }
+        #expect(!(await restarted.daemon.currentSnapshot().statusLine.contains("re-pair")))
+        await restarted.finish()
+    }
+
+    @Test("one failed connection of another kind is no verdict: the meter is tried again after the retry delay")
+    func otherFailuresKeepTrying() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: DaemonTests.records(1...2)))
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
+        f.radio.setInRange(meter.address, false)
+        await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("first attempt ended") {
+            await f.daemon.currentSnapshot().counters.failures["disconnected"] == 1
+        }
+        #expect(await f.daemon.currentSnapshot().repairNeeded == [])
+        f.radio.setInRange(meter.address, true)
+        clock.advance(by: Fixture.settings.retryDelay)
+        await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("2 readings") { try await f.sequences(meter.address) == [1, 2] }
+        #expect(try await f.store.meter(meter.address)?.bondLostAt == nil)
+        await f.finish()
+    }
+}
