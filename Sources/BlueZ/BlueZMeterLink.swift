@@ -8,11 +8,19 @@ public struct ConnectRetry: Sendable, Equatable {
     public var initial: Duration
     public var maximum: Duration
     public var attempts: Int
+    /// Where bluetoothd gives no disconnect reason (before 5.83), a link that came up and was dropped
+    /// this soon, before its services were resolved, counts as refused at encryption (see
+    /// `LinkCore.authenticationFailure`). The bond-loss real-stack scenario measured 10-80 ms between
+    /// bluetoothd's Connected=true and Connected=false on an idle machine and up to some 730 ms with the
+    /// machine loaded (TCG); resolving services from the cache or a first discovery takes longer.
+    public var refusedWithin: Duration
 
-    public init(initial: Duration = .milliseconds(250), maximum: Duration = .seconds(4), attempts: Int = 6) {
+    public init(initial: Duration = .milliseconds(250), maximum: Duration = .seconds(4), attempts: Int = 6,
+                refusedWithin: Duration = .milliseconds(1500)) {
         self.initial = initial
         self.maximum = maximum
         self.attempts = attempts
+        self.refusedWithin = refusedWithin
     }
 
     /// The pause before retry number `attempt` (1-based): initial, doubling, capped.
@@ -55,12 +63,13 @@ extension BlueZClient {
         while true {
             attempt += 1
             do {
-                return try await connectOnce(address: address, deadline: deadline)
-            } catch where error.kind == .transient && attempt < retry.attempts {
+                return try await connectOnce(address: address, deadline: deadline, refusedWithin: retry.refusedWithin)
+            } catch {
                 refusals = error.authenticationFailure == nil ? 0 : refusals + 1
                 if let why = error.authenticationFailure, refusals >= Self.bondLostAttempts, bonded(address) {
                     throw BlueZError(.bondLost, "\(address) refused the encryption with this gateway's key \(refusals) times in a row (\(why)): the meter no longer has the bond (reset, or paired with another device)")
                 }
+                guard error.kind == .transient, attempt < retry.attempts else { throw error }
                 let pause = retry.delay(before: attempt)
                 guard remaining() > pause + .milliseconds(100) else { throw error }
                 logger.info("bluez: connecting \(address) failed (\(error)); retry \(attempt) in \(pause)")
@@ -76,7 +85,7 @@ extension BlueZClient {
         return device.paired && properties?["Bonded"]?.bool != false
     }
 
-    private func connectOnce(address: String, deadline: ContinuousClock.Instant) async throws(BlueZError) -> BlueZMeterLink {
+    private func connectOnce(address: String, deadline: ContinuousClock.Instant, refusedWithin: Duration) async throws(BlueZError) -> BlueZMeterLink {
         guard let device = device(address: address) else {
             throw BlueZError(.notFound, "device \(address) is not known to BlueZ; scan first")
         }
@@ -106,7 +115,7 @@ extension BlueZClient {
                 // Fine: wait for services below.
             } catch {
                 var failed = error
-                if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure() }
+                if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure(within: refusedWithin) }
                 throw failed
             }
             // The mirror must have seen Connected=true (sent before the reply) before it is judged.
@@ -133,7 +142,7 @@ extension BlueZClient {
                 _ = try? await callBlueZ(path: path, interface: BlueZNames.device, member: "Disconnect", timeout: .seconds(5))
             }
             var failed = error
-            if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure() }
+            if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure(within: refusedWithin) }
             throw failed
         }
         guard resolved, owner == currentOwner else { throw BlueZError(.disconnected, "bluetoothd went away") }
@@ -263,11 +272,6 @@ final class LinkCore: Sendable {
         }
     }
 
-    /// A link dropped this soon after coming up, before its services were resolved, was ended at the
-    /// encryption (the first thing a central does on a link to a bonded device), not by the radio: the
-    /// kernel's LE supervision timeout alone is 420 ms.
-    static let refusedWithin: Duration = .milliseconds(400)
-
     /// Why this failed attempt looks like the meter refusing the encryption with the stored key, or nil.
     ///
     /// What the stack says when the meter forgot the bond (seen on BlueZ 5.66 with Linux 6.1: the
@@ -283,15 +287,17 @@ final class LinkCore: Sendable {
     /// local abort). BlueZ 5.83 added `Device1.Disconnected(reason, message)`; the reason is then
     /// `org.bluez.Reason.Authentication`, which the kernel reports only for that failure. So: where
     /// bluetoothd gave a reason, only `Authentication` counts; where it gave none, a link that came up
-    /// and was dropped within `refusedWithin` does.
-    func authenticationFailure(now: ContinuousClock.Instant = .now) -> String? {
+    /// and was dropped within `within` (`ConnectRetry.refusedWithin`), before its services were
+    /// resolved, does: encryption is the first thing a central does on a link to a bonded device. One
+    /// such attempt proves nothing (a link can fail to establish, 0x3E); `connectMeter` wants three in a row.
+    func authenticationFailure(within: Duration, now: ContinuousClock.Instant = .now) -> String? {
         let s = state.withLock { $0 }
         if let reason = s.disconnectReason {
             return reason == "org.bluez.Reason.Authentication" ? "bluetoothd: disconnected, reason \(reason)" : nil
         }
         guard let up = s.upAt else { return nil }
         let lasted = up.duration(to: s.downAt ?? now)
-        guard lasted <= Self.refusedWithin else { return nil }
+        guard lasted <= within else { return nil }
         return "the link was dropped \(lasted.wholeMilliseconds) ms after it came up, before its services were resolved"
     }
 

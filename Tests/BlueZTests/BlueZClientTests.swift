@@ -156,7 +156,7 @@ final class Rig: Sendable {
         let rig = try await Rig(script: FakeBlueZ.Script(dropsBeforeResolve: c.drops, dropAfter: c.dropAfter, dropReason: c.reason))
         try await rig.fake.addDevice(address: meterAddress, name: "Meter", paired: c.paired)
         _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
-        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6)
+        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6, refusedWithin: .milliseconds(300))
         do {
             let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(30), retry: retry)
             #expect(c.expected == nil)

@@ -93,6 +93,59 @@ struct MeterPairingTests {
         #expect(try await store.meter(meter.address) == nil)
     }
 
+    @Test func aKeptBondRefusedAtConnectionIsReplacedByPairingWithThePin() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.add(meter, name: "meter+01234567", pin: 654_321, paired: true)
+        radio.setForgotBond(meter.address, true)
+        let result = try await MeterPairing(radio: radio, store: store, logger: .silent)
+            .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+        #expect(!result.keptExistingBond)
+        #expect(radio.calls.filter { $0.hasSuffix(meter.address) } == [
+            "wait \(meter.address)", "connect \(meter.address)", "forget \(meter.address)", "wait \(meter.address)",
+            "pair \(meter.address)", "connect \(meter.address)",
+        ])
+        #expect(try await store.meter(meter.address)?.bondLostAt == nil)
+    }
+
+    @Test func pairingAMeterInStateRepairNeededPairsAnewAndClearsIt() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.add(meter, name: "meter+01234567", pin: 654_321, paired: true)
+        var info = MeterInfo(address: meter.address, timeZone: "UTC")
+        info.pairedAt = 1
+        info.highestSequence = 3
+        info.bondLostAt = 5
+        info.bondLostMessage = "refused"
+        try await store.saveMeter(info)
+        let result = try await MeterPairing(radio: radio, store: store, logger: .silent)
+            .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+        // The stale key is removed before anything else: the meter has no use for it.
+        #expect(Array(radio.calls.prefix(4)) == ["wait \(meter.address)", "forget \(meter.address)", "wait \(meter.address)", "pair \(meter.address)"])
+        #expect(!result.keptExistingBond)
+        let row = try #require(try await store.meter(meter.address))
+        #expect(row.bondLostAt == nil && row.bondLostMessage == nil)
+        #expect(row.highestSequence == 3)
+    }
+
+    @Test func syncOfAMeterThatLostItsBondNamesTheFixAndRecordsTheState() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.add(meter, name: "meter+01234567", pin: 654_321, paired: true)
+        radio.setForgotBond(meter.address, true)
+        try await store.saveMeter(MeterInfo(address: meter.address, timeZone: "UTC"))
+        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
+        let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
+        #expect(result.status == .repairNeeded("\(meter.address) refused the encryption with this gateway's key 3 times in a row"))
+        #expect(result.summary.hasSuffix("; pair it again: glucose-gateway pair \(meter.address) --pin PIN"))
+        #expect(try await store.meter(meter.address)?.bondLostAt == 77)
+        #expect(store.events.filter { $0.kind == .bondLost }.count == 1)
+
+        // The bond works after all (the meter came back with it): a session clears the state.
+        radio.setForgotBond(meter.address, false)
+        let stored = try #require(try await store.meter(meter.address))
+        let again = await sync.sync(stored, wait: .zero)
+        #expect(again.isComplete)
+        #expect(try await store.meter(meter.address)?.bondLostAt == nil)
+    }
+
     @Test func meterNotAdvertisingIsUnavailable() async throws {
         let (meter, radio, store) = Self.setup()
         radio.setInRange(meter.address, false)

@@ -1,4 +1,4 @@
-# rb-about: the meter forgets its bond (bluetoothctl remove on the meter's bluetoothd): the next sync fails with "re-pair needed", status --json shows it, the daemon leaves the meter alone, pair makes it work again
+# rb-about: the meter forgets its bond (bluetoothctl remove on the meter's bluetoothd): the daemon finds "re-pair needed" (status --json, on_meter_error once) and stops connecting; sync names the fix (exit 69); pair makes it work again
 # rb-topology: two VMs: own kernel + bluetoothd each; the meter's bluetoothd drops the gateway's keys, the gateway's keeps them; btmon and bluetoothd -d on the gateway for the evidence
 # rb-ci: no
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
