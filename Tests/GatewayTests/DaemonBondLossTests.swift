@@ -42,6 +42,8 @@ struct DaemonBondLossTests {
             clock.advance(by: .seconds(600))
             await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
             await f.daemon.handle(.meterSeen(address: meter.address, connected: true))
+            // A session started by either would be running now; let it end before counting.
+            try await Fixture.until("no session") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
         }
         #expect(Self.connects(f, meter.address) == 1)
         #expect(f.meterAlerts.all.count == 1)
@@ -55,6 +57,7 @@ struct DaemonBondLossTests {
         for _ in 0..<5 {
             clock.advance(by: .seconds(600))
             await restarted.daemon.handle(.meterSeen(address: meter.address, connected: false))
+            try await Fixture.until("no session") { await restarted.daemon.currentSnapshot().activeSessions.isEmpty }
         }
         #expect(Self.connects(restarted, meter.address) == 0)
         #expect(restarted.meterAlerts.all.isEmpty)
