@@ -219,18 +219,63 @@ final class ConnectionCore {
     private func fire(_ watch: OpaquePointer, flags: UInt32) {
         guard isOpen, watches[watch] != nil else { return }
         _ = dbus_watch_handle(watch, flags)
-        if flags == DBUS_WATCH_READABLE.rawValue {
-            // libdbus reads at most 2 KiB per call (a few notifications). Read on while the socket holds
-            // more, so one wake-up takes in a burst and dispatches it as one pass, instead of coming back
-            // through the event loop for every 2 KiB. Bounded, so a flood cannot starve the queue.
-            var rounds = 1
-            while rounds < 32, isOpen, watches[watch] != nil, dbus_watch_get_enabled(watch) != 0,
-                  Self.bytesWaiting(dbus_watch_get_unix_fd(watch)) > 0 {
-                _ = dbus_watch_handle(watch, flags)
-                rounds += 1
-            }
+        guard flags == DBUS_WATCH_READABLE.rawValue else {
+            drain()
+            return
         }
-        drain()
+        readWaiting(watch)
+        dispatchMessages()
+        // A pass that delivered signals to a batching subscription (GATT notifications of a download)
+        // is most likely part of a burst: wait a moment on the socket itself for the next messages and
+        // take them into the same pass, instead of going back through the event loop, where each wake-up
+        // costs several thread switches (Dispatch's event thread, a worker, re-arming the source).
+        // Bounded by `Linger`, so one quiet millisecond or a long flood returns to the loop; subscribers
+        // hear the end of the pass (`endOfBatch`) when the lingering stops.
+        var lingered = Linger()
+        while !batched.isEmpty, lingered.mayWait, isOpen, watches[watch] != nil, dbus_watch_get_enabled(watch) != 0,
+              Self.waitReadable(dbus_watch_get_unix_fd(watch), milliseconds: Linger.quietMilliseconds) {
+            _ = dbus_watch_handle(watch, flags)
+            readWaiting(watch)
+            dispatchMessages()
+            lingered.round()
+        }
+        endBatches()
+    }
+
+    /// libdbus reads at most 2 KiB per call (a few notifications). Reads on while the socket holds more,
+    /// so one wake-up takes in a burst and dispatches it as one pass, instead of coming back through the
+    /// event loop for every 2 KiB. Bounded, so a flood cannot starve the queue.
+    private func readWaiting(_ watch: OpaquePointer) {
+        var rounds = 1
+        while rounds < 32, isOpen, watches[watch] != nil, dbus_watch_get_enabled(watch) != 0,
+              Self.bytesWaiting(dbus_watch_get_unix_fd(watch)) > 0 {
+            _ = dbus_watch_handle(watch, DBUS_WATCH_READABLE.rawValue)
+            rounds += 1
+        }
+    }
+
+    /// How long one read wake-up may wait on the socket for more of a burst: each wait ends after
+    /// `quietMilliseconds` without data, and the whole pass after `rounds` reads or `budget`, whichever
+    /// comes first (so other work queued on the connection waits a few milliseconds at most).
+    struct Linger {
+        static let quietMilliseconds: Int32 = 1
+        static let rounds = 64
+        static let budget: Duration = .milliseconds(5)
+        private let start = ContinuousClock.now
+        private var count = 0
+        var mayWait: Bool { count < Self.rounds && ContinuousClock.now - start < Self.budget }
+        mutating func round() { count += 1 }
+    }
+
+    /// Waits up to `milliseconds` for `fd` to become readable; false on time-out or error.
+    private static func waitReadable(_ fd: Int32, milliseconds: Int32) -> Bool {
+        #if canImport(Glibc)
+        guard fd >= 0 else { return false }
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, milliseconds) == 1 && entry.revents & Int16(POLLIN) != 0
+        #else
+        return false
+        #endif
     }
 
     /// Bytes readable on `fd` without blocking (0 when unknown).
@@ -270,11 +315,19 @@ final class ConnectionCore {
 
     /// Dispatches every message libdbus has read. Never re-entered: a filter that ends up here returns at once.
     func drain() {
-        guard isOpen, !dispatching else { return }
+        guard dispatchMessages() else { return }
+        endBatches()
+    }
+
+    /// Dispatches every message libdbus has read, without ending the pass; false when the connection is
+    /// closed or a dispatch is already running (a filter that ends up here).
+    @discardableResult
+    private func dispatchMessages() -> Bool {
+        guard isOpen, !dispatching else { return false }
         dispatching = true
         defer { dispatching = false }
         while isOpen && dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS {}
-        endBatches()
+        return true
     }
 
     // MARK: - Incoming messages
