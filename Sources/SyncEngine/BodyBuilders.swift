@@ -27,9 +27,24 @@ enum UploadableReading {
 
     /// Plain ASCII for a device string: letters, digits, `.`, `_` and `-`; anything else becomes `_`.
     static func plain(_ text: String) -> String {
-        String(text.unicodeScalars.map { s -> Character in
-            s.isASCII && (s.properties.isAlphabetic || ("0"..."9").contains(s) || s == "." || s == "_" || s == "-") ? Character(s) : "_"
-        })
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count)
+        for scalar in text.unicodeScalars {
+            // One `_` per scalar outside the set, whatever its UTF-8 length.
+            guard scalar.isASCII else {
+                out.append(UInt8(ascii: "_"))
+                continue
+            }
+            let c = UInt8(scalar.value)
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                out.append(c)
+            default:
+                out.append(UInt8(ascii: "_"))
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     static func meterModel(_ meter: MeterInfo) -> String {

@@ -50,9 +50,22 @@ public struct NameBasedUUID: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String {
-        let hex = hexString(bytes)
-        let h = Array(hex)
-        return String(h[0..<8]) + "-" + String(h[8..<12]) + "-" + String(h[12..<16]) + "-" + String(h[16..<20]) + "-" + String(h[20..<32])
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: 36) { out in
+            digits.withUTF8Buffer { hex in
+                var at = 0
+                for (i, byte) in bytes.prefix(16).enumerated() {
+                    if i == 4 || i == 6 || i == 8 || i == 10 {
+                        out[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
+                    out[at] = hex[Int(byte >> 4)]
+                    out[at + 1] = hex[Int(byte & 0x0F)]
+                    at += 2
+                }
+                return at
+            }
+        }
     }
 
     /// The DNS namespace of RFC 9562 (6ba7b810-9dad-11d1-80b4-00c04fd430c8).

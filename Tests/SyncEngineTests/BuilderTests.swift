@@ -25,6 +25,16 @@ struct BuilderTests {
         #expect(String(decoding: element.body, as: UTF8.self) == expected)
     }
 
+    @Test func deviceNameKeepsPlainASCIIOnly() throws {
+        // Letters, digits, '.', '_' and '-' stay; anything else, one '_' per Unicode scalar.
+        var meter = testMeter
+        meter.model = "Accu-Chek\u{AE} Guide e\u{301}"
+        meter.serial = "SN/42.x_y"
+        let element = try #require(NightscoutBodyBuilder().element(for: reading(), meter: meter))
+        let json = try JSONParser.parse(element.body)
+        #expect(json["device"]?.stringValue == "glucose-gateway://Accu-Chek__Guide_e_-SN_42.x_y")
+    }
+
     @Test func nightscoutConvertsMolarAndRounds() throws {
         var r = reading()
         r.mgdl = nil

@@ -33,6 +33,21 @@ struct DigestTests {
         }
     }
 
+    @Test func sha1FedInUnevenChunks() {
+        // Partial blocks, whole blocks and their mix, in every split of 150 bytes into three pieces.
+        let bytes = (0..<150).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+        let whole = SHA1.hex(bytes)
+        for first in stride(from: 0, through: 150, by: 7) {
+            for second in stride(from: first, through: 150, by: 11) {
+                var sha = SHA1()
+                sha.update(bytes[0..<first])
+                sha.update(Array(bytes[first..<second]))
+                sha.update(bytes[second...].lazy.map { $0 })
+                #expect(hexString(sha.finalize()) == whole, "split at \(first), \(second)")
+            }
+        }
+    }
+
     @Test func nightscoutSecretHeader() {
         #expect(SHA1.hex("correct-horse-battery".utf8) == "f97979ff44a9a1a4105f4bae6fe809715e0a0a84")
     }
@@ -48,6 +63,22 @@ struct DigestTests {
         // 16 bytes "NightscoutRocks!".
         let uuid = NameBasedUUID(namespace: Array("NightscoutRocks!".utf8), name: "glucose-gateway://CareSens-1234ABCD_1767250930000".utf8)
         #expect(uuid.description == "a9fd2d19-9b4c-5247-8c31-474e432d8da5")
+    }
+
+    @Test func uuid5OfANameLongerThanABlock() {
+        // Checked with Python's uuid.uuid5(uuid.NAMESPACE_DNS, "x" * 200).
+        let uuid = NameBasedUUID(namespace: NameBasedUUID.dnsNamespace, name: String(repeating: "x", count: 200).utf8)
+        #expect(uuid.description == "ddcc691a-b8e2-53e5-b059-6a232874b2eb")
+    }
+
+    @Test func idempotencyKeysStayAsSent() {
+        // Keys already sent must never change. Checked with Python's uuid module:
+        // uuid5(uuid5(NAMESPACE_DNS, "glucose-gateway.invalid"), "<ADDRESS>|<sequence>|<meter time>").
+        #expect(IdempotencyKey.namespace.description == "32376afa-9d05-5337-bf42-1551575e5697")
+        #expect(IdempotencyKey.key(meterAddress: "00:60:19:01:0e:92", sequence: 42, meterTime: "2026-01-01T08:02:10")
+                == "eb7dc9b9-956d-5a4e-96ec-ab6423d7dc52")
+        #expect(IdempotencyKey.key(meterAddress: "C0:26:DA:0B:E4:02", sequence: 65535, meterTime: "2031-12-31T23:59:59")
+                == "c6679e8f-713b-53b2-98bc-2bc1c950b12d")
     }
 
     @Test func idempotencyKeyIsDeterministicAndDistinct() {
