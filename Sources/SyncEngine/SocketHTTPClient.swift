@@ -150,11 +150,16 @@ final class SocketHTTPClient: Sendable {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_ADDRCONFIG
         var list: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(target.host, String(target.port), &hints, &list) == 0, let first = list else {
-            return .failure(.resolveFailed)
+        // An address literal (127.0.0.1, ::1) needs no look-up: resolved as such, without the interface
+        // query that AI_ADDRCONFIG makes on every call. A name is resolved with AI_ADDRCONFIG.
+        hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV
+        if getaddrinfo(target.host, String(target.port), &hints, &list) != 0 {
+            list = nil
+            hints.ai_flags = AI_ADDRCONFIG
+            guard getaddrinfo(target.host, String(target.port), &hints, &list) == 0 else { return .failure(.resolveFailed) }
         }
+        guard let first = list else { return .failure(.resolveFailed) }
         defer { freeaddrinfo(list) }
         let connectDeadline = min(deadline, Clock.now() + Int64(connectTimeoutMs))
         var lastError: HTTPError = .unreachable
