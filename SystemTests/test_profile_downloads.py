@@ -1,6 +1,7 @@
 """The built-in meter profiles of `simulate-meter --profile` against the gateway through the BlueZ stand-in:
 pair, sync, a new record, sync again; every reading once, with its exact value and time, written out here."""
 import datetime
+import json
 import subprocess
 
 from gg_bus import gateway_binary
@@ -70,6 +71,8 @@ def test_contour_next_one(private_bus, standin, tmp_path):
     assert not any("Delete" in line for line in log)
     meters = gw.run("meters")
     assert "\x00" not in meters.stdout
+    assert "identity-strings-cleaned" in meters.stdout
+    assert json.loads(gw.run("meters", "--json").stdout)[0]["handling"] == ["identity-strings-cleaned"]
     stored = gw.query("SELECT manufacturer, model, serial FROM meter WHERE address = ?", (address,))
     assert stored == [("Ascensia Diabetes Care", "Contour Next One", "7012345")]
     third = gw.sync(address)
@@ -93,3 +96,102 @@ def test_accu_chek_guide(private_bus, standin, tmp_path):
     assert summary(readings) == expected
     assert sorted(r["sequence"] for r in readings) == list(range(1, 16))
     assert all(r["time_offset_minutes"] == 60 for r in readings)
+
+
+def test_accu_chek_instant(private_bus, standin, tmp_path):
+    address = "C0:26:DA:00:00:03"
+    standin("--profile", "accu-chek-instant")
+    gw = Gateway(private_bus, tmp_path)
+    first, second = sync_twice(gw, private_bus, address, '{"time": "2024-03-08T06:00:00", "timeOffset": 60, "mgdl": 12}')
+    assert address + ": 14 new readings" in first
+    assert address + ": 1 new reading" in second
+    expected = [(series_time(i, 60), float(SERIES[i]), None) for i in range(10)]
+    expected += [(series_time(10, 60), 10.0, None), (series_time(11, 60), None, "lo"),
+                 (series_time(12, 60), None, "hi"), (series_time(13, 60), 600.0, None),
+                 ("2024-03-08T07:00:00", 12.0, None)]
+    readings = gw.readings()
+    assert summary(readings) == expected
+    assert not any("context" in r for r in readings)
+
+
+def test_caresens(private_bus, standin, tmp_path):
+    address = "F4:5E:AB:00:00:04"
+    standin("--profile", "caresens")
+    gw = Gateway(private_bus, tmp_path)
+    first, second = sync_twice(gw, private_bus, address, '{"time": "2024-03-07T12:00:00", "mgdl": 130}')
+    assert address + ": 10 new readings" in first
+    assert address + ": 1 new reading" in second
+    by_seq = {r["sequence"]: r for r in gw.readings()}
+    assert sorted(by_seq) == list(range(1, 12))
+    # Record 5 came with base-time month 13: kept, its time unresolved, never guessed.
+    five = by_seq[5]
+    assert five["exclusion"] == "time-unresolved"
+    assert five["base_time"] == "2024-13-05T23:30:00"
+    assert "time" not in five or five["time"] is None
+    # Record 8 is a ketone result (context meal 6): 12 "mg/dL" in the glucose field is 1.2 mmol/L ketone.
+    assert by_seq[8]["exclusion"] == "ketone" and by_seq[8]["mmoll"] == 1.2
+    for seq in (1, 2, 3, 4, 6, 7, 9, 10):
+        assert by_seq[seq]["local_time"] == series_time(seq - 1)
+        assert by_seq[seq]["mgdl"] == SERIES[seq - 1]
+        assert "exclusion" not in by_seq[seq]
+    assert by_seq[11]["local_time"] == "2024-03-07T12:00:00" and by_seq[11]["mgdl"] == 130
+
+
+def test_fora_tng_memory_full(private_bus, standin, tmp_path):
+    address = "C0:0C:A1:00:00:05"
+    standin("--profile", "fora-tng")
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(address)
+    first = gw.sync(address)
+    assert address + ": 21 new readings" in first.stdout
+    readings = gw.readings()
+    expected = [(series_time(i), float(SERIES[i % 10]), None) for i in range(20)]
+    expected.append(("2037-01-01T00:00:00", None, "memory-full-marker"))
+    assert summary(readings) == expected
+    listed = json.loads(gw.run("meters", "--json").stdout)
+    assert listed[0]["handling"] == ["memory-full-marker"]
+    assert "manufacturer" not in listed[0] or listed[0]["manufacturer"] is None
+    second = gw.sync(address)
+    assert address + ": 0 new readings" in second.stdout
+    assert len(gw.readings()) == 21
+
+
+def test_taidoc_reversed(private_bus, standin, tmp_path):
+    address = "00:1C:05:00:00:06"
+    standin("--profile", "taidoc-reversed")
+    gw = Gateway(private_bus, tmp_path)
+    first, second = sync_twice(gw, private_bus, address, '{"time": "2024-03-07T12:00:00", "mgdl": 133}')
+    assert address + ": 10 new readings" in first
+    assert address + ": 1 new reading" in second
+    readings = gw.readings()
+    expected = [(series_time(i), float(SERIES[i]), None) for i in range(10)]
+    expected.append(("2024-03-07T12:00:00", 133.0, None))
+    assert summary(readings) == expected
+    # Stored under their position from the oldest, whatever number the meter sends now.
+    assert [r["sequence"] for r in by_time(readings)] == list(range(11))
+    # The second sync asked for numbers 0...1 only: the new record and the newest one stored.
+    finished = [m for (m,) in gw.query("SELECT message FROM event WHERE message LIKE '%received,%' ORDER BY id")]
+    assert len(finished) == 2 and ": 2 received, 1 new" in finished[1], finished
+    third = gw.sync(address)
+    assert address + ": 0 new readings" in third.stdout
+    assert len(gw.readings()) == 11
+    listed = json.loads(gw.run("meters", "--json").stdout)
+    assert listed[0]["handling"] == ["reversed-sequence"]
+    text = gw.run("meters").stdout
+    assert "reversed-sequence" in text
+    status = json.loads(gw.run("status", "--json").stdout)
+    assert [m["handling"] for m in status["meters"]] == [["reversed-sequence"]]
+    assert "handling: reversed-sequence" in gw.run("status").stdout
+
+
+def test_generic_gls(private_bus, standin, tmp_path):
+    address = "C0:FF:EE:00:00:07"
+    standin("--profile", "generic-gls")
+    gw = Gateway(private_bus, tmp_path)
+    first, second = sync_twice(gw, private_bus, address, '{"time": "2024-03-07T12:00:00", "mgdl": 140}')
+    assert address + ": 10 new readings" in first
+    assert address + ": 1 new reading" in second
+    expected = [(series_time(i), float(SERIES[i]), None) for i in range(10)]
+    expected.append(("2024-03-07T12:00:00", 140.0, None))
+    assert summary(gw.readings()) == expected
+    assert json.loads(gw.run("meters", "--json").stdout)[0]["handling"] == []

@@ -34,6 +34,10 @@ final class DownloadSession {
     let intake: DownloadIntake
     var subscribed: [GATTUUID] = []
     var hasContextCharacteristic = false
+    /// What this meter needs beyond the profile, from its identity as read in this session (`MeterHandling`).
+    var handling = MeterHandling(kinds: [])
+    /// Commit only when the procedure says so (a meter that numbers newest first), not in batches.
+    var holdCommits = false
 
     var inputs: AsyncStream<Input>.Iterator
     let continuation: AsyncStream<Input>.Continuation
@@ -162,6 +166,10 @@ final class DownloadSession {
         report.identity.model = try await optionalString(.modelNumber)
         report.identity.serial = try await optionalString(.serialNumber)
         report.identity.firmware = try await optionalString(.firmwareRevision)
+        var seen = meter
+        seen.apply(report.identity)
+        handling = MeterHandling(for: seen)
+        if !handling.isEmpty { logger.info("meter \(meter.address): handling: \(handling)") }
 
         var clockValue: [UInt8]?
         if await link.hasCharacteristic(.currentTime) {
@@ -192,6 +200,7 @@ final class DownloadSession {
     /// same rules, they get the corrected time and their uploads. A store failure leaves them held.
     func releaseHeldReadings() async {
         let interpreter = self.interpreter
+        let handling = self.handling
         let released: [StoredReading]
         do {
             released = try await download.store.releaseHeldReadings(meter.address) { held in
@@ -201,7 +210,11 @@ final class DownloadSession {
                     guard let decodedContext = try? GlucoseMeasurementContext(bytes: raw) else { return nil }
                     context = decodedContext
                 }
-                return interpreter.reading(decoded, context: context, rawContext: held.rawContext, receivedAt: held.receivedAt)
+                var fresh = handling.applied(to: interpreter.reading(decoded, context: context, rawContext: held.rawContext,
+                                                                     receivedAt: held.receivedAt))
+                // A meter that numbers newest first: stored under its position, not the number it sent.
+                if handling.contains(.reversedSequence) { fresh.sequence = held.sequence }
+                return fresh
             }
         } catch {
             logger.warning("meter \(meter.address): cannot re-evaluate readings held as time-in-future: \(error)")
@@ -244,6 +257,10 @@ final class DownloadSession {
 
     /// Runs the RACP procedure (see `RACPProcedure`): carries out its actions and feeds it the meter's answers.
     func procedure() async throws(Stop) {
+        if handling.contains(.reversedSequence) {
+            try await reversedSequenceProcedure()
+            return
+        }
         let highest: Int?
         do {
             highest = try await download.store.highestSequence(meter.address)
@@ -487,11 +504,13 @@ final class DownloadSession {
     /// Commits the records taken in, in batches of at most `commitBatchSize`; unless `final`, a trailing
     /// record that may still get its context stays.
     func flush(final: Bool) async throws(Stop) {
+        guard !holdCommits else { return }
         while true {
             let records = intake.take(final: final, limit: download.options.commitBatchSize)
             guard !records.isEmpty else { return }
             let batch = records.map {
-                interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext, receivedAt: $0.receivedAt)
+                handling.applied(to: interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext,
+                                                         receivedAt: $0.receivedAt))
             }
             do {
                 let new = try await download.store.insert(batch)
@@ -528,6 +547,7 @@ final class DownloadSession {
             if let v = report.identity.model { row.model = v }
             if let v = report.identity.serial { row.serial = v }
             if let v = report.identity.firmware { row.firmware = v }
+            if report.identity.wasRead { row.rawIdentity = report.identity.raw }
             try await download.store.saveMeter(row)
             // The meter sends oldest first, so its last record carries its current counter. Below the highest
             // sequence of this download, the counter restarted at some point: later downloads resume from the
@@ -536,7 +556,8 @@ final class DownloadSession {
             // The same holds after a full download that followed a detected counter reset (the meter's memory
             // now holds only the new counter's records).
             let wentBack = report.counterReset || taken.highestSequence.map { h in taken.lastMeasurementSequence.map { Int($0) < h } ?? false } ?? false
-            if report.outcome == .completed, wentBack, let last = taken.lastMeasurementSequence {
+            // (Not on a meter that numbers newest first: its procedure sets the highest position itself.)
+            if report.outcome == .completed, wentBack, !handling.contains(.reversedSequence), let last = taken.lastMeasurementSequence {
                 try await download.store.resetHighestSequence(meter.address, to: Int(last))
             }
         } catch {
@@ -563,11 +584,12 @@ final class DownloadSession {
         }
     }
 
+    /// A Device Information string, cleaned (`IdentityText`); the bytes as sent are kept in the report when
+    /// cleaning changed them.
     func optionalString(_ uuid: GATTUUID) async throws(Stop) -> String? {
         guard let bytes = try await optionalRead(uuid) else { return nil }
-        var trimmed = bytes
-        while let last = trimmed.last, last == 0 { trimmed.removeLast() }
-        let text = String(decoding: trimmed, as: UTF8.self)
-        return text.isEmpty ? nil : text
+        let (text, changed) = IdentityText.clean(bytes)
+        if changed, let field = MeterIdentity.field(uuid) { report.identity.raw[field] = bytes }
+        return text
     }
 }

@@ -112,12 +112,41 @@ public struct MeterIdentity: Sendable, Equatable {
     public var model: String?
     public var serial: String?
     public var firmware: String?
+    /// The strings as sent, for those that cleaning changed (see `MeterInfo.rawIdentity`).
+    public var raw: [String: [UInt8]] = [:]
+    /// Whether any Device Information string was read in this session.
+    public var wasRead: Bool { manufacturer != nil || model != nil || serial != nil || firmware != nil || !raw.isEmpty }
     public init(manufacturer: String? = nil, model: String? = nil, serial: String? = nil, firmware: String? = nil) {
         self.manufacturer = manufacturer
         self.model = model
         self.serial = serial
         self.firmware = firmware
     }
+
+    /// The `MeterInfo.rawIdentity` key of a Device Information characteristic.
+    static func field(_ uuid: GATTUUID) -> String? {
+        switch uuid {
+        case .manufacturerName: "manufacturer"
+        case .modelNumber: "model"
+        case .serialNumber: "serial"
+        case .firmwareRevision: "firmware"
+        default: nil
+        }
+    }
+}
+
+extension MeterInfo {
+    /// This meter with the identity read in a session (strings not read stay as stored).
+    mutating func apply(_ identity: MeterIdentity) {
+        if let v = identity.manufacturer { manufacturer = v }
+        if let v = identity.model { model = v }
+        if let v = identity.serial { serial = v }
+        if let v = identity.firmware { firmware = v }
+        if identity.wasRead { rawIdentity = identity.raw }
+    }
+
+    /// What the gateway does differently for this meter (`MeterHandling`).
+    public var handling: MeterHandling { MeterHandling(for: self) }
 }
 
 /// What one download did.

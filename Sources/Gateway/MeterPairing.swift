@@ -97,10 +97,16 @@ public struct MeterPairing: Sendable {
         }
         var info = MeterInfo(address: address, timeZone: timeZone)
         info.name = nearby.name
-        info.manufacturer = await Self.readString(link, .manufacturerName)
-        info.model = await Self.readString(link, .modelNumber)
-        info.serial = await Self.readString(link, .serialNumber)
-        info.firmware = await Self.readString(link, .firmwareRevision)
+        var identity = MeterIdentity()
+        let manufacturer = await Self.readString(link, .manufacturerName, into: &identity)
+        let model = await Self.readString(link, .modelNumber, into: &identity)
+        let serial = await Self.readString(link, .serialNumber, into: &identity)
+        let firmware = await Self.readString(link, .firmwareRevision, into: &identity)
+        info.manufacturer = manufacturer
+        info.model = model
+        info.serial = serial
+        info.firmware = firmware
+        info.rawIdentity = identity.raw
         let feature = try? await link.read(.glucoseFeature)
         if let bytes = feature, let features = try? GlucoseFeatures(bytes: bytes) {
             info.features = Int(features.rawValue)
@@ -178,10 +184,12 @@ public struct MeterPairing: Sendable {
         }
     }
 
-    static func readString(_ link: any MeterLink, _ uuid: GATTUUID) async -> String? {
-        guard await link.hasCharacteristic(uuid), var bytes = try? await link.read(uuid) else { return nil }
-        while let last = bytes.last, last == 0 { bytes.removeLast() }
-        let text = String(decoding: bytes, as: UTF8.self)
-        return text.isEmpty ? nil : text
+    /// A Device Information string, cleaned (`IdentityText`); the bytes go into `identity.raw` when cleaning
+    /// changed them.
+    static func readString(_ link: any MeterLink, _ uuid: GATTUUID, into identity: inout MeterIdentity) async -> String? {
+        guard await link.hasCharacteristic(uuid), let bytes = try? await link.read(uuid) else { return nil }
+        let (text, changed) = IdentityText.clean(bytes)
+        if changed, let field = MeterIdentity.field(uuid) { identity.raw[field] = bytes }
+        return text
     }
 }

@@ -156,6 +156,9 @@ public struct MeterInfo: Sendable, Equatable, Codable {
     public var bondLostAt: UnixMillis?
     /// What the Bluetooth stack said when the bond was found lost (no secrets, no health values).
     public var bondLostMessage: String?
+    /// The Device Information strings as the meter sent them (key: `manufacturer`, `model`, `serial`,
+    /// `firmware`), for those whose stored text had characters removed (NUL and other control characters).
+    public var rawIdentity: [String: [UInt8]] = [:]
 
     public init(address: String, timeZone: String) {
         self.address = address

@@ -1,3 +1,4 @@
+import GlucoseProfile
 import Synchronization
 
 /// Kinds of entries in the event log: what an installer reads to learn what happened without a screen.
@@ -60,6 +61,9 @@ public protocol ReadingStore: Sendable {
     /// readings with any other exclusion are left alone. Returns the released readings as now stored.
     @discardableResult
     func releaseHeldReadings(_ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?) async throws -> [StoredReading]
+    /// The meter's stored readings whose user-facing time (as the meter sent it) is one of `times`: how a
+    /// download recognises a record again on a meter whose sequence numbers shift (newest first).
+    func readings(_ address: String, atUserFacingTimes times: [GlucoseDateTime]) async throws -> [StoredReading]
     /// The highest sequence number stored for this meter, nil when none.
     func highestSequence(_ address: String) async throws -> Int?
     /// Sets the meter's highest sequence, also downwards, after its counter restarted (a battery change):

@@ -151,5 +151,10 @@ enum Schema {
             ALTER TABLE meter ADD COLUMN bond_lost_at INTEGER;
             ALTER TABLE meter ADD COLUMN bond_lost_message TEXT;
             """),
+        Migration(name: "3-meter-identity-raw", sql: """
+            -- The Device Information strings as sent, where the stored text was cleaned (NUL, control
+            -- characters): `field=hex` pairs separated by commas, NULL when nothing was cleaned.
+            ALTER TABLE meter ADD COLUMN identity_raw TEXT;
+            """),
     ]
 }

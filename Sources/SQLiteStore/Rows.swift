@@ -15,8 +15,35 @@ public struct MeterRecord: Sendable, Equatable {
 enum MeterColumns {
     static let list = """
         address, name, manufacturer, model, serial, firmware, features, time_zone, paired_at, unpaired_at,
-        highest_sequence, last_sync, last_seen, last_clock_skew_s, bond_lost_at, bond_lost_message
+        highest_sequence, last_sync, last_seen, last_clock_skew_s, bond_lost_at, bond_lost_message, identity_raw
         """
+
+    /// `manufacturer=41420000,model=...` for the raw identity strings, nil when there are none.
+    static func encodeRawIdentity(_ raw: [String: [UInt8]]) -> String? {
+        guard !raw.isEmpty else { return nil }
+        return raw.keys.sorted().map { "\($0)=\(hexString(raw[$0] ?? []))" }.joined(separator: ",")
+    }
+
+    /// The inverse of `encodeRawIdentity`; pairs that do not parse are left out.
+    static func decodeRawIdentity(_ text: String?) -> [String: [UInt8]] {
+        guard let text else { return [:] }
+        var out: [String: [UInt8]] = [:]
+        for pair in text.split(separator: ",") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.count == 2, parts[1].count % 2 == 0 else { continue }
+            var bytes: [UInt8] = []
+            var i = parts[1].startIndex
+            var ok = true
+            while i < parts[1].endIndex {
+                let j = parts[1].index(i, offsetBy: 2)
+                guard let b = UInt8(parts[1][i..<j], radix: 16) else { ok = false; break }
+                bytes.append(b)
+                i = j
+            }
+            if ok { out[String(parts[0])] = bytes }
+        }
+        return out
+    }
 
     static func decode(_ row: SQLiteStatement) -> MeterRecord {
         var info = MeterInfo(address: row.text(0), timeZone: row.text(7))
@@ -33,6 +60,7 @@ enum MeterColumns {
         info.lastClockSkewSeconds = row.optionalInt(13)
         info.bondLostAt = row.optionalInt64(14)
         info.bondLostMessage = row.optionalText(15)
+        info.rawIdentity = decodeRawIdentity(row.optionalText(16))
         return MeterRecord(info: info, unpairedAt: row.optionalInt64(9))
     }
 }

@@ -295,8 +295,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             try db.execute("""
                 INSERT INTO meter (address, name, manufacturer, model, serial, firmware, features, time_zone,
                     paired_at, unpaired_at, highest_sequence, last_sync, last_seen, last_clock_skew_s,
-                    bond_lost_at, bond_lost_message)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)
+                    bond_lost_at, bond_lost_message, identity_raw)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (address) DO UPDATE SET
                     name = excluded.name, manufacturer = excluded.manufacturer, model = excluded.model,
                     serial = excluded.serial, firmware = excluded.firmware, features = excluded.features,
@@ -304,13 +304,15 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                     highest_sequence = max(coalesce(excluded.highest_sequence, meter.highest_sequence), coalesce(meter.highest_sequence, excluded.highest_sequence)),
                     last_sync = excluded.last_sync, last_seen = excluded.last_seen,
                     last_clock_skew_s = excluded.last_clock_skew_s,
-                    bond_lost_at = excluded.bond_lost_at, bond_lost_message = excluded.bond_lost_message
+                    bond_lost_at = excluded.bond_lost_at, bond_lost_message = excluded.bond_lost_message,
+                    identity_raw = excluded.identity_raw
                 """, [
                     .text(meter.address), SQLiteValue(meter.name), SQLiteValue(meter.manufacturer), SQLiteValue(meter.model),
                     SQLiteValue(meter.serial), SQLiteValue(meter.firmware), SQLiteValue(meter.features), .text(meter.timeZone),
                     SQLiteValue(meter.pairedAt), SQLiteValue(meter.highestSequence), SQLiteValue(meter.lastSync),
                     SQLiteValue(meter.lastSeen), SQLiteValue(meter.lastClockSkewSeconds),
                     SQLiteValue(meter.bondLostAt), SQLiteValue(meter.bondLostAt == nil ? nil : meter.bondLostMessage),
+                    SQLiteValue(MeterColumns.encodeRawIdentity(meter.rawIdentity)),
                 ])
         }
         committed(.meters)

@@ -1,3 +1,4 @@
+import GlucoseProfile
 import GatewayCore
 import Synchronization
 
@@ -108,6 +109,16 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         }
         if !released.isEmpty { feed.emit(.readings) }
         return released
+    }
+
+    public func readings(_ address: String, atUserFacingTimes times: [GlucoseDateTime]) async throws -> [StoredReading] {
+        let wanted = Set(times.map(\.isoString))
+        return state.withLock { s in
+            s.readings.enumerated().compactMap { i, r in
+                r.meterAddress == address && wanted.contains(r.userFacingTime.isoString)
+                    ? StoredReading(id: Int64(i + 1), reading: r) : nil
+            }
+        }
     }
 
     public func highestSequence(_ address: String) async throws -> Int? {

@@ -49,6 +49,7 @@ enum MetersCommand: GatewayCommand {
                 o.add("last_sync", m.info.lastSync.map(MeterCommandSupport.isoUTC))
                 o.add("clock_skew_seconds", m.info.lastClockSkewSeconds)
                 o.add("readings", counts[m.info.address] ?? 0)
+                o.add("handling", .array(m.info.handling.kinds.map { .string($0.rawValue) }))
                 return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
             }
             StandardStream.writeOutput(JSONValue.array(items).prettyText + "\n")
@@ -67,9 +68,10 @@ enum MetersCommand: GatewayCommand {
                 String(counts[m.info.address] ?? 0),
                 m.info.lastSync.map(MeterCommandSupport.isoUTC) ?? "never",
                 m.info.lastClockSkewSeconds.map { "\($0) s" } ?? "-",
+                m.info.handling.isEmpty ? "-" : m.info.handling.kinds.map(\.rawValue).joined(separator: ","),
             ] + (all ? [m.unpairedAt == nil ? "paired" : "unpaired"] : [])
         }
-        let header = ["ADDRESS", "MODEL", "SERIAL", "TIME ZONE", "READINGS", "LAST SYNC", "CLOCK SKEW"] + (all ? ["STATE"] : [])
+        let header = ["ADDRESS", "MODEL", "SERIAL", "TIME ZONE", "READINGS", "LAST SYNC", "CLOCK SKEW", "HANDLING"] + (all ? ["STATE"] : [])
         StandardStream.writeOutput(MeterCommandSupport.table(header, rows))
         return .ok
     }

@@ -90,6 +90,7 @@ extension StatusReport {
             o.add("single_bond", m.info.keepsSingleBond)
             o.add("state", m.info.bondLostAt == nil ? "ok" : "re-pair-needed")
             o.add("bond_lost_at", Self.time(m.info.bondLostAt))
+            o.add("handling", .array(m.info.handling.kinds.map { .string($0.rawValue) }))
             return o.value
         }))
         root.add("problems", .array(problems.map(JSONValue.string)))

@@ -85,6 +85,7 @@ extension StatusReport {
             if m.info.bondLostAt != nil {
                 out += "  re-pair needed since \(Self.iso(m.info.bondLostAt)): \(e(m.info.bondLostMessage ?? "the meter lost its bond"))\n"
             }
+            if !m.info.handling.isEmpty { out += "  handling: \(m.info.handling)\n" }
             if m.info.keepsSingleBond {
                 out += "  warning: this meter keeps one bond only; pairing it with a phone unpairs the gateway\n"
             }
