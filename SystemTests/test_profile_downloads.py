@@ -195,3 +195,39 @@ def test_generic_gls(private_bus, standin, tmp_path):
     expected.append(("2024-03-07T12:00:00", 140.0, None))
     assert summary(gw.readings()) == expected
     assert json.loads(gw.run("meters", "--json").stdout)[0]["handling"] == []
+
+
+def describe(bus, address):
+    return json.loads(control(bus, "Describe", "s", [address])[0])
+
+
+def test_profile_flags_combine_with_meter_flags(private_bus, standin):
+    # --records regenerates the profile's series (numbered newest first on this meter), --address and
+    # --name replace its identity, the rest of the profile stays.
+    standin("--profile", "taidoc-reversed", "--records", "3", "--address", "aa:bb:cc:00:00:01", "--name", "Mine",
+            "--high-at", "0")
+    assert control(private_bus, "Meters")[0] == ["AA:BB:CC:00:00:01"]
+    m = describe(private_bus, "AA:BB:CC:00:00:01")
+    assert m["name"] == "Mine"
+    assert m["deviceInformation"]["firmware"] == "1.2.4"
+    assert m["quirks"]["numbering"] == "newest-first"
+    recs = sorted(m["records"], key=lambda r: r["sequence"])
+    assert [(r["sequence"], r["time"]) for r in recs] == [
+        (0, "2024-03-05T15:30:00"), (1, "2024-03-05T11:30:00"), (2, "2024-03-05T07:30:00")]
+    assert recs[0].get("result") == "high"
+
+
+def test_profile_in_a_meter_file(private_bus, standin, meter_file):
+    standin("--meter", meter_file({"profile": "accu-chek-instant", "address": "C0:26:DA:0A:0B:0C"}))
+    m = describe(private_bus, "C0:26:DA:0A:0B:0C")
+    assert m["contextCharacteristic"] is False
+    assert m["deviceInformation"]["model"] == "Accu-Chek Instant"
+    assert len(m["records"]) == 14
+
+
+def test_the_bluez_front_end_takes_a_profile(private_bus):
+    # No bluetoothd on this bus: the profile is accepted, and the front end fails only at the adapter.
+    result = subprocess.run([gateway_binary(), "simulate-meter", "--bluez", "--bus", private_bus, "--profile",
+                             "contour-next-one"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 69, result.stderr
+    assert "cannot read the address of adapter hci0" in result.stderr
