@@ -465,12 +465,12 @@ final class DownloadSession {
     // MARK: - Deadlines
 
     /// The earliest of: the inactivity timeout, the commit interval of the oldest record waiting to be
-    /// committed, and `other`.
+    /// committed (unless commits wait for the procedure), and `other`.
     func nextDeadline(_ other: ContinuousClock.Instant?) -> ContinuousClock.Instant {
         let options = download.options
         let timing = intake.timing
         var deadline = timing.lastActivity + options.inactivityTimeout
-        if let oldest = timing.oldestCommittable { deadline = min(deadline, oldest + options.commitInterval) }
+        if !holdCommits, let oldest = timing.oldestCommittable { deadline = min(deadline, oldest + options.commitInterval) }
         if let other { deadline = min(deadline, other) }
         return deadline
     }

@@ -238,6 +238,38 @@ struct MeterHandlingTests {
         #expect(Self.same(try await f.stored(), Self.expected(mem)))
     }
 
+    /// While a report of such a meter is running, records wait for its end: the commit interval is no
+    /// deadline then, so a silent meter wakes the session only at the inactivity timeout.
+    @Test func aSilentReversedMeterWakesTheSessionOnlyAtTheTimeout() async throws {
+        let f = try await Self.taiDoc(Self.memory(8))
+        f.meter.update { $0.silentAfterRecords = 3 }
+        let manual = ManualClock()
+        let clock = MeterDownloadTests.CountingClock(clock: manual)
+        let (progress, onProgress) = MeterDownloadTests.progressStream()
+        let options = DownloadOptions(inactivityTimeout: .seconds(30))
+        let meter = f.meter, store = f.store
+        let task = Task {
+            try await MeterDownload(store: store, options: options, logger: .silent, now: { MeterHandlingTests.millis(MeterHandlingTests.time(28, 12)) },
+                                    clock: clock)
+                .run(link: meter.connect(), meter: MeterInfo(address: meter.address, timeZone: "UTC"), progress: onProgress)
+        }
+        await MeterDownloadTests.received(3, on: progress)
+        await MeterDownloadTests.timerSleeping(manual)
+        let armed = clock.sleeps
+        for _ in 0..<29 {
+            manual.advance(by: .seconds(1))
+            await Task.yield()
+        }
+        await MeterDownloadTests.timerSleeping(manual)
+        #expect(clock.sleeps == armed)
+        #expect(try await f.stored().isEmpty)
+        manual.advance(by: .seconds(1))
+        let result = try await task.value
+        #expect(result.outcome == .timedOut)
+        #expect(result.stored == 0)
+        #expect(try await f.stored().isEmpty)
+    }
+
     // MARK: - Identity strings
 
     @Test func nulAndControlCharactersAreStrippedAndTheBytesKept() async throws {
