@@ -1,7 +1,7 @@
 # rb-about: meter profiles on the real stack: per profile pair, sync (every record exactly once, exact values and times, the clock skew), an incremental second sync
 # rb-topology: two VMs: own kernel + bluetoothd each; the meter VM plays the profiles one after another
 # rb-ci: no
-# Not in the CI subset: two VMs plus about 25 s per meter (pair, two syncs, unpair) took 60-91 s for the
+# Not in the CI subset: two VMs plus about 25 s per meter (pair, two syncs, unpair) took 91-106 s for the
 # two default profiles on a 2-core machine, more than a CI scenario may add; sync.sh covers the same flow
 # for the spec-following meter file.
 # RB_PROFILES (default "contour-next-one accu-chek-guide"): the meters to play, in order; "file:NAME" plays
