@@ -204,8 +204,12 @@ extension DownloadSession {
         while true {
             let before = intake.snapshot
             try await writeRACP(request)
-            let response = try await nextRACPResponse()
-            guard case .response(let op, let code) = response, op == .reportStoredRecords else { continue }
+            var answer: RACPResponseCode?
+            while answer == nil {
+                // Other indications (a stray count) are not the report's answer.
+                if case .response(let op, let code) = try await nextRACPResponse(), op == .reportStoredRecords { answer = code }
+            }
+            guard let code = answer else { continue }
             if code == .success {
                 try await waitForLateRecords(receivedBefore: before.received + before.malformed, expected: expected)
                 return takeAll()

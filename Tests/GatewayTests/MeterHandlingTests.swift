@@ -238,6 +238,16 @@ struct MeterHandlingTests {
         #expect(Self.same(try await f.stored(), Self.expected(mem)))
     }
 
+    @Test func aStrayIndicationDuringTheReportIsNotItsAnswer() async throws {
+        let mem = Self.memory(4)
+        let f = try await Self.taiDoc(mem)
+        f.meter.update { $0.indicationBeforeReport = RACPResponse.numberOfRecords(4).encoded() }
+        let report = try await f.download()
+        #expect(report.stored == 4)
+        #expect(Self.same(try await f.stored(), Self.expected(mem)))
+        #expect(f.writes() == ["write 04 01", "write 01 01"])
+    }
+
     /// While a report of such a meter is running, records wait for its end: the commit interval is no
     /// deadline then, so a silent meter wakes the session only at the inactivity timeout.
     @Test func aSilentReversedMeterWakesTheSessionOnlyAtTheTimeout() async throws {

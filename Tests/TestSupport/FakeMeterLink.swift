@@ -85,6 +85,8 @@ public struct FakeMeterScript: Sendable {
     /// Answers a report with "success" first and keeps its records until the test calls
     /// `deliverLateRecords()` on the link (a BlueZ peripheral batching notifications, or EATT bearers).
     public var responseBeforeRecords = false
+    /// An RACP indication sent first when a report starts (a stray count answer, as a confused meter might).
+    public var indicationBeforeReport: [UInt8]?
     /// Records added to memory right after the meter answers its first count request in a link.
     public var recordsArrivingAfterCount: [FakeRecord] = []
 
@@ -270,6 +272,10 @@ public final class FakeMeterLink: MeterLink {
                 indicate(.response(requestOpCode: request.opCode, code: .success))
                 state.withLock { $0.late = selected }
                 return
+            }
+            if let stray = script.indicationBeforeReport {
+                let on = state.withLock { $0.subscribed.contains(.recordAccessControlPoint) }
+                if on { continuation.yield(.value(.recordAccessControlPoint, stray)) }
             }
             let subscribed = state.withLock { $0.subscribed }
             for record in selected {
