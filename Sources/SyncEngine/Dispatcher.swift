@@ -160,6 +160,7 @@ public actor Dispatcher {
     public func session(deadline: ContinuousClock.Instant?) async -> SessionReport {
         counters = Counters()
         let end = await runSession(deadline: deadline)
+        if successUnsaved { await save() }
         switch end {
         case .drained:
             longBackoffLevel = 0
@@ -207,7 +208,7 @@ public actor Dispatcher {
                 return .deferred(code: NetworkErrorCode.timeout, message: "upload queue unreadable")
             }
             if items.isEmpty {
-                await reportSuccess()
+                await reportSuccess(sessionEnds: true)
                 return .drained
             }
             do {
@@ -432,9 +433,15 @@ public actor Dispatcher {
 
     // MARK: - State and alerts
 
-    private func reportSuccess() async {
+    /// While a backlog drains, a state that differs from the saved one only in the time of the last
+    /// success is written at most this often (and when the session ends), so an acknowledged batch costs
+    /// one commit, its acknowledgement, instead of two.
+    static let successSaveInterval: Duration = .seconds(1)
+
+    private func reportSuccess(sessionEnds: Bool = false) async {
         let now = SystemClock.now()
         let changed = persisted.state != .ok || persisted.lastErrorCode != nil
+        let before = persisted
         persisted.state = .ok
         persisted.lastErrorCode = nil
         persisted.lastErrorMessage = nil
@@ -444,6 +451,23 @@ public actor Dispatcher {
             logger.notice("uploads to \(destination.origin) work again")
         }
         lastReported = nil
+        var onlyTimeMoved = before
+        onlyTimeMoved.lastSuccessAt = persisted.lastSuccessAt
+        if !sessionEnds, onlyTimeMoved == persisted, let saved = successSavedAt, clock.now - saved < Self.successSaveInterval {
+            successUnsaved = true
+            return
+        }
+        await save()
+    }
+
+    /// When a success was last written (nil: not in this process).
+    private var successSavedAt: ContinuousClock.Instant?
+    /// A success time waits to be written (see `successSaveInterval`).
+    private var successUnsaved = false
+
+    private func save() async {
+        successUnsaved = false
+        successSavedAt = clock.now
         try? await store.saveDestinationState(persisted)
     }
 
@@ -453,7 +477,7 @@ public actor Dispatcher {
         persisted.lastErrorCode = code
         persisted.lastErrorMessage = message
         persisted.lastErrorAt = SystemClock.now()
-        try? await store.saveDestinationState(persisted)
+        await save()
         if let last = lastReported, last.state == state, last.code == code { return }
         lastReported = (state, code)
         let label = code >= 1000 ? "\(code) \(NetworkErrorCode.name(code))" : "\(code)"

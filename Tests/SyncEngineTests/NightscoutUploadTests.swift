@@ -27,6 +27,25 @@ struct NightscoutUploadTests {
         #expect(try await store.counts(.nightscout).acknowledged == 1000)
     }
 
+    @Test func aDrainingBacklogSavesItsSuccessTimeOncePerIntervalAndAtTheEnd() async throws {
+        // Ten batches within one interval of the session's clock: the first success and the end are
+        // written, not every batch (each write is a commit of its own).
+        let server = try FakeNightscout()
+        let store = await filledStore(1000)
+        let clock = ManualClock()
+        let uploader = Uploader(settings: nightscoutSettings(server, recovery: RecoverySettings()), store: store,
+                                logger: .silent, timing: fastTiming(), clock: clock)
+        try await uploader.prepare()
+        let outcome = await uploader.drain(deadline: deadline(seconds: 60))
+        #expect(outcome.uploaded == 1000)
+        let saves = await store.stateSaves
+        #expect(saves == 2, "saved \(saves) times")
+        let state = try #require(try await store.destinationState(.nightscout))
+        #expect(state.state == .ok)
+        #expect(state.lastErrorCode == nil)
+        #expect(try #require(state.lastSuccessAt) > 0)
+    }
+
     @Test func duplicatesAreRecognisedAsStored() async throws {
         let server = try FakeNightscout()
         let first = await filledStore(50)

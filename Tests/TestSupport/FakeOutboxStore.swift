@@ -97,7 +97,11 @@ public actor FakeOutboxStore: OutboxStore {
         return c
     }
 
+    /// How many times a destination state was saved.
+    public private(set) var stateSaves = 0
+
     public func saveDestinationState(_ state: DestinationState) async throws {
+        stateSaves += 1
         states[state.destination] = state
     }
 
