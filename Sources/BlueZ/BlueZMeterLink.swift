@@ -285,7 +285,11 @@ final class LinkCore: Sendable {
     /// attached ATT before raising security: "Elevating security level since LTK is available") or
     /// fails with `org.bluez.Error.Failed` "le-connection-abort-by-local" (the same text as any other
     /// local abort). BlueZ 5.83 added `Device1.Disconnected(reason, message)`; the reason is then
-    /// `org.bluez.Reason.Authentication`, which the kernel reports only for that failure. So: where
+    /// `org.bluez.Reason.Authentication`, which the kernel reports only for that failure. bluetoothd's
+    /// own reconnection (a GATT profile's auto-connect) is not re-armed by 5.66 when the ATT channel ends
+    /// with EACCES, as it did on the emulated controller (`att_disconnected_cb` re-arms on ETIMEDOUT,
+    /// ECONNRESET, ECONNABORTED); a controller that reports the local disconnect as 0x16 gives
+    /// ECONNABORTED, which would re-arm it; 5.86+ retries after 1, 2 and 4 s, then stops. So: where
     /// bluetoothd gave a reason, only `Authentication` counts; where it gave none, a link that came up
     /// and was dropped within `within` (`ConnectRetry.refusedWithin`), before its services were
     /// resolved, does: encryption is the first thing a central does on a link to a bonded device. One
