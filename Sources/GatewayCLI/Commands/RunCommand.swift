@@ -32,6 +32,11 @@ enum RunCommand: GatewayCommand {
     nor uploads (the meters keep their records) until it is restarted with a sound file. Readings that
     another process stores (a manual `sync`) are uploaded as soon as it commits them.
 
+    A meter that refuses the stored key three times in a row (it lost its bond: reset, or paired with
+    another device) is put in state "re-pair needed": logged, shown by `status` and in the metrics, and
+    passed once to the on_meter_error command (GATEWAY_ERROR_CODE=2003, METER_BOND_LOST, GATEWAY_METER=its
+    address). The daemon does not connect to it again until `pair` pairs it anew.
+
     Files: the database from the config; <database>.daemon.json (run state for `status`); metrics_file
     (Prometheus textfile) when set. Logs go to stderr with syslog priority prefixes under systemd.
 
