@@ -3,6 +3,8 @@ the daemon against the BlueZ stand-in, whose ForgetBond plays what BlueZ does th
 at encryption, Disconnected reason Authentication, Paired/Bonded kept). The meter's state becomes
 re-pair needed in `status --json`, the metrics file and the on_meter_error hook (once, with the meter's
 address); the daemon stops connecting to it; `sync` names the fix; `pair` clears it."""
+import json
+
 from gg_daemon import Gateway, control, gateways, wait_until  # noqa: F401 (fixtures)
 from test_daemon_run import A, B, PIN, meter
 
@@ -34,6 +36,9 @@ def test_lost_bond_is_a_state_until_the_meter_is_paired_again(private_bus, stand
     status = gw.status()
     assert status["meters"][0]["bond_lost_at"] is not None and status["meters"][1]["state"] == "ok"
     assert status["problems"] == ["meter %s: re-pair needed (the meter lost its bond with this gateway); run: glucose-gateway pair %s --pin PIN" % (A, A)]
+    listed = json.loads(gw.command("meters", "--json").stdout)
+    assert [m["state"] for m in listed] == ["re-pair-needed", "ok"]
+    assert "%s: re-pair needed (the meter lost its bond); run: glucose-gateway pair %s --pin PIN" % (A, A) in gw.command("meters").stdout
     text = gw.command("status").stdout
     assert text.startswith("PROBLEM: meter %s: re-pair needed" % A)
     assert "re-pair needed since" in text

@@ -9,7 +9,8 @@ enum MetersCommand: GatewayCommand {
     usage: glucose-gateway meters [--all] [--json]
 
     Lists the paired meters: address, model, serial, time zone, readings stored, last sync and the meter
-    clock's skew at that sync.
+    clock's skew at that sync; a meter that lost its bond is named below the table as "re-pair needed"
+    ("state" in the JSON: ok or re-pair-needed).
       --all    also meters that were unpaired (their readings are kept)
       --json   one JSON array instead of a table
     """
@@ -50,6 +51,7 @@ enum MetersCommand: GatewayCommand {
                 o.add("clock_skew_seconds", m.info.lastClockSkewSeconds)
                 o.add("readings", counts[m.info.address] ?? 0)
                 o.add("handling", .array(m.info.handling.kinds.map { .string($0.rawValue) }))
+                o.add("state", m.info.bondLostAt == nil ? "ok" : "re-pair-needed")
                 return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
             }
             StandardStream.writeOutput(JSONValue.array(items).prettyText + "\n")
@@ -73,6 +75,9 @@ enum MetersCommand: GatewayCommand {
         }
         let header = ["ADDRESS", "MODEL", "SERIAL", "TIME ZONE", "READINGS", "LAST SYNC", "CLOCK SKEW", "HANDLING"] + (all ? ["STATE"] : [])
         StandardStream.writeOutput(MeterCommandSupport.table(header, rows))
+        for m in meters where m.unpairedAt == nil && m.info.bondLostAt != nil {
+            StandardStream.writeOutput("\(m.info.address): re-pair needed (the meter lost its bond); run: glucose-gateway pair \(m.info.address) --pin PIN\n")
+        }
         return .ok
     }
 }
