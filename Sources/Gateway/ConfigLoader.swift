@@ -135,7 +135,7 @@ struct ConfigBuilder {
     static let schema: [(section: String, keys: [String])] = [
         ("gateway", [
             "database", "adapter", "log_level", "metrics_file", "time_zone", "clock_skew_correction",
-            "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s",
+            "clock_skew_threshold_s", "download_idle_timeout_s", "scan_mode", "future_tolerance_s", "set_meter_clock",
             "heartbeat_url", "heartbeat_api", "heartbeat_interval_s", "heartbeat_max_pending_s", "heartbeat_on_fail",
             "on_meter_error",
         ]),
@@ -234,6 +234,7 @@ struct ConfigBuilder {
         }
         if let v = bool(s, "clock_skew_correction") { g.clockSkewCorrection = v.value }
         if let v = integer(s, "clock_skew_threshold_s", in: GatewaySection.clockSkewThresholdRange) { g.clockSkewThresholdSeconds = v.value }
+        if let v = bool(s, "set_meter_clock") { g.setMeterClock = v.value }
         if let v = integer(s, "future_tolerance_s", in: GatewaySection.futureToleranceRange) { g.futureToleranceSeconds = v.value }
         if let v = integer(s, "download_idle_timeout_s", in: GatewaySection.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
         if let v = string(s, "scan_mode") {

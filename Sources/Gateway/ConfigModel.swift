@@ -39,6 +39,9 @@ public struct GatewaySection: Sendable, Equatable {
     /// Correct meter times when the meter clock is off by more than the threshold.
     public var clockSkewCorrection: Bool = true
     public var clockSkewThresholdSeconds: Int = 120
+    /// `set_meter_clock`: write the gateway's time to a meter whose clock is off by more than the threshold
+    /// (opt-in: it writes to a medical device).
+    public var setMeterClock: Bool = false
     /// Readings more than this far ahead of the gateway's clock at download are kept as `time-in-future`.
     public var futureToleranceSeconds: Int = 600
     /// A download with no data for this long is abandoned (and retried on the next connection).
@@ -202,6 +205,7 @@ public struct GatewayConfig: Sendable, Equatable {
         lines.append("time_zone: \(gateway.timeZone ?? "(system)")")
         lines.append("clock_skew_correction: \(gateway.clockSkewCorrection)")
         lines.append("clock_skew_threshold_s: \(gateway.clockSkewThresholdSeconds)")
+        lines.append("set_meter_clock: \(gateway.setMeterClock)")
         lines.append("future_tolerance_s: \(gateway.futureToleranceSeconds)")
         lines.append("download_idle_timeout_s: \(gateway.downloadIdleTimeoutSeconds)")
         lines.append("scan_mode: \(gateway.scanMode.rawValue)")

@@ -99,6 +99,7 @@ public struct DaemonSettings: Sendable, Equatable {
         options.clinical = ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
                                             clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
                                             futureToleranceSeconds: config.gateway.futureToleranceSeconds)
+        options.setMeterClock = config.gateway.setMeterClock
         self.init(adapter: config.gateway.adapter, scanMode: config.gateway.scanMode, download: options, destinations: destinations)
     }
 }

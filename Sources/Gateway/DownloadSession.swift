@@ -82,6 +82,8 @@ final class DownloadSession {
                 case .value(.recordAccessControlPoint, _):
                     intake.touch(clearHold: true)
                     continuation.yield(.link(event))
+                case .value(.isensVendorClock, _):
+                    continuation.yield(.link(event))
                 case .value:
                     tell(intake.touch(clearHold: false))
                 case .disconnected:
@@ -178,6 +180,9 @@ final class DownloadSession {
         if clockValue == nil, await link.hasCharacteristic(.dateTime) {
             clockValue = try await optionalRead(.dateTime)
         }
+        if clockValue == nil, await link.hasCharacteristic(.isensVendorClock) {
+            clockValue = try await readVendorClock()
+        }
         if let clockValue, let zone = interpreter.zone {
             if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
                 report.skew = skew
@@ -189,6 +194,7 @@ final class DownloadSession {
                 } else if abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds {
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; correction disabled")
                 }
+                try await keepMeterClockRight(skew, zone: zone, candidates: await MeterClockAccess.available(on: link))
             } else {
                 logger.info("meter \(meter.address): meter clock value is not a usable date")
             }

@@ -15,12 +15,17 @@ public struct DownloadOptions: Sendable, Equatable {
     /// Listening on after the RACP response for records still on their way.
     public var lateRecords: LateRecordWait
     public var clinical: ClinicalSettings
+    /// `[gateway] set_meter_clock`: write the gateway's time to a meter whose clock is off by more than the
+    /// skew threshold (see `MeterClockWriter`).
+    public var setMeterClock: Bool
 
     public init(
         inactivityTimeout: Duration = .seconds(30), commitInterval: Duration = .milliseconds(500),
         commitBatchSize: Int = 200, abortResponseTimeout: Duration = .seconds(5),
-        lateRecords: LateRecordWait = LateRecordWait(), clinical: ClinicalSettings = ClinicalSettings()
+        lateRecords: LateRecordWait = LateRecordWait(), clinical: ClinicalSettings = ClinicalSettings(),
+        setMeterClock: Bool = false
     ) {
+        self.setMeterClock = setMeterClock
         self.inactivityTimeout = inactivityTimeout
         self.commitInterval = commitInterval
         self.commitBatchSize = max(1, commitBatchSize)
@@ -168,6 +173,8 @@ public struct DownloadReport: Sendable, Equatable {
     /// Contexts whose measurement never arrived in this download or was already committed.
     public var unmatchedContexts = 0
     public var skew: ClockSkew?
+    /// The meter's clock was set during this download (`set_meter_clock`).
+    public var clockSet: MeterClockWriter.Written?
     public var features: UInt16?
     public var identity = MeterIdentity()
 

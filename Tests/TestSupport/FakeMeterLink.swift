@@ -64,8 +64,13 @@ public struct FakeMeterScript: Sendable {
     public var serial = "SN0001"
     public var firmware = "1.0"
     public var features: UInt16 = 0x0400
-    /// Value of 0x2A2B (10 bytes) or 0x2A08 (7 bytes); add the UUID to `characteristics` too.
+    /// Value of 0x2A2B (10 bytes) or 0x2A08 (7 bytes); add the UUID to `characteristics` too. For the
+    /// vendor clock 0xFFF1, the 7-byte Date Time its answers carry. A write the meter takes replaces it.
     public var clockValue: [UInt8]?
+    /// Clock characteristics that take writes (0x2A2B, 0x2A08, 0xFFF1); the others refuse with ATT 0x03.
+    public var writableClocks: Set<GATTUUID> = []
+    /// Whether the vendor clock answers a command (`05 00 00 00` and its Date Time) when subscribed.
+    public var vendorClockAnswers = true
     /// Drops the link after sending this many records (per link; counts measurements).
     public var disconnectAfterRecords: Int?
     /// Goes silent (no more notifications, no RACP response) after this many records.
@@ -213,6 +218,7 @@ public final class FakeMeterLink: MeterLink {
     }
 
     public func write(_ uuid: GATTUUID, _ value: [UInt8]) async throws(MeterLinkError) {
+        if uuid != .recordAccessControlPoint, meter.script.characteristics.contains(uuid) { return try writeClock(uuid, value) }
         meter.record("write " + value.map { hex($0) }.joined(separator: " "))
         try checkConnected()
         guard uuid == .recordAccessControlPoint else { throw MeterLinkError(.permanent, "Write not permitted", attError: 0x03) }
@@ -290,6 +296,32 @@ public final class FakeMeterLink: MeterLink {
         default:
             indicate(.response(requestOpCode: request.opCode, code: .opCodeNotSupported))
         }
+    }
+
+    /// A write to a clock characteristic, logged as `write 0x2a2b: e8 07 ...`.
+    private func writeClock(_ uuid: GATTUUID, _ value: [UInt8]) throws(MeterLinkError) {
+        meter.record("write \(uuid): " + value.map { hex($0) }.joined(separator: " "))
+        try checkConnected()
+        let script = meter.script
+        if uuid == .isensVendorClock {
+            guard value.count == 11, value.prefix(4) == [0xC0, 0x03, 0x01, 0x00] else {
+                throw MeterLinkError(.permanent, "Operation failed with ATT error: 0x80", attError: 0x80)
+            }
+            let date = Array(value[4...])
+            if !date.allSatisfy({ $0 == 0 }) {
+                guard script.writableClocks.contains(uuid) else {
+                    throw MeterLinkError(.permanent, "Operation failed with ATT error: 0x80", attError: 0x80)
+                }
+                meter.withScript { $0.clockValue = date }
+            }
+            let answer = meter.script.clockValue
+            if script.vendorClockAnswers, state.withLock({ $0.subscribed.contains(uuid) }), let answer {
+                continuation.yield(.value(uuid, [0x05, 0x00, 0x00, 0x00] + answer))
+            }
+            return
+        }
+        guard script.writableClocks.contains(uuid) else { throw MeterLinkError(.permanent, "Write not permitted", attError: 0x03) }
+        meter.withScript { $0.clockValue = value }
     }
 
     /// Sends the records held back by `responseBeforeRecords`, if the link is still up and subscribed.

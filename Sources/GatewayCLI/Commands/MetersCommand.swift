@@ -7,14 +7,17 @@ enum MetersCommand: GatewayCommand {
     static let abstract = "List paired meters"
     static let help = """
     usage: glucose-gateway meters [--all] [--json]
+           glucose-gateway meters set-clock ADDRESS [--wait SECONDS] [--adapter hciN]
 
     Lists the paired meters: address, model, serial, time zone, readings stored, last sync and the meter
     clock's skew at that sync; a meter that lost its bond is named below the table as "re-pair needed"
     ("state" in the JSON: ok or re-pair-needed).
       --all    also meters that were unpaired (their readings are kept)
       --json   one JSON array instead of a table
+
+    \(MeterSetClockCommand.help)
     """
-    static let options = OptionTable(flags: ["--all", "--json"])
+    static let options = OptionTable(values: ["--wait", "--adapter"], flags: ["--all", "--json"])
 
     /// The camelCase keys `--json` printed before its keys became snake_case (see `DeprecatedJSONKeys`).
     static let deprecatedKeys: KeyValuePairs<String, String> = [
@@ -23,6 +26,12 @@ enum MetersCommand: GatewayCommand {
     ]
 
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus {
+        if let action = arguments.positional() {
+            guard action == "set-clock" else {
+                throw GatewayFailure(.usage, "unknown action '\(TerminalText.escaped(String(action.prefix(40))))' (\(MeterSetClockCommand.usage))")
+            }
+            return try await MeterSetClockCommand.run(&arguments, context: context)
+        }
         let all = arguments.flag("--all")
         let json = arguments.flag("--json")
         try arguments.finish()

@@ -78,7 +78,8 @@ enum SyncCommand: GatewayCommand {
             inactivityTimeout: .seconds(config.gateway.downloadIdleTimeoutSeconds),
             clinical: ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
                                        clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
-                                       futureToleranceSeconds: config.gateway.futureToleranceSeconds)
+                                       futureToleranceSeconds: config.gateway.futureToleranceSeconds),
+            setMeterClock: config.gateway.setMeterClock
         )
         let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: options, logger: logger),
                              lockDatabase: config.gateway.database)
