@@ -109,8 +109,8 @@ def test_the_vendor_clock_is_read_and_its_notifications_run_until_the_link_ends(
     stop = "org.bluez.GattCharacteristic1.StopNotify " + vendor
     assert "org.bluez.GattCharacteristic1.StartNotify " + vendor in gatt
     assert gatt.count(stop) == 1
-    # Stopped only on the way out, after every other characteristic, right before the disconnect: the meter
-    # switches off when it stops.
+    # Stopped only on the way out, after every other GATT call: the meter switches off when it stops (then
+    # the link is already down and the gateway's Disconnect may find nothing left to end).
     at = gatt.index(stop)
     assert all(not c.startswith("org.bluez.GattCharacteristic1.") for c in gatt[at + 1:]), gatt[at:]
-    assert gatt[at + 1].startswith("org.bluez.Device1.Disconnect"), gatt[at:]
+    assert gatt[at + 1:] in ([], ["org.bluez.Device1.Disconnect " + vendor.split("/service")[0]]), gatt[at:]

@@ -157,7 +157,7 @@ extension DownloadSession {
     func keepMeterClockRight(_ skew: ClockSkew, zone: MeterTimeZone, candidates: [MeterClockAccess]) async throws(Stop) {
         guard download.options.setMeterClock,
               abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds else { return }
-        let new = zone.localTime(at: download.now())
+        let new = zone.localTime(at: download.now() + 500)   // to the nearest second
         switch await MeterClockWriter.write(new, to: candidates, link: link) {
         case .success(let access):
             let written = MeterClockWriter.Written(access: access, old: skew.meterClock, new: new)
@@ -289,7 +289,7 @@ public struct MeterClockSession: Sendable {
             logger.warning("meter \(address): its clock value is not a usable date; the clock is left as it is")
             return .unusableClock
         }
-        let new = zone.localTime(at: now())
+        let new = zone.localTime(at: now() + 500)   // to the nearest second
         switch await MeterClockWriter.write(new, to: available, link: link) {
         case .success(let access):
             let written = MeterClockWriter.Written(access: access, old: skew.meterClock, new: new)

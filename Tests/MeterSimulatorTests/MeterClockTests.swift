@@ -1,3 +1,4 @@
+import Foundation
 import GatewayCore
 import GlucoseProfile
 @testable import MeterSimulator
@@ -5,6 +6,9 @@ import Synchronization
 import Testing
 import TestSupport
 import BlueZ
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @Suite struct MeterClockTests {
     /// 2024-03-05T14:30:00Z
@@ -203,5 +207,65 @@ final class FixedWallClock: Sendable {
         }
         await client.close()
         await standIn.stop()
+    }
+}
+
+extension StandInClockTests {
+    /// The real-BlueZ front end under bluezoo (an outside BlueZ emulator): the vendor clock's command and
+    /// answer travel through bluetoothd's GATT server API as a central sees them.
+    @Test(.timeLimit(.minutes(1))) func vendorClockThroughTheRealBlueZFrontEndUnderBluezoo() async throws {
+        let zoo = try #require(BlueZClientAgainstSimulatorTests.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
+        let bus = try await PrivateBus.start()
+        defer { bus.close() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: zoo)
+        process.arguments = ["--auto-enable", "--scan-interval", "1", "-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
+        var env = ProcessInfo.processInfo.environment
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
+        process.environment = env
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        defer {
+            kill(pid, SIGKILL)
+            process.waitUntilExit()
+        }
+        let client = try await BlueZClient.connect(bus: bus.address)
+        let meter = MeterDescription(address: Self.address, name: "meter+01020c", passkey: 123456, requiresBonding: false,
+                                     clock: MeterClock(kind: .vendor, skewSeconds: 5400))
+        let frontEnd = BlueZPeripheralFrontEnd(meter: meter, options: .init(busAddress: bus.address, adapterName: "hci1"), logger: .silent)
+        do {
+            _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
+            try await frontEnd.start()
+            try await client.startDiscovery(adapterName: "hci0")
+            _ = try await client.waitForDevice(address: "00:00:00:02:00:00", timeout: .seconds(15))
+            try await client.stopDiscovery(adapterName: "hci0")
+            let link = try await client.connectMeter(address: "00:00:00:02:00:00", timeout: .seconds(20))
+            var events = link.events.makeAsyncIterator()
+            func answer() async -> GlucoseDateTime? {
+                while let e = await events.next() {
+                    if case .value(.isensVendorClock, let bytes) = e, bytes.count == 11, bytes[0] == 0x05 {
+                        return try? GlucoseDateTime(bytes: bytes[4...])
+                    }
+                    if case .disconnected = e { return nil }
+                }
+                return nil
+            }
+            try await link.subscribe(.isensVendorClock)
+            try await link.write(.isensVendorClock, ISENSClockProtocol.getTimeCommand())
+            let shown = try #require(await answer())
+            let trueNow = GlucoseDateTime(naiveSeconds: Int64(SystemClock.now() / 1000))
+            #expect(abs(shown.naiveSeconds - trueNow.naiveSeconds - 5400) <= 2)
+            try await link.write(.isensVendorClock, ISENSClockProtocol.setTimeCommand(trueNow))
+            let after = try #require(await answer())
+            #expect(abs(after.naiveSeconds - trueNow.naiveSeconds) <= 2)
+            #expect(abs(await frontEnd.peripheral.clockReading.skewSeconds) <= 2)
+            await link.disconnect()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await frontEnd.stop()
+        await client.close()
     }
 }
