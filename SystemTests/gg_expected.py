@@ -97,6 +97,7 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
     the skew is within the threshold). `received_at`: the gateway's clock at the download (naive UTC), for
     the time-in-future rule."""
     malformed = {m["sequence"]: m.get("kind", "truncated") for m in meter.get("faults", {}).get("malformed", [])}
+    fora = is_fora_tng(meter)
     out = {}
     for r in meter["records"]:
         seq = r["sequence"]
@@ -157,6 +158,10 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
         # Before every other reason, as the README says: a future HI must not become a note ahead of time.
         if time is not None and received_at is not None and (instant - received_at).total_seconds() > future_tolerance_s:
             exclusion = "time-in-future"
+        # A ForaCare TN'G adds a HI dated 2037 when its memory is full: not a measurement, its own reason
+        # (no skew correction may ever release it).
+        if fora and special == "+inf" and parse_local(r["time"]).year >= FORA_MARKER_YEAR:
+            exclusion = "memory-full-marker"
         out[seq] = Expected(seq, local_text, time, meter_time, mgdl, mmoll, special, exclusion, unit, analyte)
     return out
 
@@ -167,6 +172,17 @@ def carry_over(earlier, later, by_time=False):
     key = (lambda e: e.local_time) if by_time else (lambda e: e.sequence)
     before = {key(e): e for e in earlier.values()}
     return {s: before.get(key(e), e) for s, e in later.items()}
+
+
+FORA_MARKER_YEAR = 2037
+
+
+def is_fora_tng(meter):
+    """A ForaCare TN'G as the README's meter table tells it: advertised name "TNG...", and no manufacturer
+    string or one starting "Fora"."""
+    manufacturer = meter.get("deviceInformation", {}).get("manufacturer")
+    return (meter.get("name", "").upper().startswith("TNG")
+            and (manufacturer is None or manufacturer.strip("\x00 ").lower().startswith("fora")))
 
 
 def newest_first(meter):
