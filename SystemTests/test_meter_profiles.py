@@ -1,5 +1,5 @@
 """Simulated meters end to end against the BlueZ stand-in: pair, sync, a new measurement, a second sync,
-a third that finds nothing, and the meter's clock. Every record the meter holds (its own record list, from
+a third that finds nothing, and the meter's clock (its skew, then `meters set-clock`). Every record the meter holds (its own record list, from
 the control interface `Describe`) is stored exactly once with its exact value and times, and every
 uploadable one reaches a loopback Nightscout exactly once; the ones the rules exclude are stored and
 never uploaded."""
@@ -132,7 +132,25 @@ def test_profile_end_to_end(profile, private_bus, standin, tmp_path):
         if not clock["writable"]:
             flags.append("--clock-read-only")
         standin("--profile", profile, *flags)
-    download_and_check(private_bus, tmp_path)
+    gw = download_and_check(private_bus, tmp_path)
+
+    # Setting the meter's clock once: where it has one, to the local time of the meter's zone, after which
+    # the next sync measures no skew beyond the threshold; without one, a clear refusal.
+    address = addresses[0]
+    result = gw.run("meters", "set-clock", address)
+    if clock["kind"] == "none":
+        assert result.returncode == 69, result.stdout + result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        return
+    assert result.returncode == 0, result.stdout + result.stderr
+    kind, shown, _ = control(private_bus, "MeterClock", "s", [address])
+    assert kind == clock["kind"]
+    berlin_now = datetime.datetime.now(ZoneInfo(ZONE)).replace(tzinfo=None)
+    assert abs((datetime.datetime.strptime(shown, "%Y-%m-%dT%H:%M:%S") - berlin_now).total_seconds()) <= 3, shown
+    after = gw.sync(address)
+    assert new_count(after, address) in ("%s: 0 new readings" % address, "%s: 0 new readings, 1 already stored" % address)
+    listed = json.loads(gw.run("meters", "--json").stdout)
+    assert abs(listed[0]["clock_skew_seconds"]) <= 2, listed[0]
 
 
 # --- Meters described by a meter file --------------------------------------------------------------
