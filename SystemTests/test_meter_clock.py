@@ -4,6 +4,8 @@ threshold; with `[gateway] set_meter_clock = true` a sync does it by itself; the
 for skew with its notifications left on until the link ends."""
 import json
 
+import pytest
+
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
 
@@ -93,8 +95,10 @@ def test_sync_sets_the_clock_when_enabled_and_keeps_the_corrected_times(private_
     assert len(events(gw, "clock-set")) == 1
 
 
-def test_the_vendor_clock_is_read_and_its_notifications_run_until_the_link_ends(private_bus, standin, meter_file, tmp_path):
-    standin("--meter", meter_file(meter(A, records_list=records(1, 4), clock={"kind": "vendor", "skewSeconds": 600})))
+@pytest.mark.parametrize("kind", ["vendor", "vendor-v1.5"])
+def test_the_vendor_clock_is_read_and_its_notifications_run_until_the_link_ends(private_bus, standin, meter_file, tmp_path,
+                                                                               kind):
+    standin("--meter", meter_file(meter(A, records_list=records(1, 4), clock={"kind": kind, "skewSeconds": 600})))
     gw = Gateway(private_bus, tmp_path)
     gw.pair(A, time_zone="UTC")
     control(private_bus, "ClearCallLog")

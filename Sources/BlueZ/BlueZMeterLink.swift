@@ -213,7 +213,7 @@ final class LinkCore: Sendable {
     func setCharacteristics(_ paths: [String: String]) {
         var byPath: [String: GATTUUID] = [:]
         for (uuid, path) in paths {
-            if let short = GATTUUID(string: uuid) { byPath[path] = short }
+            if let known = GATTUUID(string: uuid) ?? GATTUUID(vendor: uuid) { byPath[path] = known }
         }
         state.withLock { $0.uuidByPath = byPath }
     }

@@ -82,7 +82,7 @@ final class DownloadSession {
                 case .value(.recordAccessControlPoint, _):
                     intake.touch(clearHold: true)
                     continuation.yield(.link(event))
-                case .value(.isensVendorClock, _):
+                case .value(let uuid, _) where VendorClock.characteristics.contains(uuid):
                     continuation.yield(.link(event))
                 case .value:
                     tell(intake.touch(clearHold: false))
@@ -180,8 +180,8 @@ final class DownloadSession {
         if clockValue == nil, await link.hasCharacteristic(.dateTime) {
             clockValue = try await optionalRead(.dateTime)
         }
-        if clockValue == nil, await link.hasCharacteristic(.isensVendorClock) {
-            clockValue = try await readVendorClock()
+        if clockValue == nil, let vendor = await VendorClock.characteristic(on: link) {
+            clockValue = try await readVendorClock(vendor)
         }
         if let clockValue, let zone = interpreter.zone {
             if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {

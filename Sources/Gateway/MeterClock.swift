@@ -18,11 +18,13 @@ public enum MeterClockAccess: String, Sendable, Equatable, CaseIterable, CustomS
 
     public var description: String { rawValue }
 
-    var characteristic: GATTUUID {
+    /// The characteristic of this clock on `link`, nil when the meter lacks it. The vendor clock is 0xFFF1
+    /// (service 0xFFF0) or, on newer firmware, c4dea3bc-... (service c4dea010-...).
+    func characteristic(on link: any MeterLink) async -> GATTUUID? {
         switch self {
-        case .currentTime: .currentTime
-        case .dateTime: .dateTime
-        case .vendor: .isensVendorClock
+        case .currentTime: await link.hasCharacteristic(.currentTime) ? .currentTime : nil
+        case .dateTime: await link.hasCharacteristic(.dateTime) ? .dateTime : nil
+        case .vendor: await VendorClock.characteristic(on: link)
         }
     }
 
@@ -30,7 +32,7 @@ public enum MeterClockAccess: String, Sendable, Equatable, CaseIterable, CustomS
     /// then the vendor clock.
     static func available(on link: any MeterLink) async -> [MeterClockAccess] {
         var out: [MeterClockAccess] = []
-        for access in allCases where await link.hasCharacteristic(access.characteristic) { out.append(access) }
+        for access in allCases where await access.characteristic(on: link) != nil { out.append(access) }
         return out
     }
 
@@ -60,6 +62,14 @@ public enum MeterClockAccess: String, Sendable, Equatable, CaseIterable, CustomS
 public enum VendorClock {
     static let commandPrefix: [UInt8] = [0xC0, 0x03, 0x01, 0x00]
     public static let getTimeCommand: [UInt8] = commandPrefix + [UInt8](repeating: 0, count: 7)
+    /// The characteristic on both versions of the protocol (1.4: 0xFFF1; 1.5: a 128-bit UUID).
+    public static let characteristics: [GATTUUID] = [.isensVendorClock, .isensVendorClockV15]
+
+    /// The vendor clock characteristic `link` has, nil for none.
+    public static func characteristic(on link: any MeterLink) async -> GATTUUID? {
+        for uuid in characteristics where await link.hasCharacteristic(uuid) { return uuid }
+        return nil
+    }
     /// How long the gateway waits for the meter's answer to a time request.
     public static let answerTimeout: Duration = .seconds(5)
 
@@ -91,8 +101,9 @@ public enum MeterClockWriter {
         async -> Result<MeterClockAccess, Failure> {
         var last = "the meter has no clock the gateway can set"
         for access in candidates {
+            guard let uuid = await access.characteristic(on: link) else { continue }
             do {
-                try await link.write(access.characteristic, access.setValue(time))
+                try await link.write(uuid, access.setValue(time))
                 return .success(access)
             } catch {
                 if error.kind == .disconnected { return .failure(.disconnected(error.message)) }
@@ -113,10 +124,10 @@ public enum MeterClockWriter {
 extension DownloadSession {
     /// Asks the vendor clock for the time and waits (bounded) for the answer. Notifications on 0xFFF1 are
     /// left on until the link ends: they are not in `subscribed`, which is stopped on the way out.
-    func readVendorClock() async throws(Stop) -> [UInt8]? {
+    func readVendorClock(_ vendor: GATTUUID) async throws(Stop) -> [UInt8]? {
         do {
-            try await link.subscribe(.isensVendorClock)
-            try await link.write(.isensVendorClock, VendorClock.getTimeCommand)
+            try await link.subscribe(vendor)
+            try await link.write(vendor, VendorClock.getTimeCommand)
         } catch {
             if error.kind == .disconnected { throw .disconnected(error.message) }
             logger.info("meter \(meter.address): cannot ask the vendor clock for the time: \(error.message)")
@@ -145,7 +156,7 @@ extension DownloadSession {
             case .batchFull:
                 try await flush(final: false)
             case .link(.value(let uuid, let bytes)):
-                guard uuid == .isensVendorClock, let value = VendorClock.answerDateTime(bytes) else { continue }
+                guard uuid == vendor, let value = VendorClock.answerDateTime(bytes) else { continue }
                 return value
             }
         }
@@ -248,7 +259,8 @@ public struct MeterClockSession: Sendable {
         let answers = VendorAnswers()
         let forwarder = Task {
             for await event in link.events {
-                if case .value(.isensVendorClock, let bytes) = event, let value = VendorClock.answerDateTime(bytes) {
+                if case .value(let uuid, let bytes) = event, VendorClock.characteristics.contains(uuid),
+                   let value = VendorClock.answerDateTime(bytes) {
                     answers.deliver(value)
                 }
             }
@@ -267,13 +279,15 @@ public struct MeterClockSession: Sendable {
         func read(_ access: MeterClockAccess) async -> Read {
             switch access {
             case .currentTime, .dateTime:
-                do { return .value(try await link.read(access.characteristic)) } catch {
+                guard let uuid = await access.characteristic(on: link) else { return .value(nil) }
+                do { return .value(try await link.read(uuid)) } catch {
                     return error.kind == .disconnected ? .stop(.unreachable(error.message)) : .value(nil)
                 }
             case .vendor:
+                guard let uuid = await VendorClock.characteristic(on: link) else { return .value(nil) }
                 do {
-                    try await link.subscribe(.isensVendorClock)
-                    try await link.write(.isensVendorClock, VendorClock.getTimeCommand)
+                    try await link.subscribe(uuid)
+                    try await link.write(uuid, VendorClock.getTimeCommand)
                 } catch {
                     return error.kind == .disconnected ? .stop(.unreachable(error.message)) : .value(nil)
                 }
@@ -302,7 +316,9 @@ public struct MeterClockSession: Sendable {
             case .vendor:
                 after = await answers.next(clock: clock, timeout: VendorClock.answerTimeout).flatMap { try? GlucoseDateTime(bytes: $0) }
             case .currentTime, .dateTime:
-                after = (try? await link.read(access.characteristic)).flatMap { try? GlucoseDateTime(bytes: $0) }
+                if let uuid = await access.characteristic(on: link) {
+                    after = (try? await link.read(uuid)).flatMap { try? GlucoseDateTime(bytes: $0) }
+                }
             }
             return .set(written, skewSeconds: skew.seconds, after: after)
         case .failure(.disconnected(let reason)):

@@ -1,7 +1,21 @@
-/// 16-bit Bluetooth SIG UUIDs the gateway uses, and their 128-bit string form as BlueZ prints it.
+/// 16-bit Bluetooth SIG UUIDs the gateway uses, and their 128-bit string form as BlueZ prints it; also a
+/// vendor's 128-bit UUID outside the Bluetooth base (then `rawValue` is 0 and `vendor` holds it).
 public struct GATTUUID: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     public var rawValue: UInt16
+    /// A 128-bit UUID outside the Bluetooth base, lower case with dashes; nil for SIG UUIDs.
+    public private(set) var vendor: String?
     public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+    /// A vendor UUID (`c4dea3bc-5a9d-11e9-8647-d663bd873d93`); nil unless 8-4-4-4-12 hex digits. One on the
+    /// Bluetooth base is the SIG UUID it names.
+    public init?(vendor text: String) {
+        let lower = text.lowercased()
+        let groups = lower.split(separator: "-", omittingEmptySubsequences: false)
+        guard groups.map(\.count) == [8, 4, 4, 4, 12], groups.allSatisfy({ $0.allSatisfy(\.isHexDigit) }) else { return nil }
+        if let sig = GATTUUID(string: lower) { self = sig; return }
+        rawValue = 0
+        vendor = lower
+    }
 
     public static let glucoseService = GATTUUID(rawValue: 0x1808)
     public static let deviceInformationService = GATTUUID(rawValue: 0x180A)
@@ -21,14 +35,24 @@ public struct GATTUUID: RawRepresentable, Hashable, Sendable, CustomStringConver
     /// The i-SENS (CareSens, ReliOn) vendor service and its clock characteristic (write, notify).
     public static let isensVendorService = GATTUUID(rawValue: 0xFFF0)
     public static let isensVendorClock = GATTUUID(rawValue: 0xFFF1)
+    /// The same on newer i-SENS firmware (protocol 1.5): a 128-bit service and characteristic.
+    public static let isensVendorServiceV15 = GATTUUID(knownVendor: "c4dea010-5a9d-11e9-8647-d663bd873d93")
+    public static let isensVendorClockV15 = GATTUUID(knownVendor: "c4dea3bc-5a9d-11e9-8647-d663bd873d93")
+
+    private init(knownVendor: String) {
+        rawValue = 0
+        vendor = knownVendor
+    }
 
     /// `0000xxxx-0000-1000-8000-00805f9b34fb`, lower case, as in BlueZ's `UUID` properties.
     public var uuidString: String {
+        if let vendor { return vendor }
         let hex = String(rawValue, radix: 16)
         return "0000" + String(repeating: "0", count: 4 - hex.count) + hex + "-0000-1000-8000-00805f9b34fb"
     }
 
-    /// Parses a 128-bit SIG-base UUID string or a 4-digit short form; nil for anything else.
+    /// Parses a 128-bit SIG-base UUID string or a 4-digit short form; nil for anything else (see
+    /// `init(vendor:)` for other 128-bit UUIDs).
     public init?(string: String) {
         let lower = string.lowercased()
         if lower.count == 4, let v = UInt16(lower, radix: 16) { self.init(rawValue: v); return }
@@ -39,6 +63,7 @@ public struct GATTUUID: RawRepresentable, Hashable, Sendable, CustomStringConver
     }
 
     public var description: String {
+        if let vendor { return vendor }
         let hex = String(rawValue, radix: 16)
         return "0x" + String(repeating: "0", count: 4 - hex.count) + hex
     }

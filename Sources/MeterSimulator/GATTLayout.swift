@@ -61,6 +61,10 @@ public struct GATTLayout: Sendable, Equatable {
             var vendor = Service(uuid: .isensVendorService, handle: next(), characteristics: [])
             add(.isensVendorClock, ["write", "notify"], to: &vendor, secure: secure)
             services.append(vendor)
+        case .vendorV15:
+            var vendor = Service(uuid: .isensVendorServiceV15, handle: next(), characteristics: [])
+            add(.isensVendorClockV15, ["write", "notify"], to: &vendor, secure: secure)
+            services.append(vendor)
         case .glsDateTime, .none:
             break
         }

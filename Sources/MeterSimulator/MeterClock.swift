@@ -13,6 +13,8 @@ import GlucoseProfile
 ///   Time; an all-zero Date Time asks for the time, a valid one sets it. The meter answers either with a
 ///   notification `05 .. .. ..` followed by its (new) Date Time at offset 4. Stopping notifications on
 ///   0xFFF1 switches the meter off (the link drops).
+/// - `vendorV15`: the same vendor clock on newer firmware (protocol 1.5), service
+///   c4dea010-5a9d-11e9-8647-d663bd873d93 with characteristic c4dea3bc-5a9d-11e9-8647-d663bd873d93.
 /// - `none`: no clock a central can read (TaiDoc, older meters).
 ///
 /// The clock shows the local time of a zone without daylight saving time (`utcOffsetMinutes`): a meter
@@ -25,6 +27,8 @@ public struct MeterClock: Sendable, Equatable {
         case currentTime = "cts"
         case glsDateTime = "gls-date-time"
         case vendor
+        /// The same protocol on newer i-SENS firmware (1.5): service c4dea010-..., characteristic c4dea3bc-....
+        case vendorV15 = "vendor-v1.5"
         case none
     }
 
@@ -54,12 +58,16 @@ public struct MeterClock: Sendable, Equatable {
     public static let utcOffsetRange = -14 * 60...14 * 60
     public static let driftRange: ClosedRange<Double> = -86_400...86_400
 
+    /// The i-SENS vendor clock, either protocol version.
+    public var isVendor: Bool { kind == .vendor || kind == .vendorV15 }
+
     /// The characteristic that carries the clock, nil for `none`.
     public var characteristic: GATTUUID? {
         switch kind {
         case .currentTime: return .currentTime
         case .glsDateTime: return .dateTime
         case .vendor: return .isensVendorClock
+        case .vendorV15: return .isensVendorClockV15
         case .none: return nil
         }
     }

@@ -180,7 +180,7 @@ public actor MeterPeripheral {
         let wasOn = server.subscriptions.contains(uuid)
         server.setSubscribed(uuid, on)
         // An i-SENS meter switches itself off when notifications on its vendor clock stop.
-        if uuid == .isensVendorClock, wasOn, !on, isLinked, server.meter.clock.kind == .vendor {
+        if uuid == server.meter.clock.characteristic, wasOn, !on, isLinked, server.meter.clock.isVendor {
             continuation.yield(.dropLink)
         }
     }
@@ -267,7 +267,7 @@ extension MeterPeripheral {
                 throw GlucoseServer.ATTError(0xFF)
             }
             meterClock.set(to: time, utcMillis: wallClock(), simulatedSeconds: simulatedSeconds)
-        case .isensVendorClock where c.kind == .vendor:
+        case _ where c.isVendor && uuid == c.characteristic:
             guard let command = ISENSClockProtocol.command(bytes) else { throw GlucoseServer.ATTError(0xFF) }
             if case .setTime(let time) = command {
                 guard c.writable else { throw GlucoseServer.ATTError(0x80) }
@@ -284,7 +284,7 @@ extension MeterPeripheral {
     }
 
     private func sendVendorClockAnswer() {
-        guard isLinked, server.subscriptions.contains(.isensVendorClock) else { return }
-        continuation.yield(.value(.isensVendorClock, ISENSClockProtocol.answer(clockReading.time)))
+        guard isLinked, let uuid = meterClock.clock.characteristic, server.subscriptions.contains(uuid) else { return }
+        continuation.yield(.value(uuid, ISENSClockProtocol.answer(clockReading.time)))
     }
 }

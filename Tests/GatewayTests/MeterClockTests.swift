@@ -36,11 +36,11 @@ struct MeterClockTests {
         return FakeMeter(script: script)
     }
 
-    static func vendorMeter(shows t: GlucoseDateTime, writable: Bool = true) -> FakeMeter {
+    static func vendorMeter(shows t: GlucoseDateTime, writable: Bool = true, uuid: GATTUUID = .isensVendorClock) -> FakeMeter {
         var script = FakeMeterScript(records: [FakeRecord.glucose(0)])
-        script.characteristics.insert(.isensVendorClock)
+        script.characteristics.insert(uuid)
         script.clockValue = FakeMeterScript.dateTime(t)
-        script.writableClocks = writable ? [.isensVendorClock] : []
+        script.writableClocks = writable ? [uuid] : []
         return FakeMeter(script: script)
     }
 
@@ -172,6 +172,23 @@ struct MeterClockTests {
                                             "write 0xfff1: c0 03 01 00 e8 07 05 01 0a 00 1e"])
         #expect(!meter.callLog.contains("unsubscribe 0xfff1"))
         #expect(report.clockSet?.access == .vendor)
+    }
+
+    @Test func theNewerVendorProtocolUsesItsOwnCharacteristic() async throws {
+        let v15 = GATTUUID.isensVendorClockV15
+        #expect(v15.uuidString == "c4dea3bc-5a9d-11e9-8647-d663bd873d93")
+        #expect(GATTUUID(vendor: "C4DEA3BC-5A9D-11E9-8647-D663BD873D93") == v15)
+        #expect(GATTUUID(vendor: "0000fff1-0000-1000-8000-00805f9b34fb") == .isensVendorClock)
+        #expect(GATTUUID(vendor: "c4dea3bc-5a9d-11e9-8647") == nil)
+        let meter = Self.vendorMeter(shows: Self.time(2024, 5, 1, 10, 10), uuid: v15)
+        let (report, _) = try await Self.download(meter, options: Self.setting, now: Self.utc(Self.time(2024, 5, 1, 8, 0)))
+        #expect(report.skew?.seconds == 600)
+        #expect(report.clockSet?.access == .vendor)
+        #expect(meter.callLog.filter { $0.hasPrefix("write c4dea3bc") } == [
+            "write c4dea3bc-5a9d-11e9-8647-d663bd873d93: c0 03 01 00 00 00 00 00 00 00 00",
+            "write c4dea3bc-5a9d-11e9-8647-d663bd873d93: c0 03 01 00 e8 07 05 01 0a 00 00",
+        ])
+        #expect(!meter.callLog.contains("unsubscribe \(v15)"))
     }
 
     // MARK: meters set-clock

@@ -116,6 +116,10 @@ final class FixedWallClock: Sendable {
         let vendor = layout(MeterClock(kind: .vendor))
         #expect(vendor.services.last?.uuid == .isensVendorService)
         #expect(vendor.characteristic(.isensVendorClock)?.flags == ["write", "notify"])
+        let v15 = layout(MeterClock(kind: .vendorV15))
+        #expect(v15.services.last?.uuid.uuidString == "c4dea010-5a9d-11e9-8647-d663bd873d93")
+        #expect(v15.characteristic(.isensVendorClockV15)?.flags == ["write", "notify"])
+        #expect(v15.characteristic(.isensVendorClock) == nil)
     }
 
     @Test func currentTimeReadAndWrite() async throws {

@@ -303,7 +303,7 @@ public final class FakeMeterLink: MeterLink {
         meter.record("write \(uuid): " + value.map { hex($0) }.joined(separator: " "))
         try checkConnected()
         let script = meter.script
-        if uuid == .isensVendorClock {
+        if uuid == .isensVendorClock || uuid == .isensVendorClockV15 {
             guard value.count == 11, value.prefix(4) == [0xC0, 0x03, 0x01, 0x00] else {
                 throw MeterLinkError(.permanent, "Operation failed with ATT error: 0x80", attError: 0x80)
             }

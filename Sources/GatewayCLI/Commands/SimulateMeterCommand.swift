@@ -56,7 +56,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --new-record-every S   --advertise always|off|ON/OFF (seconds on/off bursts)
       Faults: --drop-after N   --drop-times K   --fail-after N   --notify-delay-ms MS   --context-before
               --malformed-at SEQ[:truncated|invalid-time|stray-context]   --zero-count-as-no-records
-      Clock: --clock cts|gls-date-time|vendor|none (default none)   --clock-skew S (meter minus true time)
+      Clock: --clock cts|gls-date-time|vendor|vendor-v1.5|none (default none)
+             --clock-skew S (meter minus true time)
              --clock-read-only   --clock-utc-offset MIN (the meter's zone, no DST; default 0)
 
     Meter file (JSON; unknown keys are errors):
@@ -75,8 +76,8 @@ enum SimulateMeterCommand: GatewayCommand {
        "faults": {"dropLinkAfter": 3, "dropLinkTimes": 1, "failProcedureAfter": 5, "notificationDelayMs": 50,
                   "contextOrder": "before", "malformed": [{"sequence": 7, "kind": "truncated"}],
                   "zeroCountAsNoRecords": false},
-       "clock": {"kind": "cts" | "gls-date-time" | "vendor" | "none", "writable": true, "skewSeconds": -300,
-                 "utcOffsetMinutes": 60, "driftSecondsPerDay": 2}}
+       "clock": {"kind": "cts" | "gls-date-time" | "vendor" | "vendor-v1.5" | "none", "writable": true,
+                 "skewSeconds": -300, "utcOffsetMinutes": 60, "driftSecondsPerDay": 2}}
 
     Control interface (--standin): object \(controlPath) on the stand-in's connection (destination
     org.bluez), interface org.glucosegateway.Simulator1:
