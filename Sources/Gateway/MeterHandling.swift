@@ -147,7 +147,12 @@ extension DownloadSession {
     /// - Nothing is stored before a report has ended, and then all of it in one transaction, oldest first,
     ///   each record recognised by `ShiftFreeKey` among those stored (never stored twice): a link that drops
     ///   midway leaves nothing half-stored, and the next sync asks again. Afterwards the highest position
-    ///   is set to `n - 1`.
+    ///   is set to `n - 1`, but only when the report brought every number it should have: a report that ended
+    ///   early or skipped a number keeps what came and leaves the highest position lower, so the next
+    ///   sync asks for the missing ones again: the highest position is set just below the oldest missing
+    ///   record's (to -1, "download everything", when the oldest record itself is missing).
+    /// - A meter whose numbers go beyond its count (it counted wrong, or a record came between count and
+    ///   report) is positioned by its highest number instead, so no two records share a position.
     func reversedSequenceProcedure() async throws(Stop) {
         holdCommits = true
         let count: Int
@@ -177,24 +182,34 @@ extension DownloadSession {
             logger.info("meter \(meter.address): numbers newest first; \(count) records, asking for numbers 0...\(newest)")
             let records = try await reversedReport(request, expected: Int(newest) + 1)
             if let records {
-                let readings = positioned(records, count: count)
+                let (readings, positions) = positioned(records, count: count)
                 let stored = try await storedKeys(readings)
                 let overlap = readings.first { $0.rawMeasurement.count >= 3 && sequenceSent($0) == newest }
                 if let overlap, stored[ShiftFreeKey(overlap)] != nil {
-                    try await commitReversed(readings, stored: stored, count: count)
+                    try await commitReversed(readings, stored: stored, count: positions,
+                                             missing: highestMissing(records, below: Int(newest) + 1))
                     return
                 }
             }
             logger.notice("meter \(meter.address): the newest stored record is not where the count puts it; downloading everything")
-        } else if let highest {
+        } else if let highest, highest >= count {
             logger.notice("meter \(meter.address): the meter holds \(count) records, fewer than stored (\(highest + 1)); downloading everything")
         }
         guard let records = try await reversedReport(.reportAll, expected: count) else {
             report.outcome = .noRecords
             return
         }
-        let readings = positioned(records, count: count)
-        try await commitReversed(readings, stored: try await storedKeys(readings), count: count)
+        let (readings, positions) = positioned(records, count: count)
+        try await commitReversed(readings, stored: try await storedKeys(readings), count: positions,
+                                 missing: highestMissing(records, below: positions))
+    }
+
+    /// The highest number below `n` that `records` lack; nil when they have them all.
+    private func highestMissing(_ records: [PendingRecord], below n: Int) -> Int? {
+        var seen = Set<Int>()
+        for p in records where Int(p.decoded.measurement.sequenceNumber) < n { seen.insert(Int(p.decoded.measurement.sequenceNumber)) }
+        guard seen.count < n else { return nil }
+        return (0..<n).reversed().first { !seen.contains($0) }
     }
 
     /// Runs one report and returns everything it brought, nil for "no records found". The records stay
@@ -241,15 +256,18 @@ extension DownloadSession {
         UInt16(r.rawMeasurement[1]) | UInt16(r.rawMeasurement[2]) << 8
     }
 
-    /// The readings of `records`, each under its position from the oldest (`count - 1 - number`).
-    private func positioned(_ records: [PendingRecord], count: Int) -> [NewReading] {
-        records.map { p in
+    /// The readings of `records`, each under its position from the oldest (`n - 1 - number`), with `n` the
+    /// count or, when a number reaches beyond it, the highest number + 1; and that `n`.
+    private func positioned(_ records: [PendingRecord], count: Int) -> (readings: [NewReading], positions: Int) {
+        let highestSent = records.map { Int($0.decoded.measurement.sequenceNumber) }.max() ?? -1
+        let n = max(count, highestSent + 1)
+        let readings = records.map { p in
             var r = handling.applied(to: interpreter.reading(p.decoded, context: p.context, rawContext: p.rawContext,
                                                               receivedAt: p.receivedAt))
-            let sent = Int(p.decoded.measurement.sequenceNumber)
-            r.sequence = max(count, sent + 1) - 1 - sent
+            r.sequence = n - 1 - Int(p.decoded.measurement.sequenceNumber)
             return r
         }
+        return (readings, n)
     }
 
     /// How many readings the store has for each key among `readings`' times.
@@ -266,8 +284,10 @@ extension DownloadSession {
     }
 
     /// Stores, in one transaction and oldest first, the readings not stored yet (a key stored k times
-    /// accounts for k readings), then sets the highest position to `count - 1`.
-    private func commitReversed(_ readings: [NewReading], stored: [ShiftFreeKey: Int], count: Int) async throws(Stop) {
+    /// accounts for k readings), then sets the highest position to `count - 1`, or when the report lacked
+    /// numbers up to `missing`, just below that record's position.
+    private func commitReversed(_ readings: [NewReading], stored: [ShiftFreeKey: Int], count: Int,
+                                missing: Int?) async throws(Stop) {
         var left = stored
         var fresh: [NewReading] = []
         var seen = 0
@@ -284,7 +304,10 @@ extension DownloadSession {
             let new = try await download.store.insert(fresh)
             report.stored += new
             report.duplicates += seen + fresh.count - new
-            try await download.store.resetHighestSequence(meter.address, to: count - 1)
+            if let missing {
+                logger.warning("meter \(meter.address): numbers newest first and its report lacked record \(missing) and maybe others; \(fresh.count) new records stored, the next sync asks again")
+            }
+            try await download.store.resetHighestSequence(meter.address, to: missing.map { count - 2 - $0 } ?? count - 1)
         } catch {
             throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
         }

@@ -94,6 +94,13 @@ public struct FakeMeterScript: Sendable {
     public var indicationBeforeReport: [UInt8]?
     /// Records added to memory right after the meter answers its first count request in a link.
     public var recordsArrivingAfterCount: [FakeRecord] = []
+    /// The whole memory right after the meter answers its first count request in a link (a meter that
+    /// numbers newest first renumbers every record when one is added).
+    public var memoryAfterCount: [FakeRecord]?
+    /// Answers every count request with this number instead of the records it holds.
+    public var countAnswer: UInt16?
+    /// Ends every report with "success" after this many of its records (the rest are never sent).
+    public var successAfterRecords: Int?
 
     public init(records: [FakeRecord] = []) {
         self.records = records
@@ -246,10 +253,16 @@ public final class FakeMeterLink: MeterLink {
                 return
             }
             let n = select(request, in: script.records)?.count ?? 0
-            indicate(.numberOfRecords(UInt16(clamping: n)))
+            indicate(.numberOfRecords(script.countAnswer ?? UInt16(clamping: n)))
             let first = state.withLock { s in
                 defer { s.countAnswered = true }
                 return !s.countAnswered
+            }
+            if first, let memory = script.memoryAfterCount {
+                meter.withScript { s in
+                    s.records = memory
+                    s.memoryAfterCount = nil
+                }
             }
             if first, !script.recordsArrivingAfterCount.isEmpty {
                 meter.withScript { s in
@@ -284,7 +297,7 @@ public final class FakeMeterLink: MeterLink {
                 if on { continuation.yield(.value(.recordAccessControlPoint, stray)) }
             }
             let subscribed = state.withLock { $0.subscribed }
-            for record in selected {
+            for record in selected.prefix(script.successAfterRecords ?? selected.count) {
                 guard send(record, subscribed: subscribed, script: script) else { return }
             }
             indicate(.response(requestOpCode: request.opCode, code: .success))
