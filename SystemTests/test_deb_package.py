@@ -83,6 +83,11 @@ def test_package_contents_modes_and_control_fields(debs):
     # Debian's libraries the binary links (from its NEEDED entries), BlueZ and systemd; nothing of Swift.
     assert {"libc6", "libdbus-1-3", "libsqlite3-0", "bluez", "procps", "systemd"} <= names
     assert not any("swift" in d for d in depends)
+    # Packed relative relocations (the loader's GLIBC_ABI_DT_RELR) need glibc 2.36.
+    binary = members(debs["current"])["usr/bin/glucose-gateway"][4]
+    if b"GLIBC_ABI_DT_RELR" in binary:
+        libc = [d for d in depends if d.startswith("libc6 ")]
+        assert libc and sh("dpkg", "--compare-versions", re.sub(r"^libc6 \(>= (.+)\)$", r"\1", libc[0]), "ge", "2.36").returncode == 0, libc
     # libcurl is loaded (dlopen) on the first upload only: recommended, with the soname the loader tries.
     assert field("Recommends") == "libcurl4 | libcurl3-gnutls"
     shim = (REPO / "Sources/CCurl/shim.h").read_text()

@@ -64,13 +64,16 @@ if ((${#missing[@]})); then
 fi
 
 # 2. The binary: a release build with the Swift runtime linked in, no $ORIGIN search path, and
-#    immediate binding (-z now) for a fully read-only relocation table.
+#    immediate binding (-z now) for a fully read-only relocation table. Linked by the toolchain's lld
+#    with packed relative relocations (DT_RELR, glibc 2.36 and later): the Swift runtime's metadata
+#    needs some 31,000 of them, which take 6 KiB instead of 750 KiB to read at every start.
 if [[ -z "$binary" ]]; then
     source "$here/scripts/install-deps.sh"
     export PATH="/opt/swift/usr/bin:$PATH"
     build_dir="${GLUCOSE_GATEWAY_PACKAGE_BUILD:-$here/.build/package}"
     flags=(-c release --product glucose-gateway --static-swift-stdlib --disable-local-rpath
-           -Xlinker -z -Xlinker now --scratch-path "$build_dir" --package-path "$here")
+           -Xlinker -z -Xlinker now -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs
+           --scratch-path "$build_dir" --package-path "$here")
     say "building (swift build ${flags[*]})"
     swift build "${flags[@]}"
     binary="$(swift build "${flags[@]}" --show-bin-path)/glucose-gateway"
@@ -160,6 +163,15 @@ chmod 0644 "$root"/usr/share/man/man1/* "$root"/usr/share/bash-completion/comple
 sed "s|@MAINTAINER@|$maintainer|" "$here/packaging/deb/control" > "$work/src/debian/control"
 install -d -m 0755 "$root/DEBIAN"
 (cd "$work/src" && dpkg-shlibdeps -Tdebian/substvars "$root/usr/bin/glucose-gateway")
+# Packed relative relocations need a loader that knows them (the GLIBC_ABI_DT_RELR version, glibc 2.36),
+# a version without symbols that dpkg-shlibdeps does not count.
+if readelf -V "$root/usr/bin/glucose-gateway" | grep -q 'GLIBC_ABI_DT_RELR'; then
+    libc="$(sed -nE 's/^shlibs:Depends=.*libc6 \(>= ([^)]+)\).*/\1/p' "$work/src/debian/substvars")"
+    if [[ -z "$libc" ]] || dpkg --compare-versions "$libc" lt 2.36; then
+        [[ -n "$libc" ]] || die "dpkg-shlibdeps found no libc6 dependency"
+        sed -i -E 's/libc6 \(>= [^)]+\)/libc6 (>= 2.36)/' "$work/src/debian/substvars"
+    fi
+fi
 (cd "$work/src" && dpkg-gencontrol -pglucose-gateway -P"$root" -Tdebian/substvars -fdebian/files)
 for script in postinst prerm postrm; do
     install -m 0755 "$here/packaging/deb/$script" "$root/DEBIAN/$script"
