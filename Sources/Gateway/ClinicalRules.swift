@@ -100,6 +100,10 @@ public struct ReadingInterpreter: Sendable {
         return skew.seconds
     }
 
+    /// 2010-01-01T00:00:00Z: no Bluetooth LE meter dated a reading earlier (Bluetooth 4.0 was adopted in
+    /// June 2010, the Glucose Profile in 2012).
+    public static let earliestCorrectedInstant: UnixMillis = 1_262_304_000_000
+
     public static let ketoneMeal: UInt8 = 6
     public static let controlSolutionType: UInt8 = 10
     public static let controlSolutionLocation: UInt8 = 4
@@ -155,6 +159,13 @@ public struct ReadingInterpreter: Sendable {
         }
         if exclusion == nil, isKetone {
             exclusion = .ketone
+        }
+        // A skew correction that puts a reading before any Bluetooth LE meter existed says the meter's clock
+        // is wrong, not when the reading was taken (a clock showing 9999 against readings dated now): its
+        // time stays the meter's and nothing is uploaded.
+        if correctionSeconds != 0, let corrected = instant, corrected < Self.earliestCorrectedInstant {
+            instant = nil
+            exclusion = .timeUnresolved
         }
         // Before every other reason: a future HI or LO must not become a note at a time that has not come.
         if let instant, instant - receivedAt > Int64(settings.futureToleranceSeconds) * 1000 {

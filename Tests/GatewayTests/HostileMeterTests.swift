@@ -191,3 +191,81 @@ struct HostileMeterTests {
         #expect(try await f.stored().count == 4)
     }
 }
+
+/// Clock values a broken meter may show: Current Time, Date Time and the i-SENS vendor clock's answer.
+@Suite("Hostile meter clock values", .timeLimit(.minutes(1)))
+struct HostileMeterClockTests {
+    static let now = MeterClockTests.utc(MeterClockTests.time(2026, 11, 28, 12, 0))
+
+    static func dateTime(year: Int, month: Int, day: Int, hour: Int, minute: Int = 0, second: Int = 0) -> [UInt8] {
+        [UInt8(year & 0xFF), UInt8(year >> 8), UInt8(month), UInt8(day), UInt8(hour), UInt8(minute), UInt8(second)]
+    }
+
+    struct ValueCase: CustomTestStringConvertible, Sendable {
+        var label: String
+        var bytes: [UInt8]
+        var testDescription: String { label }
+    }
+
+    @Test(arguments: [
+        ValueCase(label: "empty", bytes: []),
+        ValueCase(label: "six bytes", bytes: Array(dateTime(year: 2026, month: 11, day: 28, hour: 12).prefix(6))),
+        ValueCase(label: "month 13", bytes: dateTime(year: 2026, month: 13, day: 28, hour: 12)),
+        ValueCase(label: "month 0", bytes: dateTime(year: 2026, month: 0, day: 28, hour: 12)),
+        ValueCase(label: "day 0", bytes: dateTime(year: 2026, month: 11, day: 0, hour: 12)),
+        ValueCase(label: "day 31 of November", bytes: dateTime(year: 2026, month: 11, day: 31, hour: 12)),
+        ValueCase(label: "hour 25", bytes: dateTime(year: 2026, month: 11, day: 28, hour: 25)),
+        ValueCase(label: "minute 60", bytes: dateTime(year: 2026, month: 11, day: 28, hour: 12, minute: 60)),
+        ValueCase(label: "year 0", bytes: dateTime(year: 0, month: 11, day: 28, hour: 12)),
+        ValueCase(label: "year 65535", bytes: dateTime(year: 65535, month: 255, day: 255, hour: 255, minute: 255, second: 255)),
+    ])
+    func aClockValueThatIsNoDateGivesNoSkew(_ c: ValueCase) throws {
+        let zone = try #require(MeterTimeZone(identifier: "UTC"))
+        #expect(ClockSkew.measure(clockValue: c.bytes, zone: zone, gatewayNow: Self.now) == nil)
+        // The same in the vendor clock's answer.
+        #expect(VendorClock.answerDateTime([0x05, 0, 0, 0] + c.bytes).flatMap {
+            ClockSkew.measure(clockValue: $0, zone: zone, gatewayNow: Self.now)
+        } == nil)
+    }
+
+    @Test func aLongClockValueIsReadByItsFirstSevenBytes() throws {
+        let zone = try #require(MeterTimeZone(identifier: "UTC"))
+        let bytes = Self.dateTime(year: 2026, month: 11, day: 28, hour: 12, minute: 5) + [UInt8](repeating: 0xFF, count: 505)
+        #expect(ClockSkew.measure(clockValue: bytes, zone: zone, gatewayNow: Self.now)?.seconds == 300)
+    }
+
+    @Test func aVendorNotificationThatIsNotATimeAnswerIsNotTakenForOne() {
+        let time = Self.dateTime(year: 2026, month: 11, day: 28, hour: 12)
+        #expect(VendorClock.answerDateTime([0x06, 0, 0, 0] + time) == nil)      // another command byte
+        #expect(VendorClock.answerDateTime([0xC0, 0x03, 0x01, 0x00] + time) == nil)   // the gateway's own command echoed
+        #expect(VendorClock.answerDateTime([0x05, 0, 0, 0] + time.prefix(6)) == nil)   // cut short
+        #expect(VendorClock.answerDateTime([]) == nil)
+        #expect(VendorClock.answerDateTime([0x05]) == nil)
+        #expect(VendorClock.answerDateTime([0x05, 0, 0, 0] + time + [1, 2, 3]) == time)
+    }
+
+    /// A clock showing the year 9999 is a valid Date Time. Its skew (nearly 8,000 years) must not move the
+    /// meter's readings, which are dated 2026, thousands of years into the past and upload them there.
+    @Test func aClockAtYear9999MovesNoReadingToATimeBeforeBluetoothLE() async throws {
+        let meter = MeterClockTests.ctsMeter(shows: MeterClockTests.time(9999, 12, 31, 23, 0))
+        meter.update { $0.records = [FakeRecord.glucose(1, mgdl: 120, at: MeterClockTests.time(2026, 11, 28, 11, 0))] }
+        let (report, store) = try await MeterClockTests.download(meter, zone: "UTC", now: Self.now)
+        #expect(report.stored == 1)
+        let r = try #require(store.readings.first)
+        #expect(r.mgdl == 120)
+        #expect(r.meterInstant == MeterClockTests.utc(MeterClockTests.time(2026, 11, 28, 11, 1)))
+        #expect(r.instant == nil)
+        #expect(r.exclusion == .timeUnresolved)
+    }
+
+    @Test func aClockSomeYearsFastStillCorrects() async throws {
+        // The rule above is no limit on the skew itself: a clock reset years back or set years ahead still
+        // corrects the readings it dated, as long as the corrected time is one a Bluetooth LE meter can have.
+        let meter = MeterClockTests.ctsMeter(shows: MeterClockTests.time(2030, 11, 28, 12, 0))
+        meter.update { $0.records = [FakeRecord.glucose(1, mgdl: 120, at: MeterClockTests.time(2030, 11, 28, 10, 0))] }
+        let (_, store) = try await MeterClockTests.download(meter, zone: "UTC", now: Self.now)
+        let r = try #require(store.readings.first)
+        #expect(r.exclusion == nil)
+        #expect(r.instant == MeterClockTests.utc(MeterClockTests.time(2026, 11, 28, 10, 1)))
+    }
+}
