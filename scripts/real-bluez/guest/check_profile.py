@@ -16,7 +16,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "SystemTests"))
-from gg_expected import Unsupported, check_clock, compare_store, expected_readings  # noqa: E402
+from gg_expected import Unsupported, check_clock, compare_store, expected_readings, newest_first  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("meter")
@@ -44,7 +44,7 @@ if a.clock_only:
     sys.exit(1 if bad else 0)
 try:
     expected = expected_readings(meter, a.zone, correction, received)
-    bad += compare_store(expected, readings)
+    bad += compare_store(expected, readings, newest_first(meter))
 except Unsupported as e:
     bad.append("cannot judge the meter: %s" % e)
     expected = {}

@@ -13,6 +13,9 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     sed -i "s|^database = .*|database = \"$GW_DIR/meter$i.sqlite3\"|" "$GW_DIR/gateway.toml"
     pin="$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin"])' "$meter")"
     gw_pair "$name: pair" "$pin" 0
+    rb_step "$name: meters" 0 gw meters --json
+    want_name="$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$meter")"
+    rb_check "$name: stored under its advertised name ($want_name)" grep -qF "\"name\": \"$want_name\"" <<< "$RB_OUTPUT"
     rb_step "$name: sync" 0 gw sync "$METER" --wait 20
     printf '%s\n' "$RB_OUTPUT" > "$GW_DIR/sync.$i.out"
     # check LABEL METERS-JSON [ARGS]: the readings now against the meter, with the clock skew of METERS-JSON

@@ -1,15 +1,10 @@
 # Meter VM of the profiles scenario: plays each meter of RB_PROFILES in turn (a profile name:
 # `simulate-meter --bluez --profile NAME`; "file:NAME": the meter file meters/NAME.json) on this VM's
-# controller, next to the rotation advertisement (guest/meter_aid.py). Before each meter it writes the
-# meter's own description (records, PIN, clock; guest/describe_meter.py) to the job directory as
-# meter.N.json, announces "ADDRESS NAME" as flag meter-ready.N, and waits for gateway-done.N.
+# controller, next to the rotation advertisement (guest/meter_aid.py, with the meter's name). Before each
+# meter it writes the meter's own description (records, PIN, clock; guest/describe_meter.py) to the job
+# directory as meter.N.json, announces "ADDRESS NAME" as flag meter-ready.N, and waits for gateway-done.N.
 source "$RB_LIBDIR/guest-lib.sh"
 addr="$(bluetoothctl list | awk '/^Controller/ {print $2; exit}')"
-/usr/bin/python3 "$RB_LIBDIR/guest/meter_aid.py" --rotate > "$RB_OUT/meter_aid.log" 2>&1 &
-aidpid=$!
-deadline=$((SECONDS + 30))
-while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/meter_aid.log" && break; sleep 0.2; done
-rb_check "meter aid ready" grep -q '^ready' "$RB_OUT/meter_aid.log"
 i=0
 for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     i=$((i + 1))
@@ -24,6 +19,14 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     rb_step "$name: the meter's own description" 0 \
         bash -c '/usr/bin/python3 "$1" "$2" "${@:4}" > "$3"' _ "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" \
         "$RB_JOB/meter.$i.json" "${args[@]}"
+    # The rotation advertisement carries the meter's own name, as every advertisement of a real meter does
+    # (the gateway's handling of a Fora TN'G goes by the name).
+    meter_name="$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$RB_JOB/meter.$i.json")"
+    /usr/bin/python3 "$RB_LIBDIR/guest/meter_aid.py" --rotate --name "$meter_name" > "$RB_OUT/meter_aid.$i.log" 2>&1 &
+    aidpid=$!
+    deadline=$((SECONDS + 30))
+    while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/meter_aid.$i.log" && break; sleep 0.2; done
+    rb_check "$name: meter aid ready" grep -q '^ready' "$RB_OUT/meter_aid.$i.log"
     log="$RB_OUT/simulator.$i.log"
     "$RB_GATEWAY_BIN" simulate-meter --bluez --adapter hci0 "${args[@]}" > "$log" 2>&1 &
     sim=$!
@@ -33,12 +36,12 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     rb_signal "meter-ready.$i" "$addr $name"
     rb_await "gateway-done.$i" 200 > /dev/null
     rb_check "$name: the simulator ran to the end" kill -0 $sim
-    kill $sim 2> /dev/null
+    kill $sim $aidpid 2> /dev/null
     wait $sim
     rb_note "$name: simulator exit $?"
+    wait $aidpid
     echo "--- $name: simulator output"; cat "$log"
+    echo "--- $name: meter aid output"; cat "$RB_OUT/meter_aid.$i.log"
 done
 rb_guest_wait_gateway_done 60
-kill $aidpid 2> /dev/null
-echo "--- meter aid output"; cat "$RB_OUT/meter_aid.log"
 rb_done

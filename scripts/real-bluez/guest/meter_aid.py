@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Meter-side helpers next to `glucose-gateway simulate-meter --bluez`, on the meter VM's bluetoothd.
 
-  meter_aid.py [--pin NNNNNN] [--rotate] [--adapter hciN]
+  meter_aid.py [--pin NNNNNN] [--rotate [--name NAME]] [--adapter hciN]
 
   --pin     registers a KeyboardOnly agent as bluetoothd's default agent that answers RequestPasskey with
             the meter's PIN: SMP then runs passkey entry with both sides typing the same six digits, which
@@ -10,7 +10,9 @@
             when advertising is (re)enabled or scanning starts, and the kernel drops reports that arrive
             before its discovery is set up; with two legacy advertisements the kernel rotates them every
             ~2 s, and each switch gives the scanner fresh reports (a property of the emulated controller,
-            not of real radios).
+            not of real radios). --name: the advertisement's local name (default "meter-r"); the meter's
+            own name makes every advertisement the gateway sees carry it, as a real meter's do (the
+            gateway's handling of a Fora TN'G goes by the name).
 Runs until SIGTERM.
 """
 import argparse
@@ -66,9 +68,10 @@ class Agent(dbus.service.Object):
 
 
 class Advertisement(dbus.service.Object):
-    def __init__(self, bus, path):
+    def __init__(self, bus, path, name):
         super().__init__(bus, path)
         self.path = path
+        self.name = name
 
     @dbus.service.method("org.freedesktop.DBus.Properties", in_signature="ss", out_signature="v")
     def Get(self, interface, name):
@@ -78,7 +81,7 @@ class Advertisement(dbus.service.Object):
     def GetAll(self, interface):
         return {"Type": dbus.String("peripheral"),
                 "ServiceUUIDs": dbus.Array(["1808"], signature="s"),
-                "LocalName": dbus.String("meter-r")}
+                "LocalName": dbus.String(self.name)}
 
     @dbus.service.method("org.bluez.LEAdvertisement1", in_signature="", out_signature="")
     def Release(self):
@@ -89,6 +92,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pin", type=int)
     parser.add_argument("--rotate", action="store_true")
+    parser.add_argument("--name", default="meter-r")
     parser.add_argument("--adapter", default="hci0")
     args = parser.parse_args()
     dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
@@ -104,7 +108,7 @@ def main():
         manager.RequestDefaultAgent("/rb/keypad")
         say(f"KeyboardOnly default agent answering {args.pin:06d}")
     if args.rotate:
-        adv = Advertisement(bus, "/rb/rotation")
+        adv = Advertisement(bus, "/rb/rotation", args.name)
         keep.append(adv)
         manager = dbus.Interface(bus.get_object("org.bluez", f"/org/bluez/{args.adapter}"),
                                  "org.bluez.LEAdvertisingManager1")
