@@ -50,7 +50,7 @@ public struct MeterHandling: Sendable, Equatable, CustomStringConvertible {
         public static let reversedSequence = Kind(rawValue: "reversed-sequence")
         /// The Device Information strings carried NUL or control characters, removed before storing them.
         public static let identityStringsCleaned = Kind(rawValue: "identity-strings-cleaned")
-        /// A ForaCare TN'G (advertised name "TNG...", no manufacturer string, or "ForaCare"): its HI records
+        /// A ForaCare TN'G (advertised name "TNG" as its first word, no manufacturer string, or "ForaCare"): its HI records
         /// dated 2037 or later are excluded as `memory-full-marker`.
         public static let memoryFullMarker = Kind(rawValue: "memory-full-marker")
     }
@@ -88,9 +88,14 @@ public struct MeterHandling: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// ForaCare TN'G Voice: advertises as "TNG VOICE ..." and sends no manufacturer string (Tidepool
-    /// uploader `bluetoothLEDriver.js`).
+    /// uploader `bluetoothLEDriver.js`). "TNG" must be a word of its own: "TNGX 100" is another meter.
     static func isForaTNG(name: String?, manufacturer: String?) -> Bool {
-        guard let name, name.uppercased().hasPrefix("TNG") else { return false }
+        guard let name else { return false }
+        let upper = name.uppercased()
+        guard upper.hasPrefix("TNG") else { return false }
+        if let next = upper.unicodeScalars.dropFirst(3).first, next.properties.isAlphabetic || next.properties.numericType != nil {
+            return false
+        }
         guard let manufacturer else { return true }
         return manufacturer.lowercased().hasPrefix("fora")
     }

@@ -269,3 +269,104 @@ struct HostileMeterClockTests {
         #expect(r.instant == MeterClockTests.utc(MeterClockTests.time(2026, 11, 28, 10, 1)))
     }
 }
+
+/// Device Information strings a broken meter may send.
+@Suite("Hostile identity strings", .timeLimit(.minutes(1)))
+struct HostileIdentityTests {
+    @Test func emptyAllControlInvalidAndLongStringsAreCleanedWithoutLosingTheBytes() {
+        #expect(IdentityText.clean([]) == (nil, false))
+        let controls: [UInt8] = Array(0...31) + [0x7F, 0xC2, 0x80, 0xC2, 0x9F]
+        #expect(IdentityText.clean(controls) == (nil, true))
+        // Invalid UTF-8 (a lone continuation byte, a truncated sequence, an overlong NUL) becomes U+FFFD.
+        let invalid: [UInt8] = [0x41, 0x80, 0x42, 0xE2, 0x82, 0x43, 0xC0, 0x80]
+        let cleaned = IdentityText.clean(invalid)
+        #expect(cleaned.changed)
+        #expect(cleaned.text?.hasPrefix("A\u{FFFD}B") == true)
+        #expect(cleaned.text?.contains("C") == true)
+        #expect(cleaned.text?.unicodeScalars.allSatisfy { $0.properties.generalCategory != .control } == true)
+        // 512 bytes, NUL-padded halfway.
+        let long = [UInt8](repeating: 0x4D, count: 256) + [UInt8](repeating: 0, count: 256)
+        #expect(IdentityText.clean(long) == (String(repeating: "M", count: 256), true))
+    }
+
+    @Test func aMeterSendingBrokenIdentityStringsIsDownloadedAndItsBytesKept() async throws {
+        var script = FakeMeterScript(records: [FakeRecord.glucose(1, mgdl: 111, at: MeterHandlingTests.time(1, 8))])
+        script.manufacturer = String(repeating: "\u{0}", count: 512)
+        script.model = String(repeating: "X", count: 512)
+        script.serial = "\u{1B}[31m\u{7}"
+        script.firmware = ""
+        let meter = FakeMeter(address: MeterHandlingTests.address, script: script)
+        let store = try SQLiteStore(path: ":memory:")
+        try await store.saveMeter(MeterInfo(address: MeterHandlingTests.address, timeZone: "UTC"))
+        let report = try await MeterHandlingTests.Fixture(meter: meter, store: store).download()
+        #expect(report.stored == 1)
+        let row = try #require(try await store.meter(MeterHandlingTests.address))
+        #expect(row.manufacturer == nil)
+        #expect(row.model == String(repeating: "X", count: 512))
+        #expect(row.serial == "[31m")
+        #expect(row.rawIdentity["manufacturer"] == [UInt8](repeating: 0, count: 512))
+        #expect(row.rawIdentity["serial"] == Array(script.serial.utf8))
+        #expect(row.handling.kinds == [.identityStringsCleaned])
+    }
+}
+
+/// The Fora memory-full marker is chosen by the advertised name, which a user does not pick for the meter
+/// (BlueZ's Name, or its Alias only when the meter advertises no name). What it can do is limited to what
+/// the rule excludes: a HI (no number) dated 2037 or later, which is excluded either way (`time-in-future`
+/// otherwise); a measured value is never hidden by it.
+@Suite("Hostile Fora marker", .timeLimit(.minutes(1)))
+struct HostileForaMarkerTests {
+    typealias H = MeterHandlingTests
+
+    static func record(_ seq: UInt16, year: Int, _ concentration: SFloat, status: SensorStatus? = nil) -> FakeRecord {
+        FakeRecord(measurement: GlucoseMeasurement(sequenceNumber: seq, baseTime: H.time(1, 0, 0, year: year, month: 1), timeOffset: 0,
+                                                   concentration: concentration, unit: .kilogramPerLitre,
+                                                   type: 1, sampleLocation: 1, sensorStatus: status))
+    }
+
+    static func download(name: String?, manufacturer: String, _ records: [FakeRecord]) async throws -> [Int: NewReading] {
+        var script = FakeMeterScript(records: records)
+        script.manufacturer = manufacturer
+        let meter = FakeMeter(address: H.address, script: script)
+        let store = try SQLiteStore(path: ":memory:")
+        try await store.saveMeter(MeterInfo(address: H.address, timeZone: "UTC"))
+        var f = H.Fixture(meter: meter, store: store)
+        f.name = name
+        _ = try await f.download()
+        var out: [Int: NewReading] = [:]
+        for r in try await store.readings(ReadingFilter(meterAddress: H.address)) { out[r.reading.sequence] = r.reading }
+        return out
+    }
+
+    @Test func onAForaOnlyAHIDated2037OrLaterIsTheMarker() async throws {
+        let r = try await Self.download(name: "TNG VOICE 3A1F", manufacturer: "", [
+            Self.record(1, year: 2037, .value(mantissa: 104, exponent: -5)),
+            Self.record(2, year: 2037, .negativeInfinity),
+            Self.record(3, year: 2036, .positiveInfinity),
+            Self.record(4, year: 2037, .value(mantissa: 700, exponent: -5), status: [.resultTooHigh]),
+            Self.record(5, year: 2037, .positiveInfinity),
+        ])
+        #expect(r[1]?.exclusion == .timeInFuture && r[1]?.mgdl == 104)
+        #expect(r[2]?.exclusion == .timeInFuture)
+        #expect(r[3]?.exclusion == .timeInFuture)
+        #expect(r[4]?.exclusion == .memoryFullMarker)
+        #expect(r[5]?.exclusion == .memoryFullMarker)
+    }
+
+    @Test(arguments: ["TNGX 100", "TNGLUCO", "XTNG VOICE", "Contour TNG"])
+    func aNameThatOnlyStartsWithTheLettersTNGIsNoFora(_ name: String) async throws {
+        let r = try await Self.download(name: name, manufacturer: "", [Self.record(1, year: 2037, .positiveInfinity)])
+        #expect(r[1]?.exclusion == .timeInFuture)
+    }
+
+    @Test(arguments: ["TNG", "TNG VOICE", "tng voice 3a1f", "TNG-VOICE"])
+    func aTNGNameWithoutManufacturerIsAFora(_ name: String) async throws {
+        let r = try await Self.download(name: name, manufacturer: "", [Self.record(1, year: 2037, .positiveInfinity)])
+        #expect(r[1]?.exclusion == .memoryFullMarker)
+    }
+
+    @Test func aTNGNameOnAnotherMakersMeterIsNoFora() async throws {
+        let r = try await Self.download(name: "TNG VOICE", manufacturer: "Roche", [Self.record(1, year: 2037, .positiveInfinity)])
+        #expect(r[1]?.exclusion == .timeInFuture)
+    }
+}
