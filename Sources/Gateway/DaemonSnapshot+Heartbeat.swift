@@ -22,7 +22,8 @@ extension DaemonSnapshot {
             bluetoothdReachable: radio.bluetoothdRunning && bluetoothdAnswering,
             adapterPowered: radio.adapter != nil && radio.adapterPowered,
             blockedDestinations: blocked,
-            oldestUnsentAge: oldest.map { .milliseconds(max(0, now - $0)) }
+            oldestUnsentAge: oldest.map { .milliseconds(max(0, now - $0)) },
+            repairNeeded: repairNeeded
         )
     }
 }

@@ -59,29 +59,38 @@ public struct HeartbeatHealth: Sendable, Equatable {
     public var oldestUnsentAge: Duration?
     /// An alert the daemon holds while it does no work at all (a damaged database), as a short name.
     public var heldAlert: String?
+    /// Paired meters in state `re-pair needed` (they lost their bond and are not downloaded), by address.
+    public var repairNeeded: [String]
 
     public init(bluetoothdReachable: Bool, adapterPowered: Bool, blockedDestinations: [(name: String, state: String)] = [],
-                oldestUnsentAge: Duration? = nil, heldAlert: String? = nil) {
+                oldestUnsentAge: Duration? = nil, heldAlert: String? = nil, repairNeeded: [String] = []) {
         self.bluetoothdReachable = bluetoothdReachable
         self.adapterPowered = adapterPowered
         self.blockedDestinations = blockedDestinations
         self.oldestUnsentAge = oldestUnsentAge
         self.heldAlert = heldAlert
+        self.repairNeeded = repairNeeded
     }
 
     public static func == (a: HeartbeatHealth, b: HeartbeatHealth) -> Bool {
         a.bluetoothdReachable == b.bluetoothdReachable && a.adapterPowered == b.adapterPowered
             && a.blockedDestinations.map(\.name) == b.blockedDestinations.map(\.name)
             && a.blockedDestinations.map(\.state) == b.blockedDestinations.map(\.state)
-            && a.oldestUnsentAge == b.oldestUnsentAge && a.heldAlert == b.heldAlert
+            && a.oldestUnsentAge == b.oldestUnsentAge && a.heldAlert == b.heldAlert && a.repairNeeded == b.repairNeeded
     }
 
-    /// The first problem as one line, nil when healthy. The text does not change while the condition
+    /// The first problem as one line, nil when healthy (a held alert, bluetoothd, the adapter, meters that
+    /// need pairing again, destinations, then a reading waiting too long). The text does not change while the condition
     /// lasts (no running ages in it), so a change of text is a change of condition.
     public func problem(maxPending: Duration) -> String? {
         if let heldAlert { return "alert \(heldAlert): not downloading or uploading" }
         if !bluetoothdReachable { return "bluetoothd is not reachable" }
         if !adapterPowered { return "no powered Bluetooth adapter" }
+        // A meter that lost its bond is not downloaded at all until a person pairs it again.
+        if let first = repairNeeded.first {
+            if repairNeeded.count == 1 { return "meter \(first) needs pairing again" }
+            return "meters \(repairNeeded.joined(separator: ", ")) need pairing again"
+        }
         if let first = blockedDestinations.first {
             let why = switch first.state {
             case "paused": "paused (credentials refused)"

@@ -179,9 +179,11 @@ public struct MeterPresentation: Sendable, Equatable {
     public var latest: MQTTBodyBuilder.Values?
     /// Sensor status bit 0 of the meter's newest reading; nil when it has none.
     public var batteryLow: Bool?
+    /// The meter lost its bond (state `re-pair needed`): it is not downloaded until paired again.
+    public var repairNeeded: Bool
 
     public init(id: String, name: String, manufacturer: String? = nil, model: String? = nil, serial: String? = nil,
-                latest: MQTTBodyBuilder.Values? = nil, batteryLow: Bool? = nil) {
+                latest: MQTTBodyBuilder.Values? = nil, batteryLow: Bool? = nil, repairNeeded: Bool = false) {
         self.id = id
         self.name = name
         self.manufacturer = manufacturer
@@ -189,13 +191,14 @@ public struct MeterPresentation: Sendable, Equatable {
         self.serial = serial
         self.latest = latest
         self.batteryLow = batteryLow
+        self.repairNeeded = repairNeeded
     }
 
     /// From the meter's row and its newest readings (newest first): the first uploadable one gives the
     /// glucose values, the newest of all the battery state.
     public init(meter: MeterInfo, newestFirst readings: [NewReading]) {
         self.init(id: MQTTMeterID.of(address: meter.address), name: meter.name ?? meter.model ?? "Glucose meter \(meter.address)",
-                  manufacturer: meter.manufacturer, model: meter.model, serial: meter.serial)
+                  manufacturer: meter.manufacturer, model: meter.model, serial: meter.serial, repairNeeded: meter.bondLostAt != nil)
         latest = readings.lazy.compactMap(MQTTBodyBuilder.values).first
         batteryLow = readings.first.map { ($0.sensorStatus ?? 0) & Int(SensorStatus.batteryLow.rawValue) != 0 }
     }
@@ -217,7 +220,8 @@ public struct GatewayPresentation: Sendable, Equatable {
 ///
 /// Per meter, under `homeassistant/<component>/<meter id>/<field>/config`: last glucose in mg/dL and in
 /// mmol/L (device class `blood_glucose_concentration`), its time (`timestamp`), battery low (a
-/// `binary_sensor` of class `battery`: on means low), readings pending and the network state code
+/// `binary_sensor` of class `battery`: on means low), needs pairing again (a `binary_sensor` of class
+/// `problem`: on while the meter is in state `re-pair needed`), readings pending and the network state code
 /// (diagnostic). Every config names the availability topic, so all go "unavailable" with the gateway.
 /// States are on `<prefix>/<meter id>/<field>` and, for the gateway-wide two, `<prefix>/gateway/<field>`.
 public enum HomeAssistantDiscovery {
@@ -246,6 +250,11 @@ public enum HomeAssistantDiscovery {
         },
         Field(key: "battery_low", component: "binary_sensor", name: "Battery low", gatewayWide: false) { w in
             w.string("device_class", "battery")
+            w.string("payload_on", "ON")
+            w.string("payload_off", "OFF")
+        },
+        Field(key: "repair_needed", component: "binary_sensor", name: "Needs pairing again", gatewayWide: false) { w in
+            w.string("device_class", "problem")
             w.string("payload_on", "ON")
             w.string("payload_off", "OFF")
         },
@@ -307,6 +316,7 @@ public enum HomeAssistantDiscovery {
             add("glucose_time", v.time)
         }
         if let low = meter.batteryLow { add("battery_low", low ? "ON" : "OFF") }
+        add("repair_needed", meter.repairNeeded ? "ON" : "OFF")
         add("pending", String(gateway.pending))
         add("network_state", String(gateway.networkStateCode))
         return out

@@ -102,6 +102,49 @@ struct HeartbeatTests {
         #expect(other.changed)
     }
 
+    @Test("a meter that needs pairing again fails at once with its address, every interval, and a ping once it is paired")
+    func meterNeedingPairingFailsUntilPaired() {
+        let clock = ManualClock()
+        var schedule = HeartbeatSchedule(policy: HeartbeatPolicy(interval: .seconds(60)))
+        #expect(schedule.decide(Self.healthy, at: clock.now).send == .ok)
+        clock.advance(by: .seconds(20))
+        let lost = HeartbeatHealth(bluetoothdReachable: true, adapterPowered: true, repairNeeded: ["C0:26:DA:01:02:03"])
+        let failing = schedule.decide(lost, at: clock.now)
+        #expect(failing.send == .fail(reason: "meter C0:26:DA:01:02:03 needs pairing again"))
+        #expect(failing.changed)
+        #expect(failing.next == clock.now + .seconds(60))
+        clock.advance(by: .seconds(59))
+        #expect(schedule.decide(lost, at: clock.now).send == nil)
+        clock.advance(by: .seconds(1))
+        let again = schedule.decide(lost, at: clock.now)
+        #expect(again.send == .fail(reason: "meter C0:26:DA:01:02:03 needs pairing again"))
+        #expect(!again.changed)
+        clock.advance(by: .seconds(7))
+        let paired = schedule.decide(Self.healthy, at: clock.now)
+        #expect(paired.send == .ok)
+        #expect(paired.changed)
+        #expect(paired.next == clock.now + .seconds(60))
+    }
+
+    @Test("meters that need pairing again are named after bluetoothd and the adapter, before destinations")
+    func meterNeedingPairingReason() {
+        let max = Duration.seconds(3600)
+        let two = HeartbeatHealth(bluetoothdReachable: true, adapterPowered: true, blockedDestinations: [("nightscout", "paused")],
+                                  repairNeeded: ["C0:26:DA:01:02:03", "C0:26:DA:0A:0B:0C"])
+        #expect(two.problem(maxPending: max) == "meters C0:26:DA:01:02:03, C0:26:DA:0A:0B:0C need pairing again")
+        var off = two
+        off.adapterPowered = false
+        #expect(off.problem(maxPending: max) == "no powered Bluetooth adapter")
+        // One more meter losing its bond is a new condition, sent at once.
+        let clock = ManualClock()
+        var schedule = HeartbeatSchedule(policy: HeartbeatPolicy(interval: .seconds(300)))
+        _ = schedule.decide(HeartbeatHealth(bluetoothdReachable: true, adapterPowered: true, repairNeeded: ["C0:26:DA:01:02:03"]), at: clock.now)
+        clock.advance(by: .seconds(1))
+        var both = two
+        both.blockedDestinations = []
+        #expect(schedule.decide(both, at: clock.now).send == .fail(reason: "meters C0:26:DA:01:02:03, C0:26:DA:0A:0B:0C need pairing again"))
+    }
+
     @Test("requests by API, and the URL shown as scheme and host only")
     func requests() {
         let hc = HeartbeatTarget(url: "https://hc.example.org/ping/0f2d-secret-uuid/", api: .healthchecks)

@@ -53,4 +53,15 @@ import Testing
         let health = try #require(s.heartbeatHealth(now: 0))
         #expect(health.problem(maxPending: .seconds(3600)) == "upload to nightscout-treatments paused (turned off on the server)")
     }
+
+    @Test func aMeterInStateRePairNeededMakesTheGatewayUnhealthyUntilPaired() throws {
+        var s = Self.running()
+        s.pairedMeters = 2
+        s.repairNeeded = ["C0:26:DA:01:02:03"]
+        let health = try #require(s.heartbeatHealth(now: 0))
+        #expect(health.repairNeeded == ["C0:26:DA:01:02:03"])
+        #expect(health.problem(maxPending: .seconds(3600)) == "meter C0:26:DA:01:02:03 needs pairing again")
+        s.repairNeeded = []
+        #expect(try #require(s.heartbeatHealth(now: 0)).problem(maxPending: .seconds(3600)) == nil)
+    }
 }

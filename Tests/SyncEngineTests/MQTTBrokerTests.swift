@@ -270,7 +270,7 @@ struct MQTTBrokerTests {
         #expect(await client.waitForConnection(timeoutMs: 10_000) == .connected)
         _ = await client.publish(MQTTMessage(topic: "gg-test/sync", text: "x", retain: false), timeoutMs: 5000)
 
-        let sub = try Subscriber(port: broker.port, topics: ["homeassistant/#", "gg-test/#"], count: 13, seconds: 10, retainedOnly: true)
+        let sub = try Subscriber(port: broker.port, topics: ["homeassistant/#", "gg-test/#"], count: 15, seconds: 10, retainedOnly: true)
         let got = sub.messages()
         await client.stop()
         let byTopic = Dictionary(got.map { ($0.topic, $0.payload) }, uniquingKeysWith: { a, _ in a })
@@ -280,6 +280,7 @@ struct MQTTBrokerTests {
         #expect(byTopic["gg-test/\(id)/glucose_mmol"] == "7.2")
         #expect(byTopic["gg-test/\(id)/glucose_time"] == "2026-01-01T08:35:00.000+01:00")
         #expect(byTopic["gg-test/\(id)/battery_low"] == "ON")
+        #expect(byTopic["gg-test/\(id)/repair_needed"] == "OFF")
         #expect(byTopic["gg-test/gateway/pending"] == "2")
         #expect(byTopic["gg-test/gateway/network_state"] == "1001")
         let config = try #require(byTopic["homeassistant/sensor/\(id)/glucose_mgdl/config"])
@@ -297,6 +298,27 @@ struct MQTTBrokerTests {
         }
         let battery = try #require(byTopic["homeassistant/binary_sensor/\(id)/battery_low/config"])
         #expect(battery.contains(#""device_class":"battery""#))
+        let repair = try #require(byTopic["homeassistant/binary_sensor/\(id)/repair_needed/config"])
+        let repairJSON = try #require(try JSONSerialization.jsonObject(with: Data(repair.utf8)) as? [String: Any])
+        #expect(repairJSON["device_class"] as? String == "problem")
+        #expect(repairJSON["state_topic"] as? String == "gg-test/\(id)/repair_needed")
+        #expect(repairJSON["payload_on"] as? String == "ON" && repairJSON["payload_off"] as? String == "OFF")
+        #expect((repairJSON["device"] as? [String: Any])?["identifiers"] as? [String] == ["glucose_gateway_\(id)"])
+    }
+
+    @Test func aMeterThatLostItsBondShowsNeedsPairingAgainUntilPaired() {
+        let settings = MQTTSettings(broker: MQTTBrokerSettings(host: "127.0.0.1", port: 1883), topicPrefix: "gg-test")
+        var lost = testMeter
+        lost.bondLostAt = 1_767_250_800_000
+        lost.bondLostMessage = "authentication failed"
+        let gateway = GatewayPresentation(pending: 0, networkStateCode: 0)
+        let id = "006019010e92"
+        func state(_ meter: MeterInfo) -> String? {
+            let states = HomeAssistantDiscovery.states(meter: MeterPresentation(meter: meter, newestFirst: []), gateway: gateway, settings: settings)
+            return states.first { $0.topic == "gg-test/\(id)/repair_needed" }.map { String(decoding: $0.payload, as: UTF8.self) }
+        }
+        #expect(state(lost) == "ON")
+        #expect(state(testMeter) == "OFF")
     }
 
     @Test func aCleanStopPublishesOffline() async throws {
