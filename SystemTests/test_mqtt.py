@@ -146,12 +146,79 @@ def meter(count=5):
             "features": ["lowBattery", "highLow", "generalFault"]}
 
 
-def mqtt_gateway(tmp_path, bus, broker, gateways, password=PASSWORD):
+class Gate:
+    """A TCP forwarder on its own port to the broker, for an outage the test controls: `close()` drops every
+    forwarded connection and refuses new ones, `open()` listens again on the same port. With it a subscriber
+    can be in place on a restarted broker before the gateway can reach it."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.port = free_port()
+        self.listener = None
+        self.links = []
+        self.lock = threading.Lock()
+        self.open()
+
+    def open(self):
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(8)
+        self.listener = listener
+        threading.Thread(target=self.accept, args=(listener,), daemon=True).start()
+
+    def accept(self, listener):
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.links += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(source, sink):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            links, self.links = self.links, []
+        for s in links:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def mqtt_gateway(tmp_path, bus, broker, gateways, password=PASSWORD, port=None):
     secret = tmp_path / "mqtt.password"
     secret.write_text(password + "\n")
     os.chmod(secret, 0o600)
     extra = ('[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nusername = "gw"\npassword_file = "%s"\ntopic_prefix = "%s"\n'
-             '[network]\nretry_count = 1\nnetwork_timeout_ms = 1000\n' % (broker.port, secret, PREFIX))
+             '[network]\nretry_count = 1\nnetwork_timeout_ms = 1000\n' % (port or broker.port, secret, PREFIX))
     gw = Gateway(tmp_path, bus, extra_config=extra, args=("--quiet-after", "0.3", "--time-scale", "60"))
     gateways.append(gw)
     control(bus, "Advertise", A, 60.0)
@@ -218,11 +285,13 @@ def test_discovery_states_and_reading_events(private_bus, standin, meter_file, t
 
 def test_readings_during_a_broker_outage_arrive_after_it(private_bus, standin, meter_file, tmp_path, gateways, broker):
     standin("--time-scale", "20", "--meter", meter_file(meter()))
-    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    gate = Gate(broker.port)
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways, port=gate.port)
     gw.start()
     control(private_bus, "Advertise", A, 20.0)
     wait_until("acknowledged", lambda: mqtt_destination(gw)["uploaded"] == 6, timeout=40)
 
+    gate.close()
     broker.stop()
     for _ in range(3):
         control(private_bus, "AddGeneratedRecord", A)
@@ -237,7 +306,8 @@ def test_readings_during_a_broker_outage_arrive_after_it(private_bus, standin, m
     wait_until("the error in status", failing, timeout=30)
 
     broker.start()  # without persistence: the retained configs and states are gone and must come back
-    events = broker.subscribe(PREFIX + "/+/reading")
+    events = broker.subscribe(PREFIX + "/+/reading")  # before the gateway can reach the broker again
+    gate.open()
     wait_until("the replay", lambda: mqtt_destination(gw)["uploaded"] == 9, timeout=40)
     got = events.stop(expect=3)
     assert event_sequences(got) == new
@@ -247,6 +317,7 @@ def test_readings_during_a_broker_outage_arrive_after_it(private_bus, standin, m
         broker.retained("homeassistant/#", PREFIX + "/#")), timeout=20)
     assert "%s/%s/glucose_mgdl" % (PREFIX, METER_ID) in retained
     assert gw.stop() == 0
+    gate.close()
 
 
 def test_a_gateway_without_mqtt_never_maps_libmosquitto(private_bus, standin, meter_file, tmp_path, gateways):
