@@ -148,7 +148,9 @@ extension DownloadSession {
     /// - With `h` the highest position stored and `n` the meter's count now, the newest `n - h - 1` records
     ///   are new and number `n - h - 1` should be the newest one stored: only numbers up to that one are
     ///   asked for (`<=`). When that record is not stored (records were deleted, the memory wrapped, or a
-    ///   record came between count and report), everything is downloaded instead.
+    ///   record came between count and report), everything is downloaded instead; also when that report's
+    ///   lowest number is dated before its highest (the meter numbers oldest first whatever its identity
+    ///   says), so a wrong identity costs a full download each sync, never a reading.
     /// - Nothing is stored before a report has ended, and then all of it in one transaction, oldest first,
     ///   each record recognised by `ShiftFreeKey` among those stored (never stored twice): a link that drops
     ///   midway leaves nothing half-stored, and the next sync asks again. Afterwards the highest position
@@ -190,7 +192,11 @@ extension DownloadSession {
                 let (readings, positions) = positioned(records, count: count)
                 let stored = try await storedKeys(readings)
                 let overlap = readings.first { $0.rawMeasurement.count >= 3 && sequenceSent($0) == newest }
-                if let overlap, stored[ShiftFreeKey(overlap)] != nil {
+                let turned = datesRiseWithNumbers(readings)
+                if turned {
+                    logger.notice("meter \(meter.address): its records are dated oldest first by number, not newest first; downloading everything")
+                }
+                if let overlap, stored[ShiftFreeKey(overlap)] != nil, !turned {
                     try await commitReversed(readings, stored: stored, count: positions,
                                              missing: highestMissing(records, below: Int(newest) + 1))
                     return
@@ -259,6 +265,17 @@ extension DownloadSession {
 
     private func sequenceSent(_ r: NewReading) -> UInt16 {
         UInt16(r.rawMeasurement[1]) | UInt16(r.rawMeasurement[2]) << 8
+    }
+
+    /// Whether the lowest number of a report is dated before its highest: the meter numbers oldest first
+    /// after all (its identity said otherwise), and the `<=` report brought its oldest records, not its
+    /// newest. Only a full download, recognising every record by `ShiftFreeKey`, is safe then.
+    private func datesRiseWithNumbers(_ readings: [NewReading]) -> Bool {
+        let dated = readings.filter { $0.meterInstant != nil && $0.rawMeasurement.count >= 3 }
+        guard let low = dated.min(by: { sequenceSent($0) < sequenceSent($1) }),
+              let high = dated.max(by: { sequenceSent($0) < sequenceSent($1) }),
+              sequenceSent(low) != sequenceSent(high) else { return false }
+        return low.userFacingTime.naiveSeconds < high.userFacingTime.naiveSeconds
     }
 
     /// The readings of `records`, each under its position from the oldest (`n - 1 - number`), with `n` the

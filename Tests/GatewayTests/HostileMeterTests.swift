@@ -370,3 +370,36 @@ struct HostileForaMarkerTests {
         #expect(r[1]?.exclusion == .timeInFuture)
     }
 }
+
+/// A meter whose identity says it numbers newest first (TaiDoc 1.2.4) but that numbers oldest first, as
+/// the Glucose Profile says: the handling must cost it time, never readings.
+@Suite("Identity that does not match the numbering", .timeLimit(.minutes(1)))
+struct MisidentifiedNumberingTests {
+    typealias H = MeterHandlingTests
+
+    static func oldestFirst(_ memory: H.Memory) -> [FakeRecord] {
+        memory.enumerated().map { i, entry in
+            FakeRecord(measurement: GlucoseMeasurement(
+                sequenceNumber: UInt16(i), baseTime: entry.0, timeOffset: 0,
+                concentration: .value(mantissa: Int16(entry.1), exponent: -5), unit: .kilogramPerLitre,
+                type: 1, sampleLocation: 1))
+        }
+    }
+
+    @Test func aTaiDoc124ThatNumbersOldestFirstLosesNoNewRecord() async throws {
+        var mem = H.memory(5)
+        let f = try await H.taiDoc([])
+        let first = Self.oldestFirst(mem)
+        f.meter.update { $0.records = first }
+        #expect(try await f.download().stored == 5)
+        mem += [(H.time(3, 1), 201), (H.time(3, 2), 202)]
+        let next = Self.oldestFirst(mem)
+        f.meter.update { $0.records = next }
+        let second = try await f.download()
+        #expect(second.stored == 2)
+        #expect(H.same(try await f.stored(), H.expected(mem)))
+        let third = try await f.download()
+        #expect(third.stored == 0)
+        #expect(H.same(try await f.stored(), H.expected(mem)))
+    }
+}
