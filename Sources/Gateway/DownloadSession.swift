@@ -38,6 +38,8 @@ final class DownloadSession {
     var handling = MeterHandling(kinds: [])
     /// Commit only when the procedure says so (a meter that numbers newest first), not in batches.
     var holdCommits = false
+    /// Records taken out of the intake while commits are held (`holdReport`).
+    var heldRecords: [PendingRecord] = []
 
     var inputs: AsyncStream<Input>.Iterator
     let continuation: AsyncStream<Input>.Continuation
@@ -510,7 +512,10 @@ final class DownloadSession {
     /// Commits the records taken in, in batches of at most `commitBatchSize`; unless `final`, a trailing
     /// record that may still get its context stays.
     func flush(final: Bool) async throws(Stop) {
-        guard !holdCommits else { return }
+        guard !holdCommits else {
+            try holdReport()
+            return
+        }
         while true {
             let records = intake.take(final: final, limit: download.options.commitBatchSize)
             guard !records.isEmpty else { return }

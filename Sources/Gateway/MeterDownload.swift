@@ -18,6 +18,9 @@ public struct DownloadOptions: Sendable, Equatable {
     /// `[gateway] set_meter_clock`: write the gateway's time to a meter whose clock is off by more than the
     /// skew threshold (see `MeterClockWriter`).
     public var setMeterClock: Bool
+    /// The most records a download holds uncommitted (a meter that numbers newest first has its report
+    /// committed only at its end): twice the 65,536 numbers a meter has, for notifications sent twice.
+    public var maxHeldRecords = 2 * 65_536
 
     public init(
         inactivityTimeout: Duration = .seconds(30), commitInterval: Duration = .milliseconds(500),

@@ -254,8 +254,19 @@ extension DownloadSession {
         }
     }
 
+    /// While commits are held: takes a full batch out of the intake (so the next batch wakes the session
+    /// again) and ends the download when more is held than any report can bring.
+    func holdReport() throws(Stop) {
+        heldRecords += intake.take(final: false, limit: Int.max)
+        let limit = download.options.maxHeldRecords
+        guard heldRecords.count > limit else { return }
+        heldRecords = []
+        throw .failed(DownloadError(.meter, "the meter sent more than \(limit) records in one report without ending it; nothing of it is stored"))
+    }
+
     private func takeAll() -> [PendingRecord] {
-        var all: [PendingRecord] = []
+        var all = heldRecords
+        heldRecords = []
         while true {
             let part = intake.take(final: true, limit: 10_000)
             if part.isEmpty { return all }

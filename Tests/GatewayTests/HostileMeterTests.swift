@@ -403,3 +403,32 @@ struct MisidentifiedNumberingTests {
         #expect(H.same(try await f.stored(), H.expected(mem)))
     }
 }
+
+/// A meter that numbers newest first has its report held in memory until the report ends: a meter that
+/// never ends it must not make the gateway hold records without bound.
+@Suite("Held report bound", .timeLimit(.minutes(1)))
+struct HeldReportBoundTests {
+    typealias H = MeterHandlingTests
+
+    @Test func aReportLongerThanAnyMeterCanHoldFailsWithOneLineAndStoresNothing() async throws {
+        let f = try await H.taiDoc(H.memory(120))
+        var options = DownloadOptions(commitBatchSize: 10)
+        options.maxHeldRecords = 50
+        var info = MeterInfo(address: f.meter.address, timeZone: "UTC")
+        info.name = nil
+        let meter = f.meter
+        let store = f.store
+        let error = await #expect(throws: DownloadError.self) {
+            _ = try await MeterDownload(store: store, options: options, logger: .silent, now: { H.millis(H.time(28, 12)) })
+                .run(link: meter.connect(), meter: info)
+        }
+        #expect(error?.message.contains("more than 50 records") == true, "\(String(describing: error))")
+        #expect(error.map { !"\($0)".contains("\n") } == true)
+        #expect(try await f.stored().isEmpty)
+        #expect(try await f.store.highestSequence(H.address) == nil)
+    }
+
+    @Test func theBoundByDefaultIsTwiceWhatAMeterCanNumber() {
+        #expect(DownloadOptions().maxHeldRecords == 2 * 65_536)
+    }
+}
