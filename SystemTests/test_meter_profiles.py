@@ -13,7 +13,8 @@ from gg_bus import gateway_binary
 from gg_daemon import NightscoutDouble
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
-from gg_expected import carry_over, check_clock, compare_nightscout, compare_store, expected_readings, newest_first
+from gg_expected import (Unsupported, carry_over, check_clock, compare_nightscout, compare_store, expected_readings,
+                         newest_first, to_utc)
 
 ZONE = "Europe/Berlin"
 
@@ -77,7 +78,13 @@ def download_and_check(bus, tmp_path, threshold=120):
             shown = datetime.datetime.now(ZoneInfo(ZONE)).replace(tzinfo=None)
         else:
             shown = utc_now() + datetime.timedelta(minutes=clock["utcOffsetMinutes"], seconds=clock["skewSeconds"])
-        new_time = (shown - datetime.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S")
+        # (Three hours earlier when that half hour falls into the zone's repeated or skipped DST hour.)
+        when = shown - datetime.timedelta(minutes=30)
+        try:
+            to_utc(when.replace(microsecond=0), ZONE)
+        except Unsupported:
+            when -= datetime.timedelta(hours=3)
+        new_time = when.strftime("%Y-%m-%dT%H:%M:%S")
         control(bus, "AddRecord", "ss", [address, json.dumps({"time": new_time, "mgdl": 123})])
         received = utc_now()
         second = gw.sync(address)
