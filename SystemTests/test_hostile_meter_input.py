@@ -32,6 +32,10 @@ def simulate(*args):
     (["--profile", "caresens", "--clock", "sundial"], "--clock: must be one of"),
     (["--profile", "generic-gls", "--high-at", "65536"], "--high-at needs a sequence number"),
     (["--profile", "generic-gls", "--start", "2024-02-30T00:00:00"], "--start: is not a valid date-time"),
+    # Clock flags on a meter without a clock would change nothing: refused, not ignored.
+    (["--profile", "fora-tng", "--clock-skew", "10"], "need a meter clock"),
+    (["--profile", "taidoc-reversed", "--clock-utc-offset", "60"], "need a meter clock"),
+    (["--profile", "caresens", "--clock", "none", "--clock-read-only"], "need a meter clock"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_a_bad_profile_or_meter_flag_is_one_line_and_exit_64(args, expected):
     r = simulate(*args)

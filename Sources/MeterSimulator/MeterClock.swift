@@ -187,6 +187,10 @@ extension MeterFile {
         guard let k = MeterClock.Kind(rawValue: kind) else {
             throw MeterFileError("--clock", "must be one of \(MeterClock.Kind.allCases.map(\.rawValue).joined(separator: ", "))")
         }
+        if k == .none, skew != nil || readOnly || utcOffset != nil {
+            // They would change nothing a central can see: refused rather than silently ignored.
+            throw MeterFileError("--clock", "none: --clock-skew, --clock-read-only and --clock-utc-offset need a meter clock (--clock cts, gls-date-time, vendor or vendor-v1.5)")
+        }
         var clock = MeterClock(kind: k, writable: k != .none && !readOnly)
         if let skew {
             guard let v = Double(skew), MeterClock.skewRange.contains(v) else {

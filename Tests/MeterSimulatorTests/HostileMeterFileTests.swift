@@ -56,4 +56,12 @@ import Testing
             #expect(message.contains(c.field), "\(message)")
         }
     }
+
+    @Test func clockFlagsOnAMeterWithoutAClockAreRefused() throws {
+        for (skew, readOnly, offset) in [("5", false, nil), (nil, true, nil), (nil, false, "60")] as [(String?, Bool, String?)] {
+            #expect(throws: MeterFileError.self) { _ = try MeterFile.clock(kind: "none", skew: skew, readOnly: readOnly, utcOffset: offset) }
+        }
+        #expect(try MeterFile.clock(kind: "none", skew: nil, readOnly: false, utcOffset: nil).kind == .none)
+        #expect(try MeterFile.clock(kind: "cts", skew: "5", readOnly: true, utcOffset: "60").skewSeconds == 5)
+    }
 }
