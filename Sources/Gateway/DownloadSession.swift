@@ -188,6 +188,7 @@ final class DownloadSession {
         if let clockValue, let zone = interpreter.zone {
             if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
                 report.skew = skew
+                report.skewBeyondThreshold = abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds
                 interpreter.skew = skew
                 if interpreter.correctionSeconds != 0 {
                     logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")

@@ -176,6 +176,8 @@ public struct DownloadReport: Sendable, Equatable {
     /// Contexts whose measurement never arrived in this download or was already committed.
     public var unmatchedContexts = 0
     public var skew: ClockSkew?
+    /// The skew is beyond `clock_skew_threshold_s` (what the sync summary and the event log call off).
+    public var skewBeyondThreshold = false
     /// The meter's clock was set during this download (`set_meter_clock`).
     public var clockSet: MeterClockWriter.Written?
     public var features: UInt16?

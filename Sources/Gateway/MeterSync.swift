@@ -31,7 +31,7 @@ public struct MeterSyncResult: Sendable, Equatable {
             case .timedOut: line += "; the meter stopped answering, the next sync resumes"
             }
             if r.counterReset { line += "; the meter's record counter restarted" }
-            if let skew = r.skew, abs(skew.seconds) > 120 { line += "; meter clock off by \(skew.seconds) s" }
+            if let skew = r.skew, r.skewBeyondThreshold { line += "; meter clock off by \(skew.seconds) s" }
             return line
         case .unreachable(let why):
             return "\(address): not reachable (\(why))"

@@ -126,6 +126,18 @@ struct MeterClockTests {
         #expect(!store.events.contains { $0.kind == .clockSet })
     }
 
+    @Test func theSyncSummaryNamesASkewOnlyBeyondTheConfiguredThreshold() async throws {
+        let now = Self.utc(Self.time(2024, 5, 1, 8, 0))
+        let wide = DownloadOptions(clinical: ClinicalSettings(clockSkewThresholdSeconds: 900))
+        let (within, _) = try await Self.download(Self.ctsMeter(shows: Self.time(2024, 5, 1, 10, 10)), options: wide, now: now)
+        #expect(within.skew?.seconds == 600)
+        #expect(!MeterSyncResult(address: within.address, status: .downloaded(within)).summary.contains("clock off"))
+        let narrow = DownloadOptions(clinical: ClinicalSettings(clockSkewThresholdSeconds: 30))
+        let (beyond, _) = try await Self.download(Self.ctsMeter(shows: Self.time(2024, 5, 1, 10, 1)), options: narrow, now: now)
+        #expect(beyond.skew?.seconds == 60)
+        #expect(MeterSyncResult(address: beyond.address, status: .downloaded(beyond)).summary.hasSuffix("; meter clock off by 60 s"))
+    }
+
     @Test func nothingIsWrittenFromAnUnusableClockOrWithoutAZone() async throws {
         let now = Self.utc(Self.time(2024, 5, 1, 8, 0))
         var script = FakeMeterScript(records: [FakeRecord.glucose(0)])
