@@ -270,12 +270,7 @@ final class DownloadSession {
             try await reversedSequenceProcedure()
             return
         }
-        let highest: Int?
-        do {
-            highest = try await download.store.highestSequence(meter.address)
-        } catch {
-            throw .failed(DownloadError(.store, "cannot read the highest stored sequence: \(error)"))
-        }
+        let highest = try await highestStoredSequence()
         var racp = RACPProcedure()
         var actions = racp.start(highestStored: highest)
         var receivedBefore = 0
@@ -441,6 +436,22 @@ final class DownloadSession {
 
     /// As above; nil when `deadline` passes first.
     func nextRACPResponse(deadline: ContinuousClock.Instant?) async throws(Stop) -> RACPResponse? {
+        try await nextValue(deadline: deadline) { uuid, bytes in
+            guard uuid == .recordAccessControlPoint else { return nil }
+            do {
+                return try RACPResponse(bytes: bytes)
+            } catch {
+                report.malformed += 1
+                logger.warning("meter \(meter.address): malformed RACP indication: \(error)")
+                return nil
+            }
+        }
+    }
+
+    /// Waits for the first notified value `take` turns into an answer, committing records and keeping the
+    /// deadlines meanwhile; nil when `deadline` passes first. The link's end is thrown as `.disconnected`.
+    func nextValue<Answer>(deadline: ContinuousClock.Instant?,
+                           _ take: (GATTUUID, [UInt8]) -> Answer?) async throws(Stop) -> Answer? {
         while true {
             arm(nextDeadline(deadline))
             guard let input = await inputs.next() else {
@@ -460,14 +471,17 @@ final class DownloadSession {
             case .batchFull:
                 try await flush(final: false)
             case .link(.value(let uuid, let bytes)):
-                guard uuid == .recordAccessControlPoint else { continue }
-                do {
-                    return try RACPResponse(bytes: bytes)
-                } catch {
-                    report.malformed += 1
-                    logger.warning("meter \(meter.address): malformed RACP indication: \(error)")
-                }
+                if let answer = take(uuid, bytes) { return answer }
             }
+        }
+    }
+
+    /// The highest sequence number stored for this meter (nil: none).
+    func highestStoredSequence() async throws(Stop) -> Int? {
+        do {
+            return try await download.store.highestSequence(meter.address)
+        } catch {
+            throw .failed(DownloadError(.store, "cannot read the highest stored sequence: \(error)"))
         }
     }
 

@@ -134,32 +134,13 @@ extension DownloadSession {
             return nil
         }
         let deadline = clock.now.advanced(by: VendorClock.answerTimeout)
-        while true {
-            arm(nextDeadline(deadline))
-            guard let input = await inputs.next() else {
-                throw .disconnected(Task.isCancelled ? "the gateway is stopping" : "link closed")
-            }
-            switch input {
-            case .deadline:
-                timerDeadline = nil
-                try await onDeadline()
-                if clock.now >= deadline {
-                    logger.info("meter \(meter.address): the vendor clock did not answer within \(VendorClock.answerTimeout)")
-                    return nil
-                }
-            case .wake:
-                continue
-            case .linkEnded:
-                throw .disconnected("link closed")
-            case .link(.disconnected(let reason)):
-                throw .disconnected(reason)
-            case .batchFull:
-                try await flush(final: false)
-            case .link(.value(let uuid, let bytes)):
-                guard uuid == vendor, let value = VendorClock.answerDateTime(bytes) else { continue }
-                return value
-            }
+        let answer = try await nextValue(deadline: deadline) { uuid, bytes in
+            uuid == vendor ? VendorClock.answerDateTime(bytes) : nil
         }
+        if answer == nil {
+            logger.info("meter \(meter.address): the vendor clock did not answer within \(VendorClock.answerTimeout)")
+        }
+        return answer
     }
 
     /// With `set_meter_clock` on and a skew beyond the threshold, writes the gateway's time as the local

@@ -178,12 +178,7 @@ extension DownloadSession {
             report.outcome = .noRecords
             return
         }
-        let highest: Int?
-        do {
-            highest = try await download.store.highestSequence(meter.address)
-        } catch {
-            throw .failed(DownloadError(.store, "cannot read the highest stored sequence: \(error)"))
-        }
+        let highest = try await highestStoredSequence()
         if let highest, highest >= 0, highest < count, let newest = UInt16(exactly: count - 1 - highest) {
             let request = RACPRequest.reportRecords(.lessThanOrEqual, .sequenceNumber(min: nil, max: newest))
             logger.info("meter \(meter.address): numbers newest first; \(count) records, asking for numbers 0...\(newest)")
