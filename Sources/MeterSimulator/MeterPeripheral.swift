@@ -257,8 +257,12 @@ extension MeterPeripheral {
     /// command (`ISENSClockProtocol`). Setting moves the clock; the vendor clock answers with its time.
     /// Errors: 0x80 for a write the meter refuses (its clock is read-only), 0xFF (out of range) for a value
     /// that is not a valid date or command.
-    public func writeClock(_ uuid: GATTUUID, _ bytes: [UInt8]) throws(GlucoseServer.ATTError) {
+    /// Writes the meter's clock characteristic; returns the time the clock was set to, nil for a vendor
+    /// command that only asks for the time.
+    @discardableResult
+    public func writeClock(_ uuid: GATTUUID, _ bytes: [UInt8]) throws(GlucoseServer.ATTError) -> GlucoseDateTime? {
         let c = meterClock.clock
+        var setTo: GlucoseDateTime?
         switch uuid {
         case .currentTime where c.kind == .currentTime, .dateTime where c.kind == .glsDateTime:
             guard c.writable else { throw GlucoseServer.ATTError(0x80) }
@@ -267,11 +271,13 @@ extension MeterPeripheral {
                 throw GlucoseServer.ATTError(0xFF)
             }
             meterClock.set(to: time, utcMillis: wallClock(), simulatedSeconds: simulatedSeconds)
+            setTo = time
         case _ where c.isVendor && uuid == c.characteristic:
             guard let command = ISENSClockProtocol.command(bytes) else { throw GlucoseServer.ATTError(0xFF) }
             if case .setTime(let time) = command {
                 guard c.writable else { throw GlucoseServer.ATTError(0x80) }
                 meterClock.set(to: time, utcMillis: wallClock(), simulatedSeconds: simulatedSeconds)
+                setTo = time
             }
             // The answer follows the write's response.
             Task { [weak self] in
@@ -281,6 +287,7 @@ extension MeterPeripheral {
         default:
             throw GlucoseServer.ATTError(0x80)
         }
+        return setTo
     }
 
     private func sendVendorClockAnswer() {

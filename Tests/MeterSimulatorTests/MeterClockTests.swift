@@ -128,7 +128,7 @@ final class FixedWallClock: Sendable {
         #expect(await p.read(.currentTime) == [0xE8, 0x07, 3, 5, 15, 20, 0, 2, 0, 0])
         #expect(await p.read(.dateTime) == nil)
         let set = GlucoseDateTime(year: 2024, month: 3, day: 5, hour: 15, minute: 30, second: 5)!
-        try await p.writeClock(.currentTime, MeterClockState.currentTimeValue(set, adjustReason: 1))
+        #expect(try await p.writeClock(.currentTime, MeterClockState.currentTimeValue(set, adjustReason: 1)) == set)
         #expect(await p.clockReading.skewSeconds == 5)
         wall.advance(seconds: 60)
         #expect(await p.clockReading.time.isoString == "2024-03-05T15:31:05")
@@ -163,11 +163,12 @@ final class FixedWallClock: Sendable {
         await p.linkUp()
         #expect(await p.read(.isensVendorClock) == nil)
         await p.setSubscribed(.isensVendorClock, true)
-        try await p.writeClock(.isensVendorClock, ISENSClockProtocol.getTimeCommand())
+        // Asking for the time sets nothing.
+        #expect(try await p.writeClock(.isensVendorClock, ISENSClockProtocol.getTimeCommand()) == nil)
         var events = p.events.makeAsyncIterator()
         #expect(await events.next() == .value(.isensVendorClock, [0x05, 0, 0, 0, 0xE8, 0x07, 3, 5, 15, 30, 0]))
         let set = GlucoseDateTime(year: 2024, month: 3, day: 5, hour: 14, minute: 30, second: 0)!
-        try await p.writeClock(.isensVendorClock, ISENSClockProtocol.setTimeCommand(set))
+        #expect(try await p.writeClock(.isensVendorClock, ISENSClockProtocol.setTimeCommand(set)) == set)
         #expect(await events.next() == .value(.isensVendorClock, [0x05, 0, 0, 0, 0xE8, 0x07, 3, 5, 14, 30, 0]))
         #expect(await p.clockReading.skewSeconds == 0)
         await #expect(throws: GlucoseServer.ATTError(0xFF)) { try await p.writeClock(.isensVendorClock, [0xC0, 0x03]) }
@@ -238,7 +239,10 @@ extension StandInClockTests {
         let client = try await BlueZClient.connect(bus: bus.address)
         let meter = MeterDescription(address: Self.address, name: "meter+01020c", passkey: 123456, requiresBonding: false,
                                      clock: MeterClock(kind: .vendor, skewSeconds: 5400))
-        let frontEnd = BlueZPeripheralFrontEnd(meter: meter, options: .init(busAddress: bus.address, adapterName: "hci1"), logger: .silent)
+        let log = MemoryLogSink()
+        let frontEnd = BlueZPeripheralFrontEnd(meter: meter, options: .init(busAddress: bus.address, adapterName: "hci1"),
+                                               logger: Logger(label: "simulate-meter", minimumLevel: .info, sink: log))
+        func clockLines() -> [String] { log.entries.filter { $0.contains("clock set to") } }
         do {
             _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
             try await frontEnd.start()
@@ -261,10 +265,16 @@ extension StandInClockTests {
             let shown = try #require(await answer())
             let trueNow = GlucoseDateTime(naiveSeconds: Int64(SystemClock.now() / 1000))
             #expect(abs(shown.naiveSeconds - trueNow.naiveSeconds - 5400) <= 2)
+            // Asking for the time is no clock write: the meter side logs only a set.
+            #expect(clockLines().isEmpty)
             try await link.write(.isensVendorClock, ISENSClockProtocol.setTimeCommand(trueNow))
             let after = try #require(await answer())
             #expect(abs(after.naiveSeconds - trueNow.naiveSeconds) <= 2)
             #expect(abs(await frontEnd.peripheral.clockReading.skewSeconds) <= 2)
+            let lines = clockLines()
+            #expect(lines.count == 1)
+            #expect(lines.first?.hasPrefix("notice simulate-meter: clock set to \(trueNow) through \(GATTUUID.isensVendorClock); the clock is now off by ") == true,
+                    "\(lines)")
             await link.disconnect()
         } catch {
             Issue.record("\(error)")

@@ -373,7 +373,11 @@ public actor BlueZPeripheralFrontEnd {
         if uuid != .recordAccessControlPoint {
             // The meter's clock (Current Time, Date Time or the vendor clock).
             do {
-                try await peripheral.writeClock(uuid, bytes)
+                if let time = try await peripheral.writeClock(uuid, bytes) {
+                    // The meter's own record of the write, for whoever watches the meter side.
+                    let skew = await peripheral.clockReading.skewSeconds
+                    logger.notice("clock set to \(time) through \(uuid); the clock is now off by \(Int(skew.rounded())) s")
+                }
             } catch {
                 // Only 0x80...0x9f pass through bluetoothd as ATT errors; an invalid value is refused as such.
                 guard (0x80...0x9F).contains(error.code) else {

@@ -3,6 +3,8 @@
 # controller, next to the rotation advertisement (guest/meter_aid.py, with the meter's name). Before each
 # meter it writes the meter's own description (records, PIN, clock; guest/describe_meter.py) to the job
 # directory as meter.N.json, announces "ADDRESS NAME" as flag meter-ready.N, and waits for gateway-done.N.
+# A meter with a clock runs it 5 minutes fast in the gateway's meter zone; afterwards its log must show
+# the one clock write of the gateway's meters set-clock.
 source "$RB_LIBDIR/guest-lib.sh"
 addr="$(bluetoothctl list | awk '/^Controller/ {print $2; exit}')"
 i=0
@@ -15,6 +17,16 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     else
         name="$item"
         args=(--profile "$name")
+    fi
+    # A meter with a clock shows the local time of the gateway's meter zone (its offset now), 5 minutes
+    # fast, as a meter set by hand in the field does; the gateway then sets it (meters set-clock).
+    clock_kind="$(/usr/bin/python3 "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" "${args[@]}" \
+        | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get("clock", {}).get("kind", "none"))')"
+    rb_note "$name: meter clock ${clock_kind:-unknown}"
+    if [[ ${clock_kind:-none} != none ]]; then
+        z="$(TZ=Europe/Berlin date +%z)"
+        offset=$(( ${z:0:1}1 * (10#${z:1:2} * 60 + 10#${z:3:2}) ))
+        args+=(--clock-skew 300 --clock-utc-offset "$offset")
     fi
     rb_step "$name: the meter's own description" 0 \
         bash -c '/usr/bin/python3 "$1" "$2" "${@:4}" > "$3"' _ "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" \
@@ -36,6 +48,15 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     rb_signal "meter-ready.$i" "$addr $name"
     rb_await "gateway-done.$i" 200 > /dev/null
     rb_check "$name: the simulator ran to the end" kill -0 $sim
+    if [[ ${clock_kind:-none} != none ]]; then
+        # The meter's side of meters set-clock: one write that set the clock, which now shows the true
+        # local time of its zone.
+        set_lines="$(grep -a -c 'clock set to ' "$log")"
+        rb_expect_eq "$name: the meter logged one clock write" 1 "$set_lines"
+        now_off="$(grep -a -o -E 'clock is now off by -?[0-9]+ s' "$log" | head -n 1 | grep -o -E -- '-?[0-9]+')"
+        rb_check "$name: the meter's clock is right after the write (off by ${now_off:-?} s)" \
+            test -n "$now_off" -a "${now_off#-}" -le 5
+    fi
     kill $sim $aidpid 2> /dev/null
     wait $sim
     rb_note "$name: simulator exit $?"

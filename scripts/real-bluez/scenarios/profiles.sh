@@ -1,4 +1,4 @@
-# rb-about: meter profiles on the real stack: per profile pair, sync (every record exactly once, exact values and times, the clock skew), an incremental second sync
+# rb-about: meter profiles on the real stack: per profile pair, sync (every record exactly once, exact values and times, the clock skew), meters set-clock, an incremental second sync (the clock now right)
 # rb-topology: two VMs: own kernel + bluetoothd each; the meter VM plays the profiles one after another
 # rb-ci: no
 # Not in the CI subset: two VMs plus about 20-25 s per meter (pair, two syncs, unpair) took 57-66 s for
