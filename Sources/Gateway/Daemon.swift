@@ -472,6 +472,7 @@ public actor GatewayDaemon {
             case .downloaded(let report):
                 var line = "\(address): \(report.outcome); \(report.received) received, \(report.stored) new"
                 if report.duplicates > 0 { line += ", \(report.duplicates) already stored" }
+                if report.conflicts > 0 { line += ", \(report.conflicts) conflicting with a stored reading (kept, not uploaded)" }
                 logger.notice(line)
                 let failure: SessionFailure? = report.outcome.isComplete ? nil : .interrupted
                 await self?.sessionEnded(address, failure: failure, complete: report.outcome.isComplete, stored: report.stored)

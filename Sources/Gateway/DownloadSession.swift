@@ -156,7 +156,8 @@ final class DownloadSession {
         if report.outcome == .noRecords, report.stored > 0 { report.outcome = .completed }
         await saveBookkeeping()
         await log(.downloadFinished, code: nil,
-                  "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored")
+                  "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored"
+                    + (report.conflicts > 0 ? ", \(report.conflicts) conflicting" : ""))
         return report
     }
 
@@ -539,12 +540,26 @@ final class DownloadSession {
                                                          receivedAt: $0.receivedAt))
             }
             do {
-                let new = try await download.store.insert(batch)
-                report.stored += new
-                report.duplicates += batch.count - new
+                let outcome = try await download.store.insertReadings(batch)
+                report.stored += outcome.inserted
+                report.duplicates += batch.count - outcome.inserted - outcome.conflicts.count
+                await note(outcome.conflicts)
             } catch {
                 throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
             }
+        }
+    }
+
+    /// Counts, logs and records in the event log each conflict an insert found, without health values.
+    func note(_ conflicts: [RecordConflict]) async {
+        report.conflicts += conflicts.count
+        for c in conflicts {
+            let what = "record \(c.sequence) at \(c.userFacingTime.isoString) came again with other bytes; both kept as sent"
+            let message = c.acknowledgedBy.isEmpty
+                ? "\(what), the stored reading withheld from upload (\(ExclusionReason.conflictingRecord))"
+                : "\(what); the stored reading was already acknowledged by \(c.acknowledgedBy.joined(separator: ", ")) and stays, it cannot be taken back"
+            logger.warning("meter \(meter.address): \(message)")
+            await log(.conflictingRecord, code: nil, message)
         }
     }
 

@@ -167,6 +167,9 @@ public struct DownloadReport: Sendable, Equatable {
     public var stored: Int = 0
     /// Readings the store already had.
     public var duplicates: Int = 0
+    /// Records with the number and user-facing time of a stored reading but other bytes: kept apart,
+    /// never uploaded (`ReadingStore.insertReadings`).
+    public var conflicts: Int = 0
     /// The meter's answer to the count request, when it gave one.
     public var total: Int?
     /// The meter's sequence counter went back; a full download was done.

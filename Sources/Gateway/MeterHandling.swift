@@ -329,9 +329,10 @@ extension DownloadSession {
             }
         }
         do {
-            let new = try await download.store.insert(fresh)
-            report.stored += new
-            report.duplicates += seen + fresh.count - new
+            let outcome = try await download.store.insertReadings(fresh)
+            report.stored += outcome.inserted
+            report.duplicates += seen + fresh.count - outcome.inserted - outcome.conflicts.count
+            await note(outcome.conflicts)
             if let missing {
                 logger.warning("meter \(meter.address): numbers newest first and its report lacked record \(missing) and maybe others; \(fresh.count) new records stored, the next sync asks again")
             }

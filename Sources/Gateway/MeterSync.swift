@@ -25,6 +25,7 @@ public struct MeterSyncResult: Sendable, Equatable {
         case .downloaded(let r):
             var line = "\(address): \(r.stored) new reading\(r.stored == 1 ? "" : "s")"
             if r.duplicates > 0 { line += ", \(r.duplicates) already stored" }
+            if r.conflicts > 0 { line += ", \(r.conflicts) conflicting with a stored reading (kept, not uploaded)" }
             switch r.outcome {
             case .completed, .noRecords: break
             case .interrupted(let reason): line += "; interrupted (\(reason)), the next sync resumes"

@@ -26,6 +26,9 @@ public struct ExclusionReason: RawRepresentable, Hashable, Sendable, Codable, Cu
     /// far-future record): Nightscout hides data behind future items.
     public static let timeInFuture = ExclusionReason(rawValue: "time-in-future")
     public static let ketone = ExclusionReason(rawValue: "ketone")
+    /// The meter sent another record with this one's sequence number and user-facing time but other
+    /// bytes: which is right cannot be told. Never released for upload.
+    public static let conflictingRecord = ExclusionReason(rawValue: "conflicting-record")
     public var description: String { rawValue }
 }
 

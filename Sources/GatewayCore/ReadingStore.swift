@@ -18,6 +18,8 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let unpaired = EventKind(rawValue: "unpaired")
     /// The meter lost its bond with the gateway: it must be paired again (state `re-pair needed`).
     public static let bondLost = EventKind(rawValue: "bond-lost")
+    /// A record with the number and user-facing time of a stored one but other bytes (`RecordConflict`).
+    public static let conflictingRecord = EventKind(rawValue: "conflicting-record")
     public var description: String { rawValue }
 }
 
@@ -55,6 +57,11 @@ public protocol ReadingStore: Sendable {
     /// builder accepts it. Returns how many were new. Raises the meter's highest sequence seen.
     @discardableResult
     func insert(_ readings: [NewReading]) async throws -> Int
+    /// As `insert`, and a reading whose key is stored with other measurement bytes is a conflict, not a
+    /// duplicate: its bytes are kept apart (never uploaded) and the stored reading, unless a destination
+    /// has acknowledged it, gets `ExclusionReason.conflictingRecord` and loses its unsent outbox rows, in
+    /// the same transaction. Bytes already kept as a conflict count as a duplicate.
+    func insertReadings(_ readings: [NewReading]) async throws -> InsertOutcome
     /// Re-evaluates the meter's readings held as `time-in-future` (see `ExclusionReason.timeInFuture`):
     /// `reevaluate` returns each as the clinical rules would store it now, or nil to leave it. Each one no
     /// longer in the future gets its new instant and exclusion and its outbox rows, all in one transaction;
@@ -80,6 +87,39 @@ public protocol ReadingStore: Sendable {
     /// not in it (ask `changedByOtherProcesses`). Each call is a new stream; it ends when the store closes.
     /// Keep reading it or drop it: it buffers what is not read.
     func changes() -> AsyncStream<StoreChange>
+}
+
+/// What `ReadingStore.insertReadings` did.
+public struct InsertOutcome: Sendable, Equatable {
+    /// Readings new to the store.
+    public var inserted: Int
+    /// Readings whose key was stored with other measurement bytes (not counted in `inserted`).
+    public var conflicts: [RecordConflict]
+    public init(inserted: Int, conflicts: [RecordConflict] = []) {
+        self.inserted = inserted
+        self.conflicts = conflicts
+    }
+}
+
+/// A record that came with the sequence number and user-facing time of a stored reading but other
+/// measurement bytes: which of the two is right cannot be told, so neither is uploaded where that is
+/// still possible. Carries no health values.
+public struct RecordConflict: Sendable, Equatable {
+    public var meterAddress: String
+    public var sequence: Int
+    public var userFacingTime: GlucoseDateTime
+    /// The stored reading's row id.
+    public var storedID: Int64
+    /// Destinations that had already acknowledged the stored reading (sorted): it is kept as it was,
+    /// nothing can be taken back. Empty: the stored reading is now withheld from upload.
+    public var acknowledgedBy: [String]
+    public init(meterAddress: String, sequence: Int, userFacingTime: GlucoseDateTime, storedID: Int64, acknowledgedBy: [String]) {
+        self.meterAddress = meterAddress
+        self.sequence = sequence
+        self.userFacingTime = userFacingTime
+        self.storedID = storedID
+        self.acknowledgedBy = acknowledgedBy
+    }
 }
 
 /// What a committed write changed, as `ReadingStore.changes()` reports it.

@@ -156,5 +156,19 @@ enum Schema {
             -- characters): `field=hex` pairs separated by commas, NULL when nothing was cleaned.
             ALTER TABLE meter ADD COLUMN identity_raw TEXT;
             """),
+        Migration(name: "4-conflicting-record", sql: """
+            -- Records that came with the sequence number and user-facing time of a stored reading but
+            -- other measurement bytes: kept as sent, never uploaded.
+            CREATE TABLE conflicting_record (
+                id INTEGER PRIMARY KEY,
+                meter TEXT NOT NULL REFERENCES meter(address),
+                sequence INTEGER NOT NULL,
+                user_facing_time TEXT NOT NULL,
+                raw_measurement BLOB NOT NULL,
+                raw_context BLOB,
+                received_at INTEGER NOT NULL
+            ) STRICT;
+            CREATE INDEX conflicting_record_by_key ON conflicting_record (meter, sequence, user_facing_time);
+            """),
     ]
 }

@@ -333,15 +333,24 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// one transaction: on any error nothing of the batch is stored. A reading is unique per meter by
     /// (sequence, user-facing time): a re-sent history adds nothing, a restarted counter adds new rows.
     /// A reading from a meter without a row gets a minimal row (time zone `UTC`) so it is never refused.
+    /// Returns how many were new; conflicts are handled as by `insertReadings`.
     @discardableResult
     public func insert(_ readings: [NewReading]) throws -> Int {
-        guard !readings.isEmpty else { return 0 }
+        try insertReadings(readings).inserted
+    }
+
+    /// As `insert`; a reading whose key is stored with other measurement bytes is a conflict: its bytes go
+    /// to `conflicting_record` (once per distinct bytes) and the stored reading, unless a destination
+    /// acknowledged it, becomes `conflicting-record` and loses its outbox rows not acknowledged, all in
+    /// the batch's transaction.
+    public func insertReadings(_ readings: [NewReading]) throws -> InsertOutcome {
+        guard !readings.isEmpty else { return InsertOutcome(inserted: 0) }
         let db = try openConnection()
         let createdAt = now()
-        let inserted = try db.transaction {
+        let outcome = try db.transaction {
             var meters: [String: MeterInfo] = [:]
             var highest: [String: Int] = [:]
-            var inserted = 0
+            var outcome = InsertOutcome(inserted: 0)
             let insertReading = try db.statement(ReadingColumns.insertSQL)
             let insertOutbox = try db.statement(Self.insertOutboxSQL)
             for reading in readings {
@@ -356,8 +365,11 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 try ReadingColumns.bind(reading, to: insertReading)
                 while try insertReading.step() {}
                 highest[reading.meterAddress] = max(highest[reading.meterAddress] ?? reading.sequence, reading.sequence)
-                guard db.changes == 1 else { continue }
-                inserted += 1
+                guard db.changes == 1 else {
+                    if let conflict = try keepIfConflicting(reading, in: db) { outcome.conflicts.append(conflict) }
+                    continue
+                }
+                outcome.inserted += 1
                 try queueUploads(reading, id: db.lastInsertRowID, meter: meter, createdAt: createdAt, with: insertOutbox)
             }
             for (address, sequence) in highest {
@@ -366,10 +378,42 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                     [.integer(Int64(sequence)), .text(address)]
                 )
             }
-            return inserted
+            return outcome
         }
-        if inserted > 0 { committed(.readings) }
-        return inserted
+        if outcome.inserted > 0 || !outcome.conflicts.isEmpty { committed(.readings) }
+        return outcome
+    }
+
+    /// For a reading whose key is already stored (inside the caller's transaction): nil when the stored
+    /// one has the same measurement bytes (a resend) or these bytes are already kept as a conflict;
+    /// otherwise keeps the bytes, withholds the stored reading unless a destination acknowledged it, and
+    /// returns the conflict.
+    private func keepIfConflicting(_ reading: NewReading, in db: SQLiteConnection) throws -> RecordConflict? {
+        let key: [SQLiteValue] = [.text(reading.meterAddress), .integer(Int64(reading.sequence)), .text(reading.userFacingTime.isoString)]
+        guard let (storedID, storedBytes) = try db.queryFirst(
+            "SELECT id, raw_measurement FROM reading WHERE meter = ? AND sequence = ? AND user_facing_time = ?", key,
+            { ($0.int64(0), $0.blob(1)) }
+        ), storedBytes != reading.rawMeasurement else { return nil }
+        let kept = try db.queryFirst("""
+            SELECT count(*) FROM conflicting_record
+            WHERE meter = ? AND sequence = ? AND user_facing_time = ? AND raw_measurement = ?
+            """, key + [.blob(reading.rawMeasurement)]) { $0.int(0) } ?? 0
+        guard kept == 0 else { return nil }
+        try db.execute("""
+            INSERT INTO conflicting_record (meter, sequence, user_facing_time, raw_measurement, raw_context, received_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """, key + [.blob(reading.rawMeasurement), SQLiteValue(reading.rawContext), .integer(reading.receivedAt)])
+        let acknowledgedBy = try db.query(
+            "SELECT DISTINCT destination FROM outbox WHERE reading_id = ? AND state = 'acknowledged' ORDER BY destination",
+            [.integer(storedID)]
+        ) { $0.text(0) }
+        if acknowledgedBy.isEmpty {
+            try db.execute("UPDATE reading SET exclusion = ? WHERE id = ?",
+                           [.text(ExclusionReason.conflictingRecord.rawValue), .integer(storedID)])
+            try db.execute("DELETE FROM outbox WHERE reading_id = ?", [.integer(storedID)])
+        }
+        return RecordConflict(meterAddress: reading.meterAddress, sequence: reading.sequence,
+                              userFacingTime: reading.userFacingTime, storedID: storedID, acknowledgedBy: acknowledgedBy)
     }
 
     static let insertOutboxSQL = """
@@ -633,5 +677,15 @@ extension SQLiteStore {
     /// The plan SQLite chooses for the claim query (tests: the queue must be read through its index).
     package func claimQueryPlanForTesting() throws -> [String] {
         try openConnection().query("EXPLAIN QUERY PLAN " + Self.claimSQL, [.text("nightscout"), .integer(1)]) { $0.text(3) }
+    }
+}
+
+extension SQLiteStore {
+    /// The bytes kept in `conflicting_record` for a meter, oldest first (tests).
+    package func conflictingRecordsForTesting(_ meter: String) throws -> [(sequence: Int, time: String, measurement: [UInt8], context: [UInt8]?)] {
+        try openConnection().query(
+            "SELECT sequence, user_facing_time, raw_measurement, raw_context FROM conflicting_record WHERE meter = ? ORDER BY id",
+            [.text(meter)]
+        ) { ($0.int(0), $0.text(1), $0.blob(2), $0.optionalBlob(3)) }
     }
 }

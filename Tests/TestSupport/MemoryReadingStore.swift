@@ -12,6 +12,8 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
     private struct State {
         var meters: [String: MeterInfo] = [:]
         var readings: [NewReading] = []
+        /// Records kept apart as conflicting with a stored reading.
+        var conflicts: [NewReading] = []
         var keys: Set<String> = []
         var events: [GatewayEvent] = []
         var insertBatches: [Int] = []
@@ -28,6 +30,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
 
     public var readings: [NewReading] { state.withLock { $0.readings } }
     public var events: [GatewayEvent] { state.withLock { $0.events } }
+    public var conflicts: [NewReading] { state.withLock { $0.conflicts } }
     /// Sizes of the batches passed to `insert`, in order.
     public var insertBatches: [Int] { state.withLock { $0.insertBatches } }
 
@@ -67,13 +70,19 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
 
     @discardableResult
     public func insert(_ readings: [NewReading]) async throws -> Int {
-        let added = try state.withLock { s throws(Failure) in
+        try await insertReadings(readings).inserted
+    }
+
+    /// As the SQLite store, without an outbox: a conflicting record's bytes are kept in `conflicts` once,
+    /// and the stored reading becomes `conflicting-record`.
+    public func insertReadings(_ readings: [NewReading]) async throws -> InsertOutcome {
+        let outcome = try state.withLock { s throws(Failure) in
             if let n = s.failInsertsAfter {
                 if n <= 0 { throw Failure(description: "database or disk is full") }
                 s.failInsertsAfter = n - 1
             }
             s.insertBatches.append(readings.count)
-            var new = 0
+            var outcome = InsertOutcome(inserted: 0)
             for r in readings {
                 let key = "\(r.meterAddress)|\(r.sequence)|\(r.userFacingTime)"
                 if s.meters[r.meterAddress] == nil {
@@ -81,14 +90,25 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
                 }
                 let old = s.meters[r.meterAddress]?.highestSequence
                 s.meters[r.meterAddress]?.highestSequence = max(old ?? r.sequence, r.sequence)
-                guard s.keys.insert(key).inserted else { continue }
+                guard s.keys.insert(key).inserted else {
+                    guard let i = s.readings.firstIndex(where: {
+                        $0.meterAddress == r.meterAddress && $0.sequence == r.sequence && $0.userFacingTime == r.userFacingTime
+                    }), s.readings[i].rawMeasurement != r.rawMeasurement,
+                        !s.conflicts.contains(where: { "\($0.meterAddress)|\($0.sequence)|\($0.userFacingTime)" == key && $0.rawMeasurement == r.rawMeasurement })
+                    else { continue }
+                    s.conflicts.append(r)
+                    s.readings[i].exclusion = .conflictingRecord
+                    outcome.conflicts.append(RecordConflict(meterAddress: r.meterAddress, sequence: r.sequence, userFacingTime: r.userFacingTime,
+                                                            storedID: Int64(i + 1), acknowledgedBy: []))
+                    continue
+                }
                 s.readings.append(r)
-                new += 1
+                outcome.inserted += 1
             }
-            return new
+            return outcome
         }
-        if added > 0 { feed.emit(.readings) }
-        return added
+        if outcome.inserted > 0 || !outcome.conflicts.isEmpty { feed.emit(.readings) }
+        return outcome
     }
 
     @discardableResult
