@@ -79,6 +79,23 @@ import Glibc
         await standIn.stop()
     }
 
+    /// bluezoo on `bus` with two adapters, hci0 (00:00:00:01:00:00, the central's) and hci1
+    /// (00:00:00:02:00:00, the meter's); `stop()` ends it.
+    static func startBluezoo(_ zoo: String, bus: String, scanInterval: Int? = nil) throws -> RunningBluezoo {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: zoo)
+        var arguments = ["--auto-enable"]
+        if let scanInterval { arguments += ["--scan-interval", String(scanInterval)] }
+        process.arguments = arguments + ["-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
+        var env = ProcessInfo.processInfo.environment
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus
+        process.environment = env
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        return RunningBluezoo(process: process)
+    }
+
     /// `.venv/bin/bluezoo` of the package (created by scripts/test.sh), or `GLUCOSE_GATEWAY_BLUEZOO`.
     static func bluezooPath() -> String? {
         if let p = ProcessInfo.processInfo.environment["GLUCOSE_GATEWAY_BLUEZOO"] { return p }
@@ -92,21 +109,8 @@ import Glibc
         let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
         let bus = try await PrivateBus.start()
         defer { bus.close() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: zoo)
-        process.arguments = ["--auto-enable", "--scan-interval", "1", "-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
-        var env = ProcessInfo.processInfo.environment
-        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
-        process.environment = env
-        process.standardError = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let pid = process.processIdentifier
-        defer {
-            // SIGKILL: a child of the test runner may inherit a blocked SIGTERM.
-            kill(pid, SIGKILL)
-            process.waitUntilExit()
-        }
+        let bluezoo = try BlueZClientAgainstSimulatorTests.startBluezoo(zoo, bus: bus.address, scanInterval: 1)
+        defer { bluezoo.stop() }
         let client = try await BlueZClient.connect(bus: bus.address)
         let frontEnd = BlueZPeripheralFrontEnd(
             meter: Self.meter(bonding: false, count: 6),
@@ -168,20 +172,8 @@ import Glibc
         let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
         let bus = try await PrivateBus.start()
         defer { bus.close() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: zoo)
-        process.arguments = ["--auto-enable", "-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
-        var env = ProcessInfo.processInfo.environment
-        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
-        process.environment = env
-        process.standardError = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let pid = process.processIdentifier
-        defer {
-            kill(pid, SIGKILL)
-            process.waitUntilExit()
-        }
+        let bluezoo = try BlueZClientAgainstSimulatorTests.startBluezoo(zoo, bus: bus.address)
+        defer { bluezoo.stop() }
         let client = try await BlueZClient.connect(bus: bus.address)
         let frontEnd = BlueZPeripheralFrontEnd(
             meter: Self.meter(bonding: true, count: 2),
@@ -206,5 +198,15 @@ import Glibc
         #expect(try await Self.alias(client, "hci1") != "meter+010203")
         #expect(try await Self.alias(client, "hci0") == before)
         await client.close()
+    }
+}
+
+/// A bluezoo process started by `BlueZClientAgainstSimulatorTests.startBluezoo`.
+struct RunningBluezoo {
+    let process: Process
+    func stop() {
+        // SIGKILL: a child of the test runner may inherit a blocked SIGTERM.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
     }
 }

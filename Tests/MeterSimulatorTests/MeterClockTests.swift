@@ -222,20 +222,8 @@ extension StandInClockTests {
         let zoo = try #require(BlueZClientAgainstSimulatorTests.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
         let bus = try await PrivateBus.start()
         defer { bus.close() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: zoo)
-        process.arguments = ["--auto-enable", "--scan-interval", "1", "-a", "00:00:00:01:00:00", "-a", "00:00:00:02:00:00"]
-        var env = ProcessInfo.processInfo.environment
-        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
-        process.environment = env
-        process.standardError = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let pid = process.processIdentifier
-        defer {
-            kill(pid, SIGKILL)
-            process.waitUntilExit()
-        }
+        let bluezoo = try BlueZClientAgainstSimulatorTests.startBluezoo(zoo, bus: bus.address, scanInterval: 1)
+        defer { bluezoo.stop() }
         let client = try await BlueZClient.connect(bus: bus.address)
         let meter = MeterDescription(address: Self.address, name: "meter+01020c", passkey: 123456, requiresBonding: false,
                                      clock: MeterClock(kind: .vendor, skewSeconds: 5400))
