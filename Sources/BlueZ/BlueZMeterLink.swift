@@ -100,6 +100,7 @@ extension BlueZClient {
                 BlueZMeterLink.rules(devicePath: path),
                 onMessage: { core.handle($0) },
                 onBatchEnd: { core.flush() },
+                awaitsBurst: { core.isReporting },
                 onEnd: { core.end("the connection to the bus was lost") })
         } catch {
             throw BlueZError(error)
@@ -195,6 +196,9 @@ final class LinkCore: Sendable {
         var uuidByPath: [String: GATTUUID] = [:]
         var subscribed: Set<GATTUUID> = []
         var ended = false
+        /// A request to report records was written and no RACP indication has come since: the meter is
+        /// sending a burst of records, so the connection may gather them (`isReporting`).
+        var reporting = false
         /// Values of the current dispatch pass, not yet yielded.
         var batch: [MeterLinkEvent] = []
         /// When this link was signalled up and down, and the reason bluetoothd gave (5.83+).
@@ -234,6 +238,18 @@ final class LinkCore: Sendable {
 
     var isEnded: Bool { state.withLock { $0.ended } }
 
+    /// Whether the meter is sending the records of a report (see `State.reporting`): the connection may
+    /// then pause a moment to take in more of them per wake-up. The report's RACP response ends it, so
+    /// that response waits at most one such pause.
+    var isReporting: Bool { state.withLock { $0.reporting && !$0.ended } }
+
+    /// Notes an RACP request about to be written (`writing`) or that failed (`!writing`).
+    func racpRequest(_ value: [UInt8], writing: Bool) {
+        // Op code 0x01: Report Stored Records. Every other request is answered by one indication.
+        guard value.first == 0x01 else { return }
+        state.withLock { $0.reporting = writing }
+    }
+
     /// One signal, on the connection's queue.
     func handle(_ message: DBusMessage) {
         if message.interface == DBusNames.bus {
@@ -259,6 +275,7 @@ final class LinkCore: Sendable {
             guard let value = message.body[1].vardict?["Value"]?.bytes else { return }
             state.withLock { state in
                 guard !state.ended, let uuid = state.uuidByPath[path], state.subscribed.contains(uuid) else { return }
+                if uuid == .recordAccessControlPoint { state.reporting = false }
                 state.batch.append(.value(uuid, value))
             }
             return
@@ -404,7 +421,15 @@ public final class BlueZMeterLink: MeterLink {
     }
 
     public func write(_ uuid: GATTUUID, _ value: [UInt8]) async throws(MeterLinkError) {
-        _ = try await call(try path(of: uuid), "WriteValue", [.bytes(value), .vardict(["type": .string("request")])])
+        let path = try path(of: uuid)
+        // Marked before: the first records can arrive ahead of WriteValue's reply.
+        if uuid == .recordAccessControlPoint { core.racpRequest(value, writing: true) }
+        do {
+            _ = try await call(path, "WriteValue", [.bytes(value), .vardict(["type": .string("request")])])
+        } catch {
+            if uuid == .recordAccessControlPoint { core.racpRequest(value, writing: false) }
+            throw error
+        }
     }
 
     public func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) {

@@ -9,14 +9,23 @@ extension ConnectionCore {
         let deliver: @Sendable (DBusMessage) -> Void
         let finish: @Sendable () -> Void
         var endOfBatch: (@Sendable () -> Void)? = nil
+        /// Evaluated on the queue before `deliver`: a message it rejects counts as not delivered.
+        var filter: (@Sendable (DBusMessage) -> Bool)? = nil
+        /// Asked on the queue after a pass that delivered messages to this subscription: true lets the
+        /// connection wait a moment for more of the burst before ending the pass (see `BurstWait`).
+        var awaitsBurst: (@Sendable () -> Bool)? = nil
     }
 
-    /// Hands a signal to every subscription with a rule that matches it.
+    /// Hands a signal to every subscription with a rule that matches it. Counts it for the pass: a burst
+    /// signal when every subscription it was delivered to lets the connection wait for more
+    /// (`awaitsBurst`), another message when some other subscription took it.
     func routeSignal(_ message: OpaquePointer) {
         guard !subscriptions.isEmpty else { return }
         // Headers first; the body is decoded only when some rule wants the message.
         var decoded = Marshalling.decodeHeader(message)
         var bodyDecoded = false
+        var plainDelivery = false
+        var burstDelivery = false
         for (key, subscription) in subscriptions {
             var wanted = false
             for rule in subscription.rules where rule.matchesHeader(decoded) {
@@ -38,9 +47,26 @@ extension ConnectionCore {
                 decoded.body = Marshalling.decodeBody(message)
                 bodyDecoded = true
             }
+            if let filter = subscription.filter, !filter(decoded) { continue }
             subscription.deliver(decoded)
             if subscription.endOfBatch != nil { batched.insert(key) }
+            if subscription.awaitsBurst != nil {
+                burstDelivery = true
+                pass.bursting.insert(key)
+            } else {
+                plainDelivery = true
+            }
         }
+        if plainDelivery { pass.others += 1 } else if burstDelivery { pass.burst += 1 }
+    }
+
+    /// Whether every subscription that was delivered a burst signal since `pass` was reset lets the
+    /// connection wait for more.
+    func burstWanted() -> Bool {
+        for key in pass.bursting {
+            guard let ask = subscriptions[key]?.awaitsBurst, ask() else { return false }
+        }
+        return true
     }
 
     /// Ends the dispatch pass for the subscriptions that were delivered a message in it.

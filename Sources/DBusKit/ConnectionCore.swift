@@ -57,6 +57,8 @@ final class ConnectionCore {
     var subscriptions: [Int: Subscription] = [:]
     /// Subscriptions with an `endOfBatch` that were delivered a message in the current dispatch pass.
     var batched: Set<Int> = []
+    /// What the current dispatch pass delivered (see `BurstWait`).
+    var pass = PassCount()
     var disconnectWatchers: [Int: AsyncStream<Void>.Continuation] = [:]
 
     /// Exported objects by path, with their interfaces by name.
@@ -223,22 +225,29 @@ final class ConnectionCore {
             drain()
             return
         }
+        pass = PassCount()
         readWaiting(watch)
         dispatchMessages()
-        // A pass that delivered signals to a batching subscription (GATT notifications of a download)
-        // is most likely part of a burst: wait a moment on the socket itself for the next messages and
-        // take them into the same pass, instead of going back through the event loop, where each wake-up
-        // costs several thread switches (Dispatch's event thread, a worker, re-arming the source).
-        // Bounded by `Linger`, so one quiet millisecond or a long flood returns to the loop; subscribers
-        // hear the end of the pass (`endOfBatch`) when the lingering stops.
-        var lingered = Linger()
-        while !batched.isEmpty, lingered.mayWait, isOpen, watches[watch] != nil, dbus_watch_get_enabled(watch) != 0,
-              Self.waitReadable(dbus_watch_get_unix_fd(watch), milliseconds: Linger.quietMilliseconds) {
+        // A pass of GATT notifications during a meter's report is most likely part of a burst that the
+        // meter sends faster than one per wake-up is worth: each trip through the event loop costs several
+        // thread switches (Dispatch's event thread, a worker, the consumer). So when everything the pass
+        // dispatched was a signal for subscribers that ask for it (`awaitsBurst`) and no reply of ours is
+        // awaited, the queue pauses a fixed short time and then takes in everything that arrived, as one
+        // pass, bounded as `BurstWait` says. Anything else (a reply, a method call, a signal for another
+        // subscriber, a subscriber that declines) ends the waiting after the pass that read it.
+        let burst = BurstWait(start: ContinuousClock.now)
+        while isOpen, watches[watch] != nil, dbus_watch_get_enabled(watch) != 0,
+              let pause = burst.pause(after: pass, callsPending: !pending.isEmpty, now: ContinuousClock.now,
+                                      wanted: { burstWanted() }) {
+            Self.sleep(pause)
+            guard isOpen, watches[watch] != nil, dbus_watch_get_enabled(watch) != 0,
+                  Self.bytesWaiting(dbus_watch_get_unix_fd(watch)) > 0 else { break }
+            pass = PassCount()
             _ = dbus_watch_handle(watch, flags)
             readWaiting(watch)
             dispatchMessages()
-            lingered.round()
         }
+        pass = PassCount()
         endBatches()
     }
 
@@ -254,27 +263,13 @@ final class ConnectionCore {
         }
     }
 
-    /// How long one read wake-up may wait on the socket for more of a burst: each wait ends after
-    /// `quietMilliseconds` without data, and the whole pass after `rounds` reads or `budget`, whichever
-    /// comes first (so other work queued on the connection waits a few milliseconds at most).
-    struct Linger {
-        static let quietMilliseconds: Int32 = 1
-        static let rounds = 64
-        static let budget: Duration = .milliseconds(5)
-        private let start = ContinuousClock.now
-        private var count = 0
-        var mayWait: Bool { count < Self.rounds && ContinuousClock.now - start < Self.budget }
-        mutating func round() { count += 1 }
-    }
-
-    /// Waits up to `milliseconds` for `fd` to become readable; false on time-out or error.
-    private static func waitReadable(_ fd: Int32, milliseconds: Int32) -> Bool {
+    /// Blocks the queue for `duration` (a burst pause; short by `BurstWait`'s bounds).
+    private static func sleep(_ duration: Duration) {
         #if canImport(Glibc)
-        guard fd >= 0 else { return false }
-        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        return poll(&entry, 1, milliseconds) == 1 && entry.revents & Int16(POLLIN) != 0
-        #else
-        return false
+        let (seconds, attoseconds) = duration.components
+        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
         #endif
     }
 
@@ -336,15 +331,18 @@ final class ConnectionCore {
         switch dbus_message_get_type(message) {
         case DBUS_MESSAGE_TYPE_SIGNAL:
             if dbus_message_is_signal(message, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
+                pass.others += 1
                 markDisconnected(reason: "the connection to the bus was lost")
                 return DBUS_HANDLER_RESULT_HANDLED
             }
             routeSignal(message)
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         case DBUS_MESSAGE_TYPE_METHOD_CALL:
+            pass.others += 1
             handleMethodCall(message)
             return DBUS_HANDLER_RESULT_HANDLED
         default:
+            pass.others += 1
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
     }

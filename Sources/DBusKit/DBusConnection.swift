@@ -157,10 +157,9 @@ public final class DBusConnection: Sendable {
     public func subscribe(_ rules: [MatchRule], timeout: Duration = .seconds(10),
                           where filter: (@Sendable (DBusMessage) -> Bool)? = nil) async throws(DBusError) -> AsyncStream<DBusMessage> {
         let (stream, continuation) = AsyncStream.makeStream(of: DBusMessage.self, bufferingPolicy: .unbounded)
-        let subscription = try await subscribe(rules, timeout: timeout, onMessage: { message in
-            if let filter, !filter(message) { return }
-            continuation.yield(message)
-        }, onEnd: { continuation.finish() })
+        let subscription = try await subscribe(ConnectionCore.Subscription(
+            rules: rules, deliver: { continuation.yield($0) }, finish: { continuation.finish() }, filter: filter),
+            timeout: timeout)
         continuation.onTermination = { _ in subscription.cancel() }
         return stream
     }
@@ -171,15 +170,29 @@ public final class DBusConnection: Sendable {
     /// hop per message for high-rate signals such as GATT notifications. `onBatchEnd`, when given, runs on
     /// the queue after each pass that delivered messages (everything one wake-up read), so a subscriber
     /// can buffer in `onMessage` and wake its consumer once per pass instead of once per message.
+    ///
+    /// `awaitsBurst`, when given, is asked on the queue after a pass that delivered messages to this
+    /// subscription: true (say, while a meter sends the records of a report) lets the connection pause a
+    /// couple of milliseconds and take in what arrived meanwhile as part of the same pass, so a burst costs
+    /// one wake-up per many messages. It pauses only while every message of the pass went to such
+    /// subscribers and none of them declines, and no reply is awaited; a wake-up pauses a few
+    /// milliseconds at most in all.
     public func subscribe(_ rules: [MatchRule], timeout: Duration = .seconds(10),
                           onMessage: @escaping @Sendable (DBusMessage) -> Void,
                           onBatchEnd: (@Sendable () -> Void)? = nil,
+                          awaitsBurst: (@Sendable () -> Bool)? = nil,
                           onEnd: @escaping @Sendable () -> Void) async throws(DBusError) -> DBusSubscription {
+        try await subscribe(ConnectionCore.Subscription(rules: rules, deliver: onMessage, finish: onEnd,
+                                                        endOfBatch: onBatchEnd, awaitsBurst: awaitsBurst),
+                            timeout: timeout)
+    }
+
+    private func subscribe(_ entry: ConnectionCore.Subscription, timeout: Duration) async throws(DBusError) -> DBusSubscription {
+        let rules = entry.rules
         let key = Keys.next()
         let core = self.core
         let queue = self.queue
         let subscription = DBusSubscription { queue.async { core.value.removeSubscription(key, removeMatch: true) } }
-        let entry = ConnectionCore.Subscription(rules: rules, deliver: onMessage, finish: onEnd, endOfBatch: onBatchEnd)
         let added = await perform { $0.addSubscription(key, entry) }
         guard added else { throw DBusError(.disconnected, "not connected to the bus") }
         do {

@@ -1,0 +1,59 @@
+import Testing
+import DBusKit
+import GatewayCore
+@testable import BlueZ
+
+/// When a meter link lets the connection gather notifications: only while a report of records runs.
+@Suite struct LinkBurstTests {
+    static let device = "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_01"
+    static let owner = ":1.7"
+    static let racpPath = device + "/service0010/char0019"
+    static let measurementPath = device + "/service0010/char0011"
+
+    static func core() -> LinkCore {
+        let core = LinkCore(devicePath: device, owner: owner)
+        core.setCharacteristics([GATTUUID.recordAccessControlPoint.uuidString: racpPath,
+                                 GATTUUID.glucoseMeasurement.uuidString: measurementPath])
+        core.setSubscribed(.recordAccessControlPoint, true)
+        core.setSubscribed(.glucoseMeasurement, true)
+        return core
+    }
+
+    static func value(_ path: String, _ bytes: [UInt8]) -> DBusMessage {
+        DBusMessage(kind: .signal, path: path, interface: DBusNames.properties, member: "PropertiesChanged", sender: owner,
+                    body: [.string(BlueZNames.gattCharacteristic), .vardict(["Value": .bytes(bytes)]), .strings([])])
+    }
+
+    @Test func aReportRequestStartsItAndItsResponseEndsIt() {
+        let core = Self.core()
+        #expect(!core.isReporting)
+        core.racpRequest([0x01, 0x01], writing: true)
+        #expect(core.isReporting)
+        core.handle(Self.value(Self.measurementPath, [0x00, 0x01, 0x00]))
+        #expect(core.isReporting)
+        core.handle(Self.value(Self.racpPath, [0x06, 0x00, 0x01, 0x01]))
+        #expect(!core.isReporting)
+        core.flush()
+    }
+
+    @Test func otherRequestsAndFailedWritesDoNotStartIt() {
+        let core = Self.core()
+        // Report Number of Stored Records and Abort are answered by one indication.
+        core.racpRequest([0x04, 0x01], writing: true)
+        core.racpRequest([0x03, 0x00], writing: true)
+        #expect(!core.isReporting)
+        core.racpRequest([], writing: true)
+        #expect(!core.isReporting)
+        core.racpRequest([0x01, 0x03, 0x01, 0x05, 0x00], writing: true)
+        #expect(core.isReporting)
+        core.racpRequest([0x01, 0x03, 0x01, 0x05, 0x00], writing: false)
+        #expect(!core.isReporting)
+    }
+
+    @Test func theEndOfTheLinkEndsIt() {
+        let core = Self.core()
+        core.racpRequest([0x01, 0x01], writing: true)
+        core.end("the meter disconnected")
+        #expect(!core.isReporting)
+    }
+}

@@ -1,0 +1,134 @@
+import Testing
+import Synchronization
+import TestSupport
+@testable import DBusKit
+
+/// The pause rule on a manual clock: instants are made up, nothing sleeps.
+@Suite struct BurstWaitTests {
+    static let start = ContinuousClock.now
+    static func at(_ ms: Int) -> ContinuousClock.Instant { start + .milliseconds(ms) }
+    static let burst = PassCount(burst: 12, others: 0, bursting: [1])
+
+    @Test func aPassOfBurstSignalsAloneIsFollowedByOneWindow() {
+        let wait = BurstWait(start: Self.start)
+        #expect(wait.pause(after: Self.burst, callsPending: false, now: Self.at(0), wanted: { true }) == BurstWait.window)
+        #expect(BurstWait.window == .milliseconds(2))
+    }
+
+    @Test func anythingElseInThePassEndsTheWakeUp() {
+        let wait = BurstWait(start: Self.start)
+        var mixed = Self.burst
+        mixed.others = 1
+        #expect(wait.pause(after: mixed, callsPending: false, now: Self.at(0), wanted: { true }) == nil)
+        // A pause that read nothing for the burst subscribers: the burst is over.
+        #expect(wait.pause(after: PassCount(), callsPending: false, now: Self.at(0), wanted: { true }) == nil)
+        #expect(wait.pause(after: PassCount(burst: 0, others: 3), callsPending: false, now: Self.at(0), wanted: { true }) == nil)
+    }
+
+    @Test func anAwaitedReplyOrASubscriberThatDeclinesEndsTheWakeUp() {
+        let wait = BurstWait(start: Self.start)
+        let asked = Mutex(0)
+        #expect(wait.pause(after: Self.burst, callsPending: true, now: Self.at(0), wanted: {
+            asked.withLock { $0 += 1 }
+            return true
+        }) == nil)
+        // Not asked when something else already decided.
+        #expect(asked.withLock { $0 } == 0)
+        #expect(wait.pause(after: Self.burst, callsPending: false, now: Self.at(0), wanted: { false }) == nil)
+    }
+
+    @Test func oneWakeUpPausesAtMostItsBudget() {
+        let wait = BurstWait(start: Self.start)
+        #expect(BurstWait.budget == .milliseconds(8))
+        // Passes that take no time: pauses at 0, 2, 4 and 6 ms, none at 8.
+        var now = Self.start
+        var paused: Duration = .zero
+        var pauses = 0
+        while let pause = wait.pause(after: Self.burst, callsPending: false, now: now, wanted: { true }) {
+            paused += pause
+            pauses += 1
+            now += pause
+        }
+        #expect(pauses == 4)
+        #expect(paused == BurstWait.budget)
+        // A pause starts only while a whole window of the budget is left.
+        #expect(wait.pause(after: Self.burst, callsPending: false, now: Self.at(6), wanted: { true }) != nil)
+        #expect(wait.pause(after: Self.burst, callsPending: false, now: Self.at(6) + .microseconds(1), wanted: { true }) == nil)
+        #expect(wait.pause(after: Self.burst, callsPending: false, now: Self.at(30), wanted: { true }) == nil)
+    }
+}
+
+/// Burst subscribers on a real bus: every message is delivered in order and each pass ends, whether the
+/// connection pauses or not; it asks the subscriber only after passes that held nothing else.
+@Suite(.timeLimit(.minutes(1))) struct BurstSubscriptionTests {
+    final class Counts: Sendable {
+        let state = Mutex<(seen: [UInt32], atLastEnd: Int, asks: Int)>(([], 0, 0))
+        var seen: [UInt32] { state.withLock { $0.seen } }
+        var atLastEnd: Int { state.withLock { $0.atLastEnd } }
+        var asks: Int { state.withLock { $0.asks } }
+    }
+
+    static func subscribe(_ client: DBusConnection, _ counts: Counts, wanted: Bool = true) async throws -> DBusSubscription {
+        try await client.subscribe([MatchRule(interface: "org.example.Tick", member: "Tick")], onMessage: { message in
+            let n = message.body.first?.uint32 ?? .max
+            counts.state.withLock { $0.seen.append(n) }
+        }, onBatchEnd: {
+            counts.state.withLock { $0.atLastEnd = $0.seen.count }
+        }, awaitsBurst: {
+            counts.state.withLock { $0.asks += 1 }
+            return wanted
+        }, onEnd: {})
+    }
+
+    static func emit(_ pair: BusPair, _ range: Range<UInt32>) async throws {
+        for n in range {
+            try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(n)])
+        }
+    }
+
+    @Test(arguments: [true, false]) func everyMessageArrivesInOrderAndEveryPassEnds(wanted: Bool) async throws {
+        let pair = try await BusPair()
+        let counts = Counts()
+        let subscription = try await Self.subscribe(pair.client, counts, wanted: wanted)
+        try await Self.emit(pair, 0..<300)
+        // A method call in the middle of a burst is answered (its reply ends any pause).
+        let calling = Task { try await Self.emit(pair, 300..<600) }
+        _ = try await pair.client.call(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus,
+                                       member: "GetId", timeout: .seconds(5))
+        try await calling.value
+        try #require(await waitUntil(20) { counts.atLastEnd == 600 })
+        #expect(counts.seen == Array(0..<600))
+        // Passes of ticks alone: the subscriber was asked.
+        #expect(counts.asks > 0)
+        subscription.cancel()
+        await pair.close()
+    }
+
+    @Test func aSignalAnotherSubscriberTakesIsNotHeldBack() async throws {
+        let pair = try await BusPair()
+        let counts = Counts()
+        let subscription = try await Self.subscribe(pair.client, counts)
+        let plain = try await pair.client.subscribe(MatchRule(interface: "org.example.Tick", member: "Tick"))
+        try await Self.emit(pair, 0..<200)
+        try #require(await waitUntil(20) { counts.atLastEnd == 200 })
+        // Every pass held a tick for the plain stream too: never a pause, so never asked.
+        #expect(counts.asks == 0)
+        _ = plain
+        subscription.cancel()
+        await pair.close()
+    }
+
+    @Test func aSignalALocalFilterRejectsCountsAsNotDelivered() async throws {
+        let pair = try await BusPair()
+        let counts = Counts()
+        let subscription = try await Self.subscribe(pair.client, counts)
+        let filtered = try await pair.client.subscribe([MatchRule(interface: "org.example.Tick", member: "Tick")],
+                                                       where: { _ in false })
+        try await Self.emit(pair, 0..<200)
+        try #require(await waitUntil(20) { counts.atLastEnd == 200 })
+        #expect(counts.asks > 0)
+        _ = filtered
+        subscription.cancel()
+        await pair.close()
+    }
+}
