@@ -272,7 +272,7 @@ final class LinkCore: Sendable {
         }
         guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path else { return }
         if interface == BlueZNames.gattCharacteristic {
-            guard let value = message.body[1].vardict?["Value"]?.bytes else { return }
+            guard let value = message.body[1].property("Value")?.bytes else { return }
             state.withLock { state in
                 guard !state.ended, let uuid = state.uuidByPath[path], state.subscribed.contains(uuid) else { return }
                 if uuid == .recordAccessControlPoint { state.reporting = false }
@@ -280,7 +280,7 @@ final class LinkCore: Sendable {
             }
             return
         }
-        if interface == BlueZNames.device, path == devicePath, let connected = message.body[1].vardict?["Connected"]?.bool {
+        if interface == BlueZNames.device, path == devicePath, let connected = message.body[1].property("Connected")?.bool {
             let at = ContinuousClock.now
             state.withLock { state in
                 if connected { state.upAt = at } else if state.downAt == nil { state.downAt = at }

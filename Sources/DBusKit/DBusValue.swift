@@ -212,6 +212,17 @@ extension DBusValue {
         return nil
     }
 
+    /// The value of `key` in an `a{sv}` (its variant wrapper removed), found without building a Swift
+    /// dictionary; the last entry wins, as in ``vardict``. Nil when absent or not a string-keyed dictionary.
+    public func property(_ key: String) -> DBusValue? {
+        guard let entries = dictionaryEntries else { return nil }
+        for entry in entries.reversed() {
+            guard case .string(let name) = entry.key else { return nil }
+            if name == key { return entry.value.unwrapped }
+        }
+        return nil
+    }
+
     /// `a{sv}` as a Swift dictionary, each value with its variant wrapper removed. Later duplicate keys win.
     public var vardict: [String: DBusValue]? {
         guard let entries = dictionaryEntries else { return nil }

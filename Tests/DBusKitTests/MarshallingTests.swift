@@ -136,3 +136,55 @@ import Testing
         #expect(DBusConnection.milliseconds(.seconds(1_000_000_000)) == Int32.max - 1)
     }
 }
+
+/// PropertiesChanged bodies (`sa{sv}as`) take their own decoding path: it must give exactly what the
+/// generic one gives, for every kind of value a property can hold.
+@Suite struct PropertiesChangedDecodingTests {
+    static let bodies: [[DBusValue]] = [
+        // A GATT notification as BlueZ sends it.
+        [.string("org.bluez.GattCharacteristic1"), .vardict(["Value": .bytes([0x02, 0x2A, 0x00, 0xE8, 0x07])]), .strings([])],
+        [.string("org.bluez.GattCharacteristic1"), .vardict(["Value": .bytes([])]), .strings([])],
+        [.string("org.bluez.Device1"), .vardict([
+            "Connected": .bool(true), "RSSI": .int16(-61), "UUIDs": .strings(["00001808-0000-1000-8000-00805f9b34fb"]),
+            "ManufacturerData": .dictionary(key: "q", value: "v", [DBusDictEntry(.uint16(0x0131), .variant(.bytes([1, 2])))]),
+            "Adapter": .objectPath("/org/bluez/hci0"), "Nested": .variant(.uint32(7)),
+            "Pair": .structure([.string("a"), .int64(-1)]), "Empty": .array(element: "s", []),
+        ]), .strings(["Name", "Alias"])],
+        [.string(""), .dictionary(key: "s", value: "v", []), .strings([])],
+        // Duplicate keys stay as sent.
+        [.string("x.y"), .dictionary(key: "s", value: "v", [DBusDictEntry(.string("Value"), .variant(.bytes([1]))),
+                                                               DBusDictEntry(.string("Value"), .variant(.bytes([2])))]), .strings([])],
+    ]
+
+    @Test(arguments: bodies) func samePathResultAsTheGenericDecoding(_ body: [DBusValue]) throws {
+        let fast = try Marshalling.wireRoundTrip(body)
+        let generic = try Marshalling.wireRoundTrip(body, generically: true)
+        #expect(fast == generic)
+        #expect(fast == body)
+    }
+
+    @Test func otherSignaturesAreDecodedGenerically() throws {
+        // Close to sa{sv}as but not it: the generic path, the same values back.
+        let near: [[DBusValue]] = [
+            [.string("i"), .vardict(["A": .bool(true)])],
+            [.string("i"), .vardict(["A": .bool(true)]), .strings(["B"]), .byte(1)],
+            [.string("i"), .dictionary(key: "s", value: "s", [DBusDictEntry(.string("A"), .string("B"))]), .strings([])],
+        ]
+        for body in near {
+            #expect(try Marshalling.wireRoundTrip(body) == body)
+        }
+    }
+
+    @Test func propertyFindsTheLastEntryWithoutADictionary() {
+        let changed = DBusValue.dictionary(key: "s", value: "v", [
+            DBusDictEntry(.string("Value"), .variant(.bytes([1]))), DBusDictEntry(.string("RSSI"), .variant(.int16(-4))),
+            DBusDictEntry(.string("Value"), .variant(.bytes([2]))),
+        ])
+        #expect(changed.property("Value") == .bytes([2]))
+        #expect(changed.property("Value") == changed.vardict?["Value"])
+        #expect(changed.property("RSSI")?.int16 == -4)
+        #expect(changed.property("Missing") == nil)
+        #expect(DBusValue.bytes([1]).property("Value") == nil)
+        #expect(DBusValue.dictionary(key: "o", value: "v", [DBusDictEntry(.objectPath("/a"), .variant(.byte(1)))]).property("/a") == nil)
+    }
+}
