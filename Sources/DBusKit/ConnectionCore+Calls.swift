@@ -12,7 +12,8 @@ final class CallToken: Sendable {
 extension ConnectionCore {
     struct PendingCall {
         let pointer: OpaquePointer
-        let continuation: CheckedContinuation<Result<DBusMessage, DBusError>, Never>
+        /// Runs once, on the queue, with the reply or why there is none.
+        let complete: (Result<DBusMessage, DBusError>) -> Void
     }
 
     private final class PendingContext {
@@ -27,14 +28,14 @@ extension ConnectionCore {
     func startCall(
         _ token: CallToken, destination: String?, path: String, interface: String?, member: String,
         arguments: [DBusValue], timeoutMilliseconds: Int32,
-        continuation: CheckedContinuation<Result<DBusMessage, DBusError>, Never>
+        complete: @escaping (Result<DBusMessage, DBusError>) -> Void
     ) {
         if token.isCancelled {
-            continuation.resume(returning: .failure(DBusError(.cancelled, "the call was cancelled")))
+            complete(.failure(DBusError(.cancelled, "the call was cancelled")))
             return
         }
         guard isConnected else {
-            continuation.resume(returning: .failure(DBusError(.disconnected, "not connected to the bus")))
+            complete(.failure(DBusError(.disconnected, "not connected to the bus")))
             return
         }
         let message: OpaquePointer
@@ -42,20 +43,20 @@ extension ConnectionCore {
                               arguments: arguments) {
         case .success(let m): message = m
         case .failure(let e):
-            continuation.resume(returning: .failure(e))
+            complete(.failure(e))
             return
         }
         defer { dbus_message_unref(message) }
         var pendingCall: OpaquePointer? = nil
         guard dbus_connection_send_with_reply(raw, message, &pendingCall, timeoutMilliseconds) != 0 else {
-            continuation.resume(returning: .failure(DBusError(.noMemory, "out of memory sending \(member)")))
+            complete(.failure(DBusError(.noMemory, "out of memory sending \(member)")))
             return
         }
         guard let pendingCall else {
-            continuation.resume(returning: .failure(DBusError(.disconnected, "not connected to the bus")))
+            complete(.failure(DBusError(.disconnected, "not connected to the bus")))
             return
         }
-        pending[token.key] = PendingCall(pointer: pendingCall, continuation: continuation)
+        pending[token.key] = PendingCall(pointer: pendingCall, complete: complete)
         let context = Unmanaged.passRetained(PendingContext(core: self, key: token.key)).toOpaque()
         _ = dbus_pending_call_set_notify(
             pendingCall,
@@ -78,16 +79,45 @@ extension ConnectionCore {
         let reply = dbus_pending_call_steal_reply(call.pointer)
         dbus_pending_call_unref(call.pointer)
         guard let reply else {
-            call.continuation.resume(returning: .failure(DBusError(.noReply, "no reply")))
+            call.complete(.failure(DBusError(.noReply, "no reply")))
             return
         }
         let decoded = Marshalling.decode(reply)
         dbus_message_unref(reply)
         if decoded.kind == .error {
             let text = decoded.body.first?.string ?? ""
-            call.continuation.resume(returning: .failure(DBusError(name: decoded.errorName ?? DBusError.Name.failed.rawValue, message: text)))
+            call.complete(.failure(DBusError(name: decoded.errorName ?? DBusError.Name.failed.rawValue, message: text)))
         } else {
-            call.continuation.resume(returning: .success(decoded))
+            call.complete(.success(decoded))
+        }
+    }
+
+    /// Starts several calls in one go, in order, and hands all their results to `complete` (in the same
+    /// order) once the last one finished.
+    func startCalls(_ calls: [(token: CallToken, destination: String?, path: String, interface: String?, member: String,
+                               arguments: [DBusValue])],
+                    timeoutMilliseconds: Int32, complete: @escaping ([Result<DBusMessage, DBusError>]) -> Void) {
+        final class Gathered {
+            var results: [Result<DBusMessage, DBusError>?]
+            var left: Int
+            init(_ count: Int) {
+                results = Array(repeating: nil, count: count)
+                left = count
+            }
+        }
+        guard !calls.isEmpty else {
+            complete([])
+            return
+        }
+        let gathered = Gathered(calls.count)
+        for (index, call) in calls.enumerated() {
+            startCall(call.token, destination: call.destination, path: call.path, interface: call.interface,
+                      member: call.member, arguments: call.arguments, timeoutMilliseconds: timeoutMilliseconds) { result in
+                gathered.results[index] = result
+                gathered.left -= 1
+                guard gathered.left == 0 else { return }
+                complete(gathered.results.map { $0 ?? .failure(DBusError(.failed, "no result")) })
+            }
         }
     }
 
@@ -95,7 +125,7 @@ extension ConnectionCore {
         guard let call = pending.removeValue(forKey: key) else { return }
         dbus_pending_call_cancel(call.pointer)
         dbus_pending_call_unref(call.pointer)
-        call.continuation.resume(returning: .failure(DBusError(.cancelled, "the call was cancelled")))
+        call.complete(.failure(DBusError(.cancelled, "the call was cancelled")))
     }
 
     private func makeMethodCall(destination: String?, path: String, interface: String?, member: String,

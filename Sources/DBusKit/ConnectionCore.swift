@@ -355,7 +355,7 @@ final class ConnectionCore {
         for (_, call) in calls.sorted(by: { $0.key < $1.key }) {
             dbus_pending_call_cancel(call.pointer)
             dbus_pending_call_unref(call.pointer)
-            call.continuation.resume(returning: .failure(DBusError(.disconnected, reason)))
+            call.complete(.failure(DBusError(.disconnected, reason)))
         }
         let subs = subscriptions
         subscriptions.removeAll()

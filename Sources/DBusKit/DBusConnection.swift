@@ -119,8 +119,9 @@ public final class DBusConnection: Sendable {
             await withCheckedContinuation { continuation in
                 queue.async {
                     core.value.startCall(token, destination: destination, path: path, interface: interface,
-                                         member: member, arguments: arguments, timeoutMilliseconds: milliseconds,
-                                         continuation: continuation)
+                                         member: member, arguments: arguments, timeoutMilliseconds: milliseconds) {
+                        continuation.resume(returning: $0)
+                    }
                 }
             }
         } onCancel: {
@@ -196,16 +197,38 @@ public final class DBusConnection: Sendable {
         let added = await perform { $0.addSubscription(key, entry) }
         guard added else { throw DBusError(.disconnected, "not connected to the bus") }
         do {
-            for rule in rules {
-                _ = try await call(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus,
-                                   member: "AddMatch", arguments: [.string(rule.description)], timeout: timeout)
-            }
+            try await addMatches(rules, timeout: timeout)
         } catch {
             // Rules already added are removed with the subscription.
             await perform { $0.removeSubscription(key, removeMatch: true) }
             throw error
         }
         return subscription
+    }
+
+    /// Installs `rules` on the bus: every `AddMatch` is sent at once and their replies awaited together
+    /// (one trip through the connection's queue and one wait instead of one of each per rule). Throws the
+    /// first refusal, in rule order.
+    private func addMatches(_ rules: [MatchRule], timeout: Duration) async throws(DBusError) {
+        let calls = rules.map { rule in
+            (token: CallToken(), destination: Optional(DBusNames.bus), path: DBusNames.busPath,
+             interface: Optional(DBusNames.bus), member: "AddMatch", arguments: [DBusValue.string(rule.description)])
+        }
+        let tokens = calls.map(\.token)
+        let core = self.core
+        let queue = self.queue
+        let milliseconds = Self.milliseconds(timeout)
+        let results: [Result<DBusMessage, DBusError>] = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                queue.async {
+                    core.value.startCalls(calls, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                }
+            }
+        } onCancel: {
+            for token in tokens { token.cancel() }
+            queue.async { for token in tokens { core.value.cancelCall(token.key) } }
+        }
+        for result in results { _ = try result.get() }
     }
 
     /// `NameOwnerChanged` for one name: `(name, oldOwner, newOwner)`; an empty owner means none.

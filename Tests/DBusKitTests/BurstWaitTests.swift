@@ -132,3 +132,47 @@ import TestSupport
         await pair.close()
     }
 }
+
+/// Several match rules are installed with one round of `AddMatch` calls.
+@Suite(.timeLimit(.minutes(1))) struct MatchRulesTests {
+    @Test func aRuleTheBusRefusesFailsTheWholeSubscription() async throws {
+        let pair = try await BusPair()
+        let seen = Mutex(0)
+        let good = MatchRule(interface: "org.example.Tick", member: "Tick")
+        // The bus knows arguments 0 to 63 only.
+        let refused = MatchRule(interface: "org.example.Tick", member: "Tock", arguments: [64: "x"])
+        await #expect(throws: DBusError.self) {
+            _ = try await pair.client.subscribe([good, refused, good], onMessage: { _ in seen.withLock { $0 += 1 } }, onEnd: {})
+        }
+        // Nothing of it stays: the rules that were added are removed with it.
+        let control = try await pair.client.subscribe(MatchRule(interface: "org.example.Tick", member: "Done"))
+        try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Tick", arguments: [.uint32(1)])
+        try await pair.server.emitSignal(path: "/t", interface: "org.example.Tick", member: "Done")
+        let done = try await withTimeout(5) { () -> Bool in
+            for await _ in control { return true }
+            return false
+        }
+        #expect(done)
+        #expect(seen.withLock { $0 } == 0)
+        await pair.close()
+    }
+
+    @Test func everyRuleOfASubscriptionIsInstalled() async throws {
+        let pair = try await BusPair()
+        let members = (0..<6).map { "M\($0)" }
+        let stream = try await pair.client.subscribe(members.map { MatchRule(interface: "org.example.Many", member: $0) })
+        for member in members.reversed() {
+            try await pair.server.emitSignal(path: "/m", interface: "org.example.Many", member: member)
+        }
+        let got = try await withTimeout(5) { () -> [String] in
+            var out: [String] = []
+            for await message in stream {
+                out.append(message.member ?? "")
+                if out.count == members.count { break }
+            }
+            return out
+        }
+        #expect(got == members.reversed())
+        await pair.close()
+    }
+}
