@@ -181,26 +181,39 @@ def in_root(root, script, timeout=900):
 EXTRAS = "man-db"
 
 
+def _debootstrapped():
+    """(root, marker) of the minimal chroot of this machine's release, bootstrapped if it is not yet;
+    the caller holds the chroot lock."""
+    codename, mirror = host_release_and_mirror()
+    root = CHROOT_CACHE / f"{codename}-{architecture()}"
+    complete = root.with_name(root.name + ".debootstrap-complete")
+    if not complete.exists():
+        ensure_host_packages("debootstrap")
+        shutil.rmtree(root, ignore_errors=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        r = sh("debootstrap", "--variant=minbase", f"--arch={architecture()}", codename, str(root), mirror,
+               timeout=1800)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        policy = root / "usr/sbin/policy-rc.d"
+        policy.write_text("#!/bin/sh\n# No service starts in this chroot.\nexit 101\n")
+        policy.chmod(0o755)
+        complete.write_text(f"{codename} {mirror}\n")
+    return root, root.with_name(root.name + ".dependencies")
+
+
+def bootstrap_chroot():
+    """Only the debootstrap part of `base_chroot` (which needs the built package's Depends): scripts/test.sh
+    runs it while the gateway builds, since it waits on the mirror more than on the CPU."""
+    with Locked(CHROOT_CACHE / ".lock"):
+        return _debootstrapped()[0]
+
+
 def base_chroot(depends):
     """A minimal chroot of this machine's release with DEPENDS (a Depends field) and EXTRAS, cached under
     CHROOT_CACHE and built again only when DEPENDS changes. Returns its path. No service starts in it
     (policy-rc.d), and the package itself is never installed in it."""
-    codename, mirror = host_release_and_mirror()
-    root = CHROOT_CACHE / f"{codename}-{architecture()}"
-    marker = root.with_name(root.name + ".dependencies")
-    complete = root.with_name(root.name + ".debootstrap-complete")
     with Locked(CHROOT_CACHE / ".lock"):
-        if not complete.exists():
-            ensure_host_packages("debootstrap")
-            shutil.rmtree(root, ignore_errors=True)
-            root.parent.mkdir(parents=True, exist_ok=True)
-            r = sh("debootstrap", "--variant=minbase", f"--arch={architecture()}", codename, str(root), mirror,
-                   timeout=1800)
-            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-            policy = root / "usr/sbin/policy-rc.d"
-            policy.write_text("#!/bin/sh\n# No service starts in this chroot.\nexit 101\n")
-            policy.chmod(0o755)
-            complete.write_text(f"{codename} {mirror}\n")
+        root, marker = _debootstrapped()
         wanted = f"{depends}, {EXTRAS}"
         if not marker.exists() or marker.read_text() != wanted:
             (root / "tmp/glucose-gateway-depends").write_text(wanted)

@@ -8,6 +8,17 @@ cd "$here"
 source scripts/install-deps.sh --test
 export PATH="/opt/swift/usr/bin:$PATH"
 
+# The package tests' Debian chroot (SystemTests/gg_deb.py) waits on the mirror more than on the CPU:
+# bootstrap it while the gateway builds (as root only, as those tests need; they redo it if this failed).
+chroot_job=""
+chroot_log=""
+if [[ $(id -u) == 0 ]]; then
+    chroot_log="$(mktemp)"
+    (cd SystemTests && exec setsid "$here/.venv/bin/python" -c 'import gg_deb; gg_deb.bootstrap_chroot()') > "$chroot_log" 2>&1 &
+    chroot_job=$!
+fi
+trap '[[ -n $chroot_job ]] && kill -TERM -- "-$chroot_job" 2> /dev/null; [[ -n $chroot_log ]] && rm -f "$chroot_log"' EXIT
+
 echo "== build"
 swift build --build-tests
 
@@ -21,6 +32,10 @@ swift_failed=$?
 set -e
 
 echo "== system tests"
+if [[ -n $chroot_job ]]; then
+    wait "$chroot_job" || { echo "bootstrapping the package tests' chroot failed (they try again):"; tail -n 20 "$chroot_log"; }
+    chroot_job=""
+fi
 export GLUCOSE_GATEWAY_BIN="$here/.build/debug/glucose-gateway"
 set +e
 "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider SystemTests
