@@ -15,7 +15,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 DEB_CACHE = pathlib.Path(os.environ.get("GLUCOSE_GATEWAY_DEB_CACHE", "/var/tmp/glucose-gateway-deb"))
 CHROOT_CACHE = pathlib.Path(os.environ.get("GLUCOSE_GATEWAY_CHROOT", "/var/tmp/glucose-gateway-chroot"))
 # What the package is made of: a change to any of these builds it again.
-INPUTS = ["Package.swift", "Sources", "config", "udev", "packaging", "scripts/package-deb.sh",
+INPUTS = ["Package.swift", "Sources", "config", "udev", "packaging", "scripts/package-deb.sh", "scripts/package-flags.sh",
           "scripts/install-deps.sh", "VERSION", "README.md"]
 KEEP_PACKAGES = 4
 

@@ -66,14 +66,14 @@ fi
 # 2. The binary: a release build with the Swift runtime linked in, no $ORIGIN search path, and
 #    immediate binding (-z now) for a fully read-only relocation table. Linked by the toolchain's lld
 #    with packed relative relocations (DT_RELR, glibc 2.36 and later): the Swift runtime's metadata
-#    needs some 31,000 of them, which take 6 KiB instead of 750 KiB to read at every start.
+#    needs some 31,000 of them, which take 6 KiB instead of 750 KiB to read at every start. The flags
+#    are in scripts/package-flags.sh, which the benchmark builds with too.
 if [[ -z "$binary" ]]; then
     source "$here/scripts/install-deps.sh"
     export PATH="/opt/swift/usr/bin:$PATH"
     build_dir="${GLUCOSE_GATEWAY_PACKAGE_BUILD:-$here/.build/package}"
-    flags=(-c release --product glucose-gateway --static-swift-stdlib --disable-local-rpath
-           -Xlinker -z -Xlinker now -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs
-           --scratch-path "$build_dir" --package-path "$here")
+    source "$here/scripts/package-flags.sh"
+    flags=("${package_flags[@]}")
     say "building (swift build ${flags[*]})"
     swift build "${flags[@]}"
     binary="$(swift build "${flags[@]}" --show-bin-path)/glucose-gateway"
