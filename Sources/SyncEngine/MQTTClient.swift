@@ -145,14 +145,19 @@ public final class MQTTClient: Sendable {
 
     static let missingLibrary = "libmosquitto is not installed (Debian package libmosquitto1)"
 
-    /// Waits until connected, refused, or `timeoutMs` passed; returns the state then.
-    public func waitForConnection(timeoutMs: Int) async -> MQTTConnectionState {
+    /// Connection attempts that failed and connections that broke, since the client was made.
+    public var failureCount: Int { core.failures.load(ordering: .acquiring) }
+
+    /// Waits until connected, refused, or `timeoutMs` passed; returns the state then. With `failuresBefore`
+    /// (a `failureCount` read before), also until a later attempt failed.
+    public func waitForConnection(timeoutMs: Int, failuresBefore: Int? = nil) async -> MQTTConnectionState {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: .milliseconds(timeoutMs))
         while true {
             let s = state
             switch s {
             case .connected, .refused: return s
+            case .disconnected where failuresBefore.map { failureCount > $0 } ?? false: return s
             default: break
             }
             if clock.now >= deadline || Task.isCancelled { return s }
@@ -273,6 +278,7 @@ private final class Core: @unchecked Sendable {
     let logger: Logger
     let onConnected = Mutex<(@Sendable () -> Void)?>(nil)
     let connectSignal = Signal()
+    let failures = Atomic<Int>(0)
     /// Wakes the connection thread out of its reconnect wait when stopping.
     private let wake = DispatchSemaphore(value: 0)
     private struct Handle: @unchecked Sendable {
@@ -385,6 +391,7 @@ private final class Core: @unchecked Sendable {
             s.connection = .disconnected(why)
             return before != s.connection
         }
+        failures.add(1, ordering: .releasing)
         if changed { logger.warning("\(settings.origin): \(why); connecting again") }
         connectSignal.signal()
     }

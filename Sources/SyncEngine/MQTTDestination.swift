@@ -154,11 +154,14 @@ public struct MQTTDestination: UploadDestination {
     /// CONNACK 4 (bad user name or password) and 5 (not authorized) as the dispatcher's auth statuses.
     static func authStatus(_ code: Int) -> Int { code == 5 ? 403 : 401 }
 
-    /// Connects (or looks at the connection) and reports what the broker said.
+    /// Connects (or looks at the connection) and reports what the broker said. The first attempt that
+    /// fails (refused connection, TLS verification) is the answer: the long timeout is for a slow broker,
+    /// not for retrying.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
+        let failures = client.failureCount
         client.start()
         client.reconnectNow()
-        switch await client.waitForConnection(timeoutMs: timeoutMs) {
+        switch await client.waitForConnection(timeoutMs: timeoutMs, failuresBefore: failures) {
         case .connected: return .accepted
         case .refused(let code, let text): return .refused("\(text) (CONNACK \(code))")
         case .disconnected(let why): return .unreachable(why)

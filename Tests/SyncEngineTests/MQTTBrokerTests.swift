@@ -332,6 +332,25 @@ struct MQTTBrokerTests {
         #expect(got == [Subscriber.Message(topic: "gg-test/status", retained: true, payload: "offline")])
     }
 
+    @Test func aCredentialCheckEndsWithTheFirstFailedAttempt() async throws {
+        // A broker without TLS for a client that speaks TLS: every attempt fails in the handshake.
+        let broker = try MosquittoBroker()
+        var settings = mqttSettings(broker)
+        settings.broker.tls = true
+        let client = MQTTClient(settings: settings.broker, availabilityTopic: nil, logger: Logger(label: "test", sink: CollectingSink()))
+        let verdict = await MQTTDestination(settings: settings, client: client).checkCredentials(timeoutMs: 20_000)
+        let attempts = client.failureCount
+        await client.stop()
+        guard case .unreachable(let why) = verdict else {
+            Issue.record("expected unreachable, got \(verdict)")
+            return
+        }
+        #expect(why.contains("TLS"))
+        // One failed attempt (a second only if the machine stalled for the client's 0.5 s reconnect wait),
+        // not one every 0.5, 1, 2, 4, 8 s until the timeout.
+        #expect(attempts >= 1 && attempts <= 2)
+    }
+
     @Test func wrongPasswordPausesTheDestinationAndNeverShowsThePassword() async throws {
         let password = "very-secret-broker-pw"
         let broker = try MosquittoBroker(passwords: ["gw": password])
