@@ -525,23 +525,48 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
 
     static let claimSQL = "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ? AND state = 'pending' ORDER BY id LIMIT ?"
 
+    /// Marks the claimed rows in flight in a commit without an fsync of its own: `synchronous = NORMAL`
+    /// for that one commit, so its WAL frames are written (a crash of the process keeps them) but not
+    /// synced. Losing the marker to a power cut is harmless: the rows are pending again, as
+    /// `requeueInFlight` makes them after a crash anyway (only the attempt it counts is missing), and the
+    /// server deduplicates a re-sent reading. The next FULL commit (the acknowledgement) syncs the WAL,
+    /// these frames with it. A checkpoint under NORMAL still syncs the WAL before and the database after.
     public func claimPending(_ destination: DestinationName, limit: Int) throws -> [OutboxItem] {
         guard limit > 0 else { return [] }
         let db = try openConnection()
         let claimedAt = now()
-        let claimed = try db.transaction {
-            let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
-            for item in items {
-                try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
+        try db.execute("PRAGMA synchronous = NORMAL")
+        let claimed: [OutboxItem]
+        do {
+            claimed = try db.transaction {
+                let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
+                for item in items {
+                    try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
+                }
+                return items.map { item in
+                    var item = item
+                    item.state = .inFlight
+                    return item
+                }
             }
-            return items.map { item in
-                var item = item
-                item.state = .inFlight
-                return item
-            }
+        } catch {
+            try restoreFullSync(db)
+            throw error
         }
+        try restoreFullSync(db)
         if !claimed.isEmpty { committed(.uploads) }
         return claimed
+    }
+
+    /// Back to `synchronous = FULL` after the claim. Every other commit must be durable: a connection
+    /// that cannot be set back is closed rather than left committing without fsync.
+    private func restoreFullSync(_ db: SQLiteConnection) throws {
+        do {
+            try db.execute("PRAGMA synchronous = FULL")
+        } catch {
+            db.close()
+            throw error
+        }
     }
 
     /// Marks rows acknowledged (from any state but acknowledged, whose first time is kept).

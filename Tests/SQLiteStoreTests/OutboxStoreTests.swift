@@ -84,6 +84,34 @@ import Testing
         await reopened.close()
     }
 
+    /// The claim commits with `synchronous = NORMAL`; every other commit (the acknowledgement, the
+    /// readings) must find the connection at FULL again, also after a claim that failed.
+    @Test func aClaimLeavesTheConnectionAtFullSync() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await filledStore(dir.database, readings: 3)
+        #expect(try await store.claimPending(.nightscout, limit: 2).count == 2)
+        #expect(try await store.pragmaValuesForTesting()["synchronous"] == "2")
+        await store.injectFaults([SQLiteFault(.step, sqlContains: "COMMIT", code: ResultCode(rawValue: 778))])  // SQLITE_IOERR_WRITE
+        await #expect(throws: SQLiteError.self) { try await store.claimPending(.nightscout, limit: 2) }
+        #expect(try await store.pragmaValuesForTesting()["synchronous"] == "2")
+        #expect(try await store.counts(.nightscout).pending == 1)
+        #expect(try await store.claimPending(.nightscout, limit: 2).count == 1)
+        #expect(try await store.claimPending(.nightscout, limit: 2).isEmpty)
+        #expect(try await store.pragmaValuesForTesting()["synchronous"] == "2")
+        await store.close()
+    }
+
+    /// A connection that cannot be set back to FULL after a claim is closed, never left committing
+    /// without fsync.
+    @Test func aClaimThatCannotRestoreFullSyncClosesTheConnection() async throws {
+        let store = try await filledStore(":memory:", readings: 2)
+        await store.injectFaults([SQLiteFault(.step, sqlContains: "synchronous = FULL", code: .ioError)])
+        await #expect(throws: SQLiteError.self) { try await store.claimPending(.nightscout, limit: 2) }
+        let error = await #expect(throws: SQLiteStoreError.self) { try await store.acknowledge([1], at: 1) }
+        #expect(error == .closed)
+    }
+
     @Test func nothingIsDeletedWhenAcknowledged() async throws {
         let store = try await filledStore(":memory:", readings: 2)
         let items = try await store.claimPending(.nightscout, limit: 2)
