@@ -118,6 +118,9 @@ public struct JSONNumber: Sendable, Equatable, CustomStringConvertible {
         self.text = text
     }
 
+    /// Text the parser has already checked against the grammar.
+    fileprivate init(parsed text: String) { self.text = text }
+
     public var description: String { text }
 
     /// The nearest Double (parsed numbers are always within Double's range).
@@ -334,19 +337,23 @@ public enum JSONParser {
     public static let maxDepth = 64
 
     public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
-        var parser = Parser(bytes: bytes)
-        parser.skipWhitespace()
-        let value = try parser.value(depth: 0)
-        parser.skipWhitespace()
-        guard parser.atEnd else { throw parser.error("unexpected data after the document") }
-        return value
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
+            var parser = Parser(bytes: buffer)
+            parser.skipWhitespace()
+            let value = try parser.value(depth: 0)
+            parser.skipWhitespace()
+            guard parser.atEnd else { throw parser.error("unexpected data after the document") }
+            return value
+        }
     }
 
+    /// Reads the bytes through a pointer that is valid for the whole of `parse` (no reference counting
+    /// per byte read).
     private struct Parser {
-        let bytes: [UInt8]
+        let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
 
-        init(bytes: [UInt8]) { self.bytes = bytes }
+        init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
         var atEnd: Bool { index >= bytes.count }
 
@@ -360,14 +367,19 @@ public enum JSONParser {
         }
 
         mutating func skipWhitespace() {
-            while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
         }
 
         func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }
 
         mutating func expect(_ literal: String) throws(JSONParseError) {
             let lit = Array(literal.utf8)
-            guard index + lit.count <= bytes.count, Array(bytes[index..<(index + lit.count)]) == lit else {
+            guard index + lit.count <= bytes.count, bytes[index..<(index + lit.count)].elementsEqual(lit) else {
                 throw error("expected '\(literal)'")
             }
             index += lit.count
@@ -393,6 +405,8 @@ public enum JSONParser {
             var members: [JSONMember] = []
             skipWhitespace()
             if peek() == UInt8(ascii: "}") { index += 1; return .object(members) }
+            // Room for a typical document's members at once instead of growing 1, 2, 4, 8.
+            members.reserveCapacity(8)
             while true {
                 skipWhitespace()
                 guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
@@ -440,7 +454,18 @@ public enum JSONParser {
 
         mutating func string() throws(JSONParseError) -> String {
             index += 1
-            var out: [UInt8] = []
+            // Most strings have no escape: their bytes are taken as they are, without a copy that grows.
+            let start = index
+            while index < bytes.count {
+                let c = bytes[index]
+                if c == UInt8(ascii: "\"") {
+                    index += 1
+                    return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)]), as: UTF8.self)
+                }
+                if c == UInt8(ascii: "\\") || c < 0x20 { break }
+                index += 1
+            }
+            var out = Array(bytes[start..<index])
             while true {
                 guard let c = peek() else { throw error("unterminated string") }
                 index += 1
@@ -491,25 +516,30 @@ public enum JSONParser {
                 return n
             }
             if peek() == UInt8(ascii: "-") { index += 1 }
+            var wholeDigits = 1
             if peek() == UInt8(ascii: "0") {
                 index += 1
             } else {
-                guard digits(&self) > 0 else { throw error("invalid number") }
+                wholeDigits = digits(&self)
+                guard wholeDigits > 0 else { throw error("invalid number") }
             }
             if peek() == UInt8(ascii: ".") {
                 index += 1
                 guard digits(&self) > 0 else { throw error("invalid number") }
             }
+            var exponent = false
             if let e = peek(), e == UInt8(ascii: "e") || e == UInt8(ascii: "E") {
                 index += 1
                 if let s = peek(), s == UInt8(ascii: "+") || s == UInt8(ascii: "-") { index += 1 }
                 guard digits(&self) > 0 else { throw error("invalid number") }
+                exponent = true
             }
-            let text = String(decoding: bytes[start..<index], as: UTF8.self)
-            guard let value = Double(text), value.isFinite, let number = JSONNumber(text: text) else {
-                throw error("invalid number")
+            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+            // Only an exponent or more than 308 whole digits can take a number beyond Double's range.
+            if exponent || wholeDigits > 308 {
+                guard let value = Double(text), value.isFinite else { throw error("invalid number") }
             }
-            return number
+            return JSONNumber(parsed: text)
         }
     }
 }

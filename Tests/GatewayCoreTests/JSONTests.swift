@@ -135,6 +135,29 @@ struct JSONParserTests {
         #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
     }
 
+    /// Strings are taken as they are up to their first escape, then decoded byte by byte: both halves
+    /// must give the same text, and a control character after a plain start is still refused.
+    @Test func stringsWithAPlainStartAndEscapesAfterIt() throws {
+        let v = try JSONValue.parse(#"["plain Zürich", "abc\n\u00e9\"x\\", "\u0041bc", "tail\ud83d\ude00"]"#)
+        #expect(v == .array([.string("plain Zürich"), .string("abc\né\"x\\"), .string("Abc"), .string("tail😀")]))
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("[\"abc\u{01}def\"]") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("[\"abc\\q\"]") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("[\"abc") }
+    }
+
+    /// Only an exponent or more than 308 whole digits can leave Double's range: the number text is kept
+    /// as written either way, and a number beyond the range is refused.
+    @Test func numbersAtTheEdgeOfDoublesRangeKeepTheirText() throws {
+        let nines = String(repeating: "9", count: 308)
+        let widest = "1" + String(repeating: "0", count: 308)
+        for text in [nines, widest, "-" + widest, widest + ".5", "0." + String(repeating: "0", count: 400) + "1", "1e308", "1.7e-400"] {
+            #expect(try JSONValue.parse("[\(text)]") == .array([.decimal(text)]), "\(text.prefix(12))")
+        }
+        for text in ["1" + String(repeating: "0", count: 309), "-2" + String(repeating: "0", count: 309) + ".0", "2e308"] {
+            #expect(throws: JSONParseError.self) { try JSONValue.parse("[\(text)]") }
+        }
+    }
+
     @Test func errorsNameLineAndColumn() {
         let error = #expect(throws: JSONParseError.self) { try JSONValue.parse("{\n  \"a\" 1}") }
         #expect(error?.offset == 8)
