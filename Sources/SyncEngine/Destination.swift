@@ -248,6 +248,10 @@ func runCredentialCheck(_ request: HTTPRequest, http: any HTTPClient,
 /// it was already there. Anything else in a 2xx answer (`[]`, fewer elements, strings, nulls, empty
 /// objects, documents we never sent) confirms nothing: those rows are sent again, like after a 5xx.
 /// `noun` names what was sent in the reason ("reading", "treatment").
+///
+/// The `identifier` of an element we sent is its row's key: the builders write the key there. The sent
+/// bodies are parsed only for the fingerprints, and only once an answer element without `identifier`
+/// needs them.
 func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxItem], status: Int, noun: String,
                                               fingerprint: (JSONValue) -> Print?) -> BatchOutcome {
     guard let parsed = try? JSONParser.parse(body), let elements = parsed.arrayValue else {
@@ -255,11 +259,17 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
         return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
     }
     var byIdentifier: [String: Int64] = [:]
-    var byFingerprint: [Print: [Int64]] = [:]
-    for item in items {
-        let sent = try? JSONParser.parse(item.body)
-        byIdentifier[sent?["identifier"]?.stringValue ?? item.key] = item.id
-        if let sent, let print = fingerprint(sent) { byFingerprint[print, default: []].append(item.id) }
+    byIdentifier.reserveCapacity(items.count)
+    for item in items { byIdentifier[item.key] = item.id }
+    var fingerprints: [Print: [Int64]]?
+    func byFingerprint() -> [Print: [Int64]] {
+        if let fingerprints { return fingerprints }
+        var made: [Print: [Int64]] = [:]
+        for item in items {
+            if let sent = try? JSONParser.parse(item.body), let print = fingerprint(sent) { made[print, default: []].append(item.id) }
+        }
+        fingerprints = made
+        return made
     }
     var stored: Set<Int64> = []
     var duplicates = 0
@@ -269,7 +279,7 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
         if let identifier = element["identifier"] {
             if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
         } else if let print = fingerprint(element) {
-            id = byFingerprint[print]?.first { !stored.contains($0) }
+            id = byFingerprint()[print]?.first { !stored.contains($0) }
         }
         guard let id else { continue }
         stored.insert(id)
