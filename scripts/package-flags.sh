@@ -31,8 +31,10 @@ package_flags=(-c release --product glucose-gateway --static-swift-stdlib --disa
                -Xswiftc -Xfrontend -Xswiftc -function-sections
                -Xlinker "--symbol-ordering-file=$here/packaging/text-order.txt" -Xlinker --no-warn-symbol-ordering
                -Xlinker -T -Xlinker "$here/packaging/text-order.ld" -Xlinker "-Map=$build_dir/glucose-gateway.map"
+               -Xlinker --no-demangle
                --scratch-path "$build_dir" --package-path "$here")
-# The linker map is for scripts/bench/text-order.sh. swift build keeps its build plan, and the compiler
+# The linker map is for scripts/bench/text-order.sh (with the symbol names as the ordering file needs them,
+# not demangled). swift build keeps its build plan, and the compiler
 # driver rebuilds a module when its sources change, not when only these flags do: a plan and objects
 # made with other flags are removed first. Nor is the program linked again when only the link order
 # changes: a program older than packaging/text-order.* is removed.
