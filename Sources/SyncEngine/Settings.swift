@@ -187,6 +187,17 @@ public struct UploadSettings: Sendable, Equatable {
         return builders
     }
 
+    /// True when every enabled destination is on this host (`127.x`, `localhost`, `[::1]`), as the
+    /// dispatchers judge it: what the system says about the network does not tell whether they can be
+    /// reached, so a one-shot upload has no use for watching it.
+    public var allDestinationsLocal: Bool {
+        var origins: [String] = []
+        if let nightscout { origins.append(HTTPURL.origin(nightscout.url)) }
+        if let fhir { origins.append(HTTPURL.origin(fhir.baseURL)) }
+        if let mqtt { origins.append(mqtt.broker.origin) }
+        return !origins.isEmpty && origins.allSatisfy(Uploader.isLocal)
+    }
+
     public var destinations: [DestinationName] {
         (nightscout != nil ? [.nightscout] : []) + (nightscout?.sendsTreatments == true ? [.nightscoutTreatments] : [])
             + (fhir != nil ? [.fhir] : []) + (mqtt != nil ? [.mqtt] : [])

@@ -95,6 +95,20 @@ struct BuilderTests {
         #expect(m["resource"]?["valueQuantity"]?["unit"]?.stringValue == "mmol/L")
     }
 
+    /// A one-shot upload watches system connectivity only when some destination is off this host.
+    @Test func destinationsAllOnThisHost() {
+        let local = NightscoutSettings(url: "http://127.0.0.1:1337/ns/")
+        let remote = NightscoutSettings(url: "https://user@ns.example.org")
+        #expect(UploadSettings(nightscout: local).allDestinationsLocal)
+        #expect(UploadSettings(nightscout: NightscoutSettings(url: "http://localhost")).allDestinationsLocal)
+        #expect(UploadSettings(nightscout: local, fhir: FHIRSettings(baseURL: "http://[::1]:8080/fhir", subject: "p1"),
+                               mqtt: MQTTSettings(broker: MQTTBrokerSettings(host: "127.0.0.1", port: 1883))).allDestinationsLocal)
+        #expect(!UploadSettings(nightscout: remote).allDestinationsLocal)
+        #expect(!UploadSettings(nightscout: local, fhir: FHIRSettings(baseURL: "https://f.example.org/fhir", subject: "p1")).allDestinationsLocal)
+        #expect(!UploadSettings(nightscout: local, mqtt: MQTTSettings(broker: MQTTBrokerSettings(host: "broker.lan", port: 1883))).allDestinationsLocal)
+        #expect(!UploadSettings().allDestinationsLocal)
+    }
+
     @Test func settingsValidation() {
         #expect(RecoverySettings().validate().isEmpty)
         #expect(RecoverySettings(retryCount: 11).validate().count == 1)

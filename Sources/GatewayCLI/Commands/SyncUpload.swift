@@ -17,9 +17,9 @@ enum SyncUpload {
         guard !settings.destinations.isEmpty else { return .ok }
         let attempt = await UploadLock.withLock(database: config.gateway.database) { () async -> ExitStatus in
             let logger = logger.with(label: "upload")
-            let connectivity = await UploadWiring.startConnectivity(logger: logger)
-            defer { connectivity.stop() }
-            let uploader = Uploader(settings: settings, store: store, connectivity: connectivity.hub, logger: logger)
+            let connectivity = await UploadWiring.startConnectivityIfNeeded(for: settings, logger: logger)
+            defer { connectivity?.stop() }
+            let uploader = Uploader(settings: settings, store: store, connectivity: connectivity?.hub, logger: logger)
             do {
                 try await uploader.prepare()
             } catch {

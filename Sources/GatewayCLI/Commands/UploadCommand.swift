@@ -63,9 +63,9 @@ enum UploadCommand: GatewayCommand {
             } catch {
                 throw MeterCommandSupport.storeFailure(error, config: config, use: .upload)
             }
-            let connectivity = await UploadWiring.startConnectivity(logger: logger)
-            defer { connectivity.stop() }
-            let uploader = Uploader(settings: settings, store: store, connectivity: connectivity.hub, logger: logger)
+            let connectivity = await UploadWiring.startConnectivityIfNeeded(for: settings, logger: logger)
+            defer { connectivity?.stop() }
+            let uploader = Uploader(settings: settings, store: store, connectivity: connectivity?.hub, logger: logger)
             do {
                 try await uploader.prepare()
                 if redrive {
@@ -105,6 +105,14 @@ public enum UploadWiring {
             task = Task { await NetworkManagerState.watch(connection: bus, hub: hub, logger: logger) }
         }
         return RunningConnectivity(hub: hub, netlink: netlink, task: task)
+    }
+
+    /// For a one-shot upload (`upload`, `sync`): nothing when every destination is on this host, which
+    /// system connectivity says nothing about (no system-bus connection, no netlink socket); else as
+    /// `startConnectivity`.
+    public static func startConnectivityIfNeeded(for settings: UploadSettings, logger: Logger) async -> RunningConnectivity? {
+        guard !settings.allDestinationsLocal else { return nil }
+        return await startConnectivity(logger: logger)
     }
 
     /// One line per destination, secret-free; a server's answer in it is escaped.
