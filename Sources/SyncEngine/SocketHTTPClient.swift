@@ -355,26 +355,16 @@ struct AnswerReader {
     private enum Head { case interim, final, failed(HTTPError) }
 
     private mutating func parseHead(_ head: [UInt8]) -> Head {
-        let lines = head.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { line -> String in
-            var l = line
-            if l.last == UInt8(ascii: "\r") { l = l.dropLast() }
-            return String(decoding: l, as: UTF8.self)
+        let lines = head.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { line in
+            line.last == UInt8(ascii: "\r") ? line.dropLast() : line
         }
-        guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/1.") else { return .failed(.other("not an HTTP answer")) }
-        let fields = statusLine.split(separator: " ", maxSplits: 2)
-        guard fields.count >= 2, let code = Int(fields[1]), (100...999).contains(code) else {
-            return .failed(.other("not an HTTP answer"))
-        }
+        // An all-ASCII head (every answer a server is expected to send) is read byte by byte; any other
+        // as text, character by character, exactly as before there was a byte path.
+        let parsed = head.allSatisfy({ $0 < 0x80 }) ? Self.asciiHead(lines) : Self.textHead(lines)
+        guard let (statusLine, code, fields) = parsed else { return .failed(.other("not an HTTP answer")) }
         if (100...199).contains(code) { return .interim }
         status = code
-        headers = [:]
-        for line in lines.dropFirst() {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            let name = line[..<colon].lowercased()
-            let value = String(line[line.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" }).reversed()
-                .drop(while: { $0 == " " || $0 == "\t" }).reversed())
-            headers[name] = value
-        }
+        headers = fields
         let connection = headers["connection"]?.lowercased() ?? ""
         keepAlive = statusLine.hasPrefix("HTTP/1.1") ? !connection.contains("close") : connection.contains("keep-alive")
         if let encoding = headers["transfer-encoding"]?.lowercased(), encoding.contains("chunked") {
@@ -388,6 +378,50 @@ struct AnswerReader {
             keepAlive = false
         }
         return .final
+    }
+
+    private typealias ParsedHead = (statusLine: String, code: Int, headers: [String: String])
+
+    private static func statusCode(_ field: Substring) -> Int? {
+        guard let code = Int(field), (100...999).contains(code) else { return nil }
+        return code
+    }
+
+    /// Status line and headers of an all-ASCII head: names in lower case, values without the spaces and
+    /// tabs around them.
+    private static func asciiHead(_ lines: [ArraySlice<UInt8>]) -> ParsedHead? {
+        guard let first = lines.first, first.starts(with: "HTTP/1.".utf8) else { return nil }
+        let statusLine = String(decoding: first, as: UTF8.self)
+        let fields = statusLine.split(separator: " ", maxSplits: 2)
+        guard fields.count >= 2, let code = statusCode(fields[1]) else { return nil }
+        var headers: [String: String] = [:]
+        func blank(_ b: UInt8) -> Bool { b == UInt8(ascii: " ") || b == UInt8(ascii: "\t") }
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { continue }
+            let name = String(decoding: line[..<colon].map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
+            var value = line[(colon + 1)...]
+            while let b = value.first, blank(b) { value = value.dropFirst() }
+            while let b = value.last, blank(b) { value = value.dropLast() }
+            headers[name] = String(decoding: value, as: UTF8.self)
+        }
+        return (statusLine, code, headers)
+    }
+
+    /// The same from a head with other bytes, read as text (invalid UTF-8 repaired).
+    private static func textHead(_ byteLines: [ArraySlice<UInt8>]) -> ParsedHead? {
+        let lines = byteLines.map { String(decoding: $0, as: UTF8.self) }
+        guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/1.") else { return nil }
+        let fields = statusLine.split(separator: " ", maxSplits: 2)
+        guard fields.count >= 2, let code = statusCode(fields[1]) else { return nil }
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = line[..<colon].lowercased()
+            let value = String(line[line.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" }).reversed()
+                .drop(while: { $0 == " " || $0 == "\t" }).reversed())
+            headers[name] = value
+        }
+        return (statusLine, code, headers)
     }
 
     private mutating func bodyStep() -> Step {

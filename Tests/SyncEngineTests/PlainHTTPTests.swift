@@ -55,6 +55,24 @@ struct PlainHTTPParsingTests {
         #expect(feed(closing, step: step) == .complete(HTTPResponse(status: 200, headers: ["connection": "close", "content-length": "0"]), keep: false))
     }
 
+    /// Header names in lower case, values without the blanks around them, whether the head is plain
+    /// ASCII (read byte by byte) or holds other bytes (read as text), with the same result for the same
+    /// header; a status line that is not HTTP/1.x or has no three-digit code is refused either way.
+    @Test(arguments: [1, 5, 4096])
+    func headersOfASCIIAndOtherHeads(step: Int) {
+        let ascii = "HTTP/1.1 200 OK\r\nX-Mixed-CASE:  \t spaced value\t \r\nEmpty:\r\nno colon line\r\nRetry-After:3\r\nContent-Length: 2\r\n\r\n[]"
+        #expect(feed(ascii, step: step) == .complete(HTTPResponse(status: 200, headers: [
+            "x-mixed-case": "spaced value", "empty": "", "retry-after": "3", "content-length": "2",
+        ], body: Array("[]".utf8)), keep: true))
+        let other = "HTTP/1.1 200 Ok\u{e9}\r\nX-Mixed-CASE:  \t spaced value\t \r\nX-Name: Z\u{fc}rich \r\nContent-Length: 2\r\n\r\n[]"
+        #expect(feed(other, step: step) == .complete(HTTPResponse(status: 200, headers: [
+            "x-mixed-case": "spaced value", "x-name": "Z\u{fc}rich", "content-length": "2",
+        ], body: Array("[]".utf8)), keep: true))
+        for head in ["HTTP/2 200 OK", "HTTP/1.1 20 OK", "HTTP/1.1 OK", "http/1.1 200 OK", "HTTP/1.1 200\u{e9} OK"] {
+            #expect(feed(head + "\r\nContent-Length: 0\r\n\r\n", step: step) == .failed(.other("not an HTTP answer")), "\(head)")
+        }
+    }
+
     @Test func longAnswersAndBrokenOnesAreErrors() {
         #expect(feed("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n", step: 100, limit: 10) == .failed(.tooLarge(limit: 10, status: 200)))
         #expect(feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n123456\r\n6\r\n123456\r\n0\r\n\r\n", step: 3, limit: 10)
