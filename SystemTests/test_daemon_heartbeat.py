@@ -67,8 +67,8 @@ def test_pings_on_schedule_fails_while_paused_and_recovers_after_sighup(private_
     fail = wait_until("the failure", lambda: [r for r in monitor.seen() if r["path"] == path + "/fail"], timeout=10)
     assert fail[0]["method"] == "POST"
     assert fail[0]["body"] == "upload to nightscout paused (credentials refused)"
-    status = gw.status()
-    assert status["heartbeat"]["signal"] == "fail"
+    # The run-state file may follow the ping by a moment.
+    status = wait_until("status fail", lambda: (lambda s: s if s["heartbeat"]["signal"] == "fail" else None)(gw.status()), timeout=10)
     assert status["heartbeat"]["reason"] == "upload to nightscout paused (credentials refused)"
     assert status["heartbeat"]["monitor"] == "http://127.0.0.1:%d" % monitor.port
     assert status["heartbeat"]["delivered"] is True

@@ -8,6 +8,7 @@ gw_daemon_start
 rb_expect_eq "the daemon stored the 5 records" 5 "$(gw_wait_count 5 60)"
 sleep 2
 rb_step "kill -9 bluetoothd" 0 kill -KILL "$(rb_bluetoothd_pid)"
+rb_note "bluetoothd killed"
 sleep 3
 mark="$(gw_log_mark)"
 rb_step "start bluetoothd again" 0 rb_bluetoothd_start

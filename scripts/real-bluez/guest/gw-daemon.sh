@@ -1,5 +1,5 @@
-# Gateway VM of the daemon scenario: `run` while the meter advertises in bursts (10 s on, 15 s off) and
-# makes a new record every 20 s (two): the daemon downloads the 5 old and both new ones, each once.
+# Gateway VM of the daemon scenario: `run` while the meter advertises in bursts (8 s on, 10 s off) and
+# makes a new record every 14 s (two): the daemon downloads the 5 old and both new ones, each once.
 source "$RB_LIBDIR/guest/gw-lib.sh"
 gw_wait_meter
 gw_pair "pair" 123456 0
