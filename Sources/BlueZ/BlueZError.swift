@@ -118,8 +118,8 @@ extension BlueZError {
     /// (bluez `src/gatt-client.c` create_gatt_dbus_error; the name is `org.bluez.Error.Failed` in older
     /// releases and `org.bluez.Error` in newer ones, so only the message is read).
     static func attErrorCode(in message: String) -> UInt8? {
-        guard let range = message.firstRange(of: "ATT error: 0x") else { return nil }
-        let hex = message[range.upperBound...].prefix { $0.isHexDigit }
+        guard let end = message.utf8EndOfFirst("ATT error: 0x") else { return nil }
+        let hex = message[end...].prefix { $0.isHexDigit }
         guard !hex.isEmpty, hex.count <= 2 else { return nil }
         return UInt8(hex, radix: 16)
     }

@@ -61,7 +61,7 @@ enum Marshalling {
     }
 
     static func isBasicSignature(_ s: String) -> Bool {
-        s.utf8.count == 1 && "ybnqiuxtdsogh".contains(s)
+        s.utf8.count == 1 && s.utf8.first.map { "ybnqiuxtdsogh".utf8.contains($0) } == true
     }
 
     static func isValidSingleSignature(_ s: String) -> Bool {

@@ -1,3 +1,5 @@
+import GatewayCore
+
 /// The config file's syntax: a small subset of TOML.
 ///
 /// - `[section]` headers (bare names only; no dotted tables, no arrays of tables),
@@ -420,7 +422,7 @@ public enum ConfigKeys {
     /// with `-` or `_`): its value is never shown, only `(hidden)`.
     public static func looksSecret(_ key: String) -> Bool {
         let flat = String(key.lowercased().filter { $0 != "-" && $0 != "_" })
-        return ["secret", "token", "bearer", "password", "passwd"].contains { flat.contains($0) }
+        return ["secret", "token", "bearer", "password", "passwd"].contains { flat.containsBytes($0) }
     }
 
     /// A value as a message may show it: `(hidden)` for a secret-looking key.

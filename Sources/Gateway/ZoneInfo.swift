@@ -311,7 +311,7 @@ enum ZoneDatabase {
 
     /// Whether `identifier` looks like an IANA name (`Area/City`, `UTC`): no `..`, no leading `/`.
     static func isPlausibleIdentifier(_ identifier: String) -> Bool {
-        guard !identifier.isEmpty, identifier.utf8.count <= 64, !identifier.hasPrefix("/"), !identifier.contains("..") else {
+        guard !identifier.isEmpty, identifier.utf8.count <= 64, !identifier.hasPrefix("/"), !identifier.containsBytes("..") else {
             return false
         }
         return identifier.utf8.allSatisfy { c in

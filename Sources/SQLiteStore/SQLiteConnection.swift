@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CSQLite
+import GatewayCore
 
 /// The raw handle types, named so signatures say what they hold.
 typealias SQLiteHandle = OpaquePointer
@@ -135,7 +136,7 @@ final class SQLiteConnection {
     private static func takeFault(_ faults: inout [SQLiteFault], _ operation: SQLiteOperation, sql: String?) -> ResultCode? {
         for index in faults.indices where faults[index].operation == operation {
             if let needle = faults[index].sqlContains {
-                guard let sql, sql.contains(needle) else { continue }
+                guard let sql, sql.containsBytes(needle) else { continue }
             }
             if faults[index].skip > 0 {
                 faults[index].skip -= 1

@@ -1,3 +1,4 @@
+import GatewayCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -366,8 +367,8 @@ struct AnswerReader {
         status = code
         headers = fields
         let connection = headers["connection"]?.lowercased() ?? ""
-        keepAlive = statusLine.hasPrefix("HTTP/1.1") ? !connection.contains("close") : connection.contains("keep-alive")
-        if let encoding = headers["transfer-encoding"]?.lowercased(), encoding.contains("chunked") {
+        keepAlive = statusLine.hasPrefix("HTTP/1.1") ? !connection.containsBytes("close") : connection.containsBytes("keep-alive")
+        if let encoding = headers["transfer-encoding"]?.lowercased(), encoding.containsBytes("chunked") {
             framing = .chunked
         } else if let text = headers["content-length"] {
             guard let length = Int(text), length >= 0 else { return .failed(.other("invalid Content-Length in the answer")) }
