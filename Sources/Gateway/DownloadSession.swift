@@ -146,18 +146,16 @@ final class DownloadSession {
             failure.stored = report.stored
             // A store that refused a commit (locked, full) would refuse the bookkeeping too.
             if failure.kind != .store {
-                await saveBookkeeping()
-                await log(.error, code: nil, "download failed: \(failure.message)")
+                await saveBookkeeping(logging: event(.error, code: nil, "download failed: \(failure.message)"))
             }
             throw failure
         }
         // A record the meter made after it counted none (caught by the last-record check) is new:
         // the download completed, it did not find nothing.
         if report.outcome == .noRecords, report.stored > 0 { report.outcome = .completed }
-        await saveBookkeeping()
-        await log(.downloadFinished, code: nil,
-                  "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored"
-                    + (report.conflicts > 0 ? ", \(report.conflicts) conflicting" : ""))
+        await saveBookkeeping(logging: event(.downloadFinished, code: nil,
+            "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored"
+                + (report.conflicts > 0 ? ", \(report.conflicts) conflicting" : "")))
         return report
     }
 
@@ -575,10 +573,16 @@ final class DownloadSession {
         await link.disconnect()
     }
 
-    func saveBookkeeping() async {
+    /// Saves the meter's row after the download with `event` in the same commit; `event` is logged alone
+    /// when the row is not saved (the meter was unpaired meanwhile, the store refused it).
+    func saveBookkeeping(logging event: GatewayEvent) async {
+        var logged = false
         do {
             // A meter unpaired meanwhile has no row to update; saving would pair it again.
-            guard var row = try await download.store.meter(meter.address) else { return }
+            guard var row = try await download.store.meter(meter.address) else {
+                await log(event)
+                return
+            }
             let now = download.now()
             row.lastSeen = now
             if report.outcome.isComplete { row.lastSync = now }
@@ -589,7 +593,8 @@ final class DownloadSession {
             if let v = report.identity.serial { row.serial = v }
             if let v = report.identity.firmware { row.firmware = v }
             if report.identity.wasRead { row.rawIdentity = report.identity.raw }
-            try await download.store.saveMeter(row)
+            try await download.store.saveMeter(row, logging: event)
+            logged = true
             // The meter sends oldest first, so its last record carries its current counter. Below the highest
             // sequence of this download, the counter restarted at some point: later downloads resume from the
             // new counter, not the old one (SaveMeter and insert only ever raise it).
@@ -603,12 +608,21 @@ final class DownloadSession {
             }
         } catch {
             logger.warning("meter \(meter.address): cannot save sync bookkeeping: \(error)")
+            if !logged { await log(event) }
         }
     }
 
+    func event(_ kind: EventKind, code: Int?, _ message: String) -> GatewayEvent {
+        GatewayEvent(at: download.now(), kind: kind, meterAddress: meter.address, code: code, message: message)
+    }
+
     func log(_ kind: EventKind, code: Int?, _ message: String) async {
+        await log(event(kind, code: code, message))
+    }
+
+    func log(_ event: GatewayEvent) async {
         do {
-            try await download.store.log(GatewayEvent(at: download.now(), kind: kind, meterAddress: meter.address, code: code, message: message))
+            try await download.store.log(event)
         } catch {
             logger.debug("cannot write event log: \(error)")
         }

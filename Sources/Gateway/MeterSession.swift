@@ -100,7 +100,10 @@ public struct MeterSession: Sendable {
             await plain.disconnect()
             return .declined
         }
-        try? await download.store.log(GatewayEvent(at: download.now(), kind: .connected, meterAddress: address, message: "connected for download"))
+        // Without a sync of its own: the first batch of readings, or the bookkeeping at the end, makes it
+        // durable; a power cut before them loses only this line, and nothing of the connection was stored.
+        try? await download.store.logWithoutSync(GatewayEvent(at: download.now(), kind: .connected, meterAddress: address,
+                                                              message: "connected for download"))
         do {
             return .downloaded(try await download.run(link: link, meter: meter, progress: progress))
         } catch {

@@ -79,6 +79,11 @@ public protocol ReadingStore: Sendable {
     /// Readings stored, all meters, and how many of them are kept out of upload.
     func readingTotals() async throws -> (stored: Int, excluded: Int)
     func log(_ event: GatewayEvent) async throws
+    /// As `log`, where losing the event to a power cut is harmless: it need not be synced before this
+    /// returns, only by the store's next durable commit or its close (a crash of the process keeps it).
+    func logWithoutSync(_ event: GatewayEvent) async throws
+    /// As `saveMeter` followed by `log(event)`, in one commit where the store can.
+    func saveMeter(_ meter: MeterInfo, logging event: GatewayEvent) async throws
     /// True when another process committed to the store since the last call (a manual `sync`, `pair`).
     /// Writes through this store never count.
     func changedByOtherProcesses() async throws -> Bool

@@ -290,8 +290,18 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// Inserts the meter or updates its row (identity, time zone, bookkeeping), and marks it paired.
     /// The highest sequence seen never goes down here; use `resetHighestSequence` for that.
     public func saveMeter(_ meter: MeterInfo) throws {
+        try saveMeter(meter, logging: nil)
+    }
+
+    /// As `saveMeter`, with `event` inserted in the same transaction: one commit, one sync.
+    public func saveMeter(_ meter: MeterInfo, logging event: GatewayEvent) throws {
+        try saveMeter(meter, logging: Optional(event))
+    }
+
+    private func saveMeter(_ meter: MeterInfo, logging event: GatewayEvent?) throws {
         let db = try openConnection()
         try db.transaction {
+            if let event { try Self.insertEvent(event, in: db) }
             try db.execute("""
                 INSERT INTO meter (address, name, manufacturer, model, serial, firmware, features, time_zone,
                     paired_at, unpaired_at, highest_sequence, last_sync, last_seen, last_clock_skew_s,
@@ -316,6 +326,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 ])
         }
         committed(.meters)
+        if event != nil { committed(.events) }
     }
 
     /// Sets or clears the meter's `re-pair needed` state, leaving the rest of its row alone.
@@ -514,11 +525,33 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     }
 
     public func log(_ event: GatewayEvent) throws {
-        try openConnection().execute(
+        try Self.insertEvent(event, in: openConnection())
+        committed(.events)
+    }
+
+    /// Logs `event` in a commit without an fsync of its own (`synchronous = NORMAL` for that one commit, as
+    /// `claimPending`): its WAL frames are written at once, so a crash of the process keeps it, and the
+    /// next FULL commit (a batch of readings, the meter's bookkeeping) or the checkpoint at close syncs
+    /// them. Only a power cut before either loses it, and with it nothing but that line of the log: for
+    /// events whose loss says nothing wrong (a connection made, before anything of it was stored).
+    public func logWithoutSync(_ event: GatewayEvent) throws {
+        let db = try openConnection()
+        try db.execute("PRAGMA synchronous = NORMAL")
+        do {
+            try Self.insertEvent(event, in: db)
+        } catch {
+            try restoreFullSync(db)
+            throw error
+        }
+        try restoreFullSync(db)
+        committed(.events)
+    }
+
+    private static func insertEvent(_ event: GatewayEvent, in db: SQLiteConnection) throws {
+        try db.execute(
             "INSERT INTO event (at, kind, meter, code, message) VALUES (?, ?, ?, ?, ?)",
             [.integer(event.at), .text(event.kind.rawValue), SQLiteValue(event.meterAddress), SQLiteValue(event.code), .text(event.message)]
         )
-        committed(.events)
     }
 
     // MARK: OutboxStore

@@ -161,6 +161,15 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         feed.emit(.events)
     }
 
+    public func logWithoutSync(_ event: GatewayEvent) async throws {
+        try await log(event)
+    }
+
+    public func saveMeter(_ meter: MeterInfo, logging event: GatewayEvent) async throws {
+        try await saveMeter(meter)
+        try await log(event)
+    }
+
     /// Nothing but this object writes to it.
     public func changedByOtherProcesses() async throws -> Bool { false }
 
