@@ -444,6 +444,56 @@ public final class BlueZMeterLink: MeterLink {
         }
     }
 
+    /// Every `ReadValue` sent at once and the replies awaited together (bluetoothd queues the ATT reads
+    /// in the order they came).
+    public func read(_ uuids: [GATTUUID]) async -> [Result<[UInt8], MeterLinkError>] {
+        await callTogether(uuids, "ReadValue", [.vardict([:])]).enumerated().map { index, result in
+            result.flatMap { reply in
+                guard let bytes = reply.first?.bytes else {
+                    return .failure(MeterLinkError(.permanent, "ReadValue of \(uuids[index]) returned no bytes"))
+                }
+                return .success(bytes)
+            }
+        }
+    }
+
+    /// Every `StartNotify` sent at once and the replies awaited together; each characteristic is marked
+    /// subscribed before, as by `subscribe`, and unmarked when its call fails.
+    public func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>] {
+        for uuid in uuids where characteristicPaths[uuid.uuidString] != nil { core.setSubscribed(uuid, true) }
+        let results = await callTogether(uuids, "StartNotify", [])
+        return zip(uuids, results).map { uuid, result in
+            result.map { _ in () }.mapError { error in
+                if characteristicPaths[uuid.uuidString] != nil { core.setSubscribed(uuid, false) }
+                return error
+            }
+        }
+    }
+
+    /// `member` on each characteristic in one round; a characteristic the meter lacks fails alone.
+    private func callTogether(_ uuids: [GATTUUID], _ member: String, _ arguments: [DBusValue]) async -> [Result<[DBusValue], MeterLinkError>] {
+        var results = [Result<[DBusValue], MeterLinkError>](repeating: .failure(MeterLinkError(.disconnected, "the link to \(address) is closed")),
+                                                            count: uuids.count)
+        guard !core.isEnded else { return results }
+        var calls: [DBusCall] = []
+        var positions: [Int] = []
+        for (index, uuid) in uuids.enumerated() {
+            do {
+                calls.append(DBusCall(destination: BlueZNames.service, path: try path(of: uuid),
+                                      interface: BlueZNames.gattCharacteristic, member: member, arguments: arguments))
+                positions.append(index)
+            } catch {
+                results[index] = .failure(error)
+            }
+        }
+        guard !calls.isEmpty else { return results }
+        let replies = await client.connection.callTogether(calls, timeout: operationTimeout)
+        for (position, reply) in zip(positions, replies) {
+            results[position] = reply.mapError { BlueZError($0).meterLinkError }
+        }
+        return results
+    }
+
     public func unsubscribe(_ uuid: GATTUUID) async {
         guard let path = characteristicPaths[uuid.uuidString] else { return }
         core.setSubscribed(uuid, false)

@@ -211,24 +211,36 @@ public final class DBusConnection: Sendable {
     /// first refusal, in rule order.
     private func addMatches(_ rules: [MatchRule], timeout: Duration) async throws(DBusError) {
         let calls = rules.map { rule in
-            (token: CallToken(), destination: Optional(DBusNames.bus), path: DBusNames.busPath,
-             interface: Optional(DBusNames.bus), member: "AddMatch", arguments: [DBusValue.string(rule.description)])
+            DBusCall(destination: DBusNames.bus, path: DBusNames.busPath, interface: DBusNames.bus, member: "AddMatch",
+                     arguments: [.string(rule.description)])
         }
-        let tokens = calls.map(\.token)
+        for result in await callTogether(calls, timeout: timeout) { _ = try result.get() }
+    }
+
+    /// Sends every call at once, in order, and awaits their replies together: one trip through the
+    /// connection's queue and one wait instead of one round trip per call. The peer receives them in this
+    /// order; calls that depend on an earlier one's outcome do not belong in one round. Each result is
+    /// what ``call(destination:path:interface:member:arguments:timeout:)`` would return or throw.
+    public func callTogether(_ calls: [DBusCall], timeout: Duration) async -> [Result<[DBusValue], DBusError>] {
+        let started = calls.map { call in
+            (token: CallToken(), destination: call.destination, path: call.path, interface: call.interface,
+             member: call.member, arguments: call.arguments)
+        }
+        let tokens = started.map(\.token)
         let core = self.core
         let queue = self.queue
         let milliseconds = Self.milliseconds(timeout)
         let results: [Result<DBusMessage, DBusError>] = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 queue.async {
-                    core.value.startCalls(calls, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    core.value.startCalls(started, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
                 }
             }
         } onCancel: {
             for token in tokens { token.cancel() }
             queue.async { for token in tokens { core.value.cancelCall(token.key) } }
         }
-        for result in results { _ = try result.get() }
+        return results.map { $0.map(\.body) }
     }
 
     /// `NameOwnerChanged` for one name: `(name, oldOwner, newOwner)`; an empty owner means none.
@@ -349,4 +361,21 @@ public final class DBusSubscription: Sendable {
     private let action: @Sendable () -> Void
     init(cancel: @escaping @Sendable () -> Void) { action = cancel }
     public func cancel() { action() }
+}
+
+/// One method call of ``DBusConnection/callTogether(_:timeout:)``.
+public struct DBusCall: Sendable {
+    public var destination: String?
+    public var path: String
+    public var interface: String?
+    public var member: String
+    public var arguments: [DBusValue]
+
+    public init(destination: String?, path: String, interface: String?, member: String, arguments: [DBusValue] = []) {
+        self.destination = destination
+        self.path = path
+        self.interface = interface
+        self.member = member
+        self.arguments = arguments
+    }
 }

@@ -162,13 +162,17 @@ final class DownloadSession {
     // MARK: - Steps
 
     func readMeterInformation() async throws(Stop) {
-        if let bytes = try await optionalRead(.glucoseFeature), let features = try? GlucoseFeatures(bytes: bytes) {
+        // The Glucose Feature and the Device Information strings depend on nothing read before them: one
+        // round of reads, their answers taken in this order.
+        let fields: [GATTUUID] = [.glucoseFeature, .manufacturerName, .modelNumber, .serialNumber, .firmwareRevision]
+        let values = try await optionalReads(fields)
+        if let bytes = values[0], let features = try? GlucoseFeatures(bytes: bytes) {
             report.features = features.rawValue
         }
-        report.identity.manufacturer = try await optionalString(.manufacturerName)
-        report.identity.model = try await optionalString(.modelNumber)
-        report.identity.serial = try await optionalString(.serialNumber)
-        report.identity.firmware = try await optionalString(.firmwareRevision)
+        report.identity.manufacturer = identityString(.manufacturerName, values[1])
+        report.identity.model = identityString(.modelNumber, values[2])
+        report.identity.serial = identityString(.serialNumber, values[3])
+        report.identity.firmware = identityString(.firmwareRevision, values[4])
         var seen = meter
         seen.apply(report.identity)
         handling = MeterHandling(for: seen)
@@ -238,28 +242,26 @@ final class DownloadSession {
         }
     }
 
+    /// Subscribes to the measurement, its context when the meter has it, and the RACP, in one round whose
+    /// answers are all in before this returns: no RACP request is written before all three are on.
     func subscribe() async throws(Stop) {
         hasContextCharacteristic = await link.hasCharacteristic(.glucoseMeasurementContext)
-        try await subscribeRequired(.glucoseMeasurement)
-        if hasContextCharacteristic {
-            do {
-                try await link.subscribe(.glucoseMeasurementContext)
-                if !subscribed.contains(.glucoseMeasurementContext) { subscribed.append(.glucoseMeasurementContext) }
-            } catch {
-                if error.kind == .disconnected { throw .disconnected(error.message) }
-                logger.warning("meter \(meter.address): cannot subscribe to measurement context: \(error.message)")
-            }
+        let uuids: [GATTUUID] = hasContextCharacteristic
+            ? [.glucoseMeasurement, .glucoseMeasurementContext, .recordAccessControlPoint]
+            : [.glucoseMeasurement, .recordAccessControlPoint]
+        let results = await link.subscribe(uuids)
+        // Every one that is on is stopped at the end, also when another failed.
+        for (uuid, result) in zip(uuids, results) {
+            if case .success = result, !subscribed.contains(uuid) { subscribed.append(uuid) }
         }
-        try await subscribeRequired(.recordAccessControlPoint)
-    }
-
-    func subscribeRequired(_ uuid: GATTUUID) async throws(Stop) {
-        do {
-            try await link.subscribe(uuid)
-            if !subscribed.contains(uuid) { subscribed.append(uuid) }
-        } catch {
+        for (uuid, result) in zip(uuids, results) {
+            guard case .failure(let error) = result else { continue }
             if error.kind == .disconnected { throw .disconnected(error.message) }
-            throw .failed(DownloadError(.meter, "cannot subscribe to \(uuid): \(error.message)"))
+            if uuid == .glucoseMeasurementContext {
+                logger.warning("meter \(meter.address): cannot subscribe to measurement context: \(error.message)")
+            } else {
+                throw .failed(DownloadError(.meter, "cannot subscribe to \(uuid): \(error.message)"))
+            }
         }
     }
 
@@ -639,10 +641,28 @@ final class DownloadSession {
         }
     }
 
+    /// As `optionalRead` for each of `uuids`, in one round of reads; the first lost link, in this order, stops.
+    func optionalReads(_ uuids: [GATTUUID]) async throws(Stop) -> [[UInt8]?] {
+        var present: [GATTUUID] = []
+        for uuid in uuids where await link.hasCharacteristic(uuid) { present.append(uuid) }
+        let results = await link.read(present)
+        var values = [[UInt8]?](repeating: nil, count: uuids.count)
+        for (uuid, result) in zip(present, results) {
+            switch result {
+            case .success(let bytes):
+                if let index = uuids.firstIndex(of: uuid) { values[index] = bytes }
+            case .failure(let error):
+                if error.kind == .disconnected { throw .disconnected(error.message) }
+                logger.info("meter \(meter.address): cannot read \(uuid): \(error.message)")
+            }
+        }
+        return values
+    }
+
     /// A Device Information string, cleaned (`IdentityText`); the bytes as sent are kept in the report when
     /// cleaning changed them.
-    func optionalString(_ uuid: GATTUUID) async throws(Stop) -> String? {
-        guard let bytes = try await optionalRead(uuid) else { return nil }
+    func identityString(_ uuid: GATTUUID, _ bytes: [UInt8]?) -> String? {
+        guard let bytes else { return nil }
         let (text, changed) = IdentityText.clean(bytes)
         if changed, let field = MeterIdentity.field(uuid) { report.identity.raw[field] = bytes }
         return text

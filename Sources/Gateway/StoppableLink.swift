@@ -33,6 +33,8 @@ final class StoppableLink: MeterLink, Sendable {
     func write(_ uuid: GATTUUID, _ value: [UInt8]) async throws(MeterLinkError) { try await base.write(uuid, value) }
     func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) { try await base.subscribe(uuid) }
     func unsubscribe(_ uuid: GATTUUID) async { await base.unsubscribe(uuid) }
+    func read(_ uuids: [GATTUUID]) async -> [Result<[UInt8], MeterLinkError>] { await base.read(uuids) }
+    func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>] { await base.subscribe(uuids) }
     func disconnect() async {
         forwarder.cancel()
         await base.disconnect()

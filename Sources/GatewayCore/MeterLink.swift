@@ -128,4 +128,28 @@ public protocol MeterLink: Sendable {
     func unsubscribe(_ uuid: GATTUUID) async
     /// Stops every subscription and disconnects.
     func disconnect() async
+    /// Reads several characteristics, each result as `read` would give it, in the order asked. A link may
+    /// send the requests together instead of one after the other's answer; the meter sees the same order.
+    func read(_ uuids: [GATTUUID]) async -> [Result<[UInt8], MeterLinkError>]
+    /// Subscribes to several characteristics, each result as `subscribe` would give it, in the order
+    /// asked; every one has its answer before this returns. A link may send the requests together.
+    func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>]
+}
+
+extension MeterLink {
+    public func read(_ uuids: [GATTUUID]) async -> [Result<[UInt8], MeterLinkError>] {
+        var results: [Result<[UInt8], MeterLinkError>] = []
+        for uuid in uuids {
+            do { results.append(.success(try await read(uuid))) } catch { results.append(.failure(error)) }
+        }
+        return results
+    }
+
+    public func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>] {
+        var results: [Result<Void, MeterLinkError>] = []
+        for uuid in uuids {
+            do { results.append(.success(try await subscribe(uuid))) } catch { results.append(.failure(error)) }
+        }
+        return results
+    }
 }

@@ -95,9 +95,11 @@ final class Rig: Sendable {
         #expect(events == expected)
         #expect(rig.fake.calls.contains("WriteValue 2a52 request"))
         await link.disconnect()
-        // StopNotify for every subscription before Disconnect.
+        // StopNotify for every subscription (sent together, so the fake may run them in either order)
+        // answered before Disconnect.
         let tail = Array(rig.fake.calls.suffix(3))
-        #expect(tail == ["StopNotify 2a18", "StopNotify 2a52", "Disconnect"])
+        #expect(tail.prefix(2).sorted() == ["StopNotify 2a18", "StopNotify 2a52"])
+        #expect(tail.last == "Disconnect")
         let last = try await withTimeout(5) { () -> MeterLinkEvent? in
             var last: MeterLinkEvent?
             for await event in link.events { last = event }
@@ -199,6 +201,46 @@ final class Rig: Sendable {
         }
         #expect(error?.kind == .timeout)
         #expect(rig.fake.calls.last == "Disconnect")
+        await rig.close()
+    }
+
+    /// Reads and subscriptions of several characteristics go out in one round, answered in the order asked.
+    @Test func severalReadsAndSubscriptionsInOneRound() async throws {
+        let rig = try await Rig(script: FakeBlueZ.Script(records: 3))
+        try await rig.fake.addDevice(address: meterAddress, name: "Meter")
+        _ = try await rig.client.waitForDevice(address: meterAddress, timeout: .seconds(5))
+        let link = try await rig.client.connectMeter(address: meterAddress, timeout: .seconds(10))
+        let reads = await link.read([.glucoseFeature, .dateTime, .glucoseFeature])
+        #expect(reads.count == 3)
+        #expect(try reads[0].get() == [0x02, 0x04])
+        #expect(try reads[2].get() == [0x02, 0x04])
+        guard case .failure(let missing) = reads[1] else {
+            Issue.record("a characteristic the meter lacks was read")
+            return
+        }
+        #expect(missing.kind == .notSupported)
+        #expect(rig.fake.calls.filter { $0 == "ReadValue 2a51" }.count == 2)
+        let subscribed = await link.subscribe([.glucoseMeasurement, .glucoseMeasurementContext, .recordAccessControlPoint])
+        #expect(subscribed.count == 3)
+        #expect((try? subscribed[0].get()) != nil && (try? subscribed[2].get()) != nil)
+        guard case .failure(let noContext) = subscribed[1] else {
+            Issue.record("a characteristic the meter lacks was subscribed")
+            return
+        }
+        #expect(noContext.kind == .notSupported)
+        #expect(rig.fake.calls.filter { $0.hasPrefix("StartNotify") }.sorted() == ["StartNotify 2a18", "StartNotify 2a52"])
+        // Both are on: the RACP takes the request (without indications it refuses with ATT 0x81).
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        await link.disconnect()
+        let stops = Array(rig.fake.calls.suffix(3))
+        #expect(stops.prefix(2).sorted() == ["StopNotify 2a18", "StopNotify 2a52"])
+        #expect(stops.last == "Disconnect")
+        let closed = await link.read([.glucoseFeature])
+        guard case .failure(let gone) = closed.first else {
+            Issue.record("a closed link was read")
+            return
+        }
+        #expect(gone.kind == .disconnected)
         await rig.close()
     }
 

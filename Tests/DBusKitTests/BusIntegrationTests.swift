@@ -41,6 +41,44 @@ final class BusPair: Sendable {
         await pair.close()
     }
 
+    /// Calls sent together are answered in the order given, each with its own reply or error.
+    @Test func callsSentTogetherKeepTheirOrderAndErrors() async throws {
+        let pair = try await BusPair()
+        let order = Mutex<[String]>([])
+        try await pair.server.export(path: "/org/example/Echo", interfaces: [
+            DBusInterface("org.example.Echo", methods: [
+                DBusMethod("Echo", in: "s", out: "s") { call in
+                    order.withLock { $0.append(call.arguments.first?.string ?? "?") }
+                    return call.arguments
+                },
+                DBusMethod("Fail") { _ in
+                    order.withLock { $0.append("fail") }
+                    throw DBusError(name: "org.example.Error.Refused", message: "refused")
+                },
+            ]),
+        ])
+        let dest = pair.server.uniqueName
+        func echo(_ text: String) -> DBusCall {
+            DBusCall(destination: dest, path: "/org/example/Echo", interface: "org.example.Echo", member: "Echo", arguments: [.string(text)])
+        }
+        let fail = DBusCall(destination: dest, path: "/org/example/Echo", interface: "org.example.Echo", member: "Fail")
+        let results = await pair.client.callTogether([echo("a"), fail, echo("b"), echo("c")], timeout: .seconds(5))
+        #expect(results.count == 4)
+        #expect(try results[0].get() == [.string("a")])
+        #expect(try results[2].get() == [.string("b")])
+        #expect(try results[3].get() == [.string("c")])
+        guard case .failure(let refused) = results[1] else {
+            Issue.record("the failing call succeeded")
+            return
+        }
+        #expect(refused == DBusError(name: "org.example.Error.Refused", message: "refused"))
+        // (The exporter answers each call in a task of its own, so the order its handlers ran in is not
+        // the order the calls came in; every one ran once.)
+        #expect(order.withLock { $0 }.sorted() == ["a", "b", "c", "fail"])
+        #expect(await pair.client.callTogether([], timeout: .seconds(5)).isEmpty)
+        await pair.close()
+    }
+
     @Test func errorsKeepNameAndMessage() async throws {
         let pair = try await BusPair()
         try await pair.server.export(path: "/org/bluez/hci0/dev_AA", interfaces: [

@@ -61,6 +61,35 @@ struct MeterDownloadTests {
 
     // MARK: First and incremental sync
 
+    /// The three subscriptions go out in one round: a refused measurement subscription fails the download
+    /// before any RACP write, and the ones that did go on are stopped; a refused context is only a warning.
+    @Test func aRefusedMeasurementSubscriptionStopsBeforeAnyRACPWriteAndStopsTheOthers() async throws {
+        var script = FakeMeterScript(records: Self.records(0...2))
+        script.refusedSubscriptions = [.glucoseMeasurement]
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let error = await #expect(throws: DownloadError.self) { try await Self.download(meter, store) }
+        #expect(error?.kind == .meter)
+        #expect(error?.message.contains("cannot subscribe to") == true)
+        #expect(Self.writes(meter).isEmpty)
+        let log = meter.callLog
+        #expect(log.contains("unsubscribe 0x2a34") && log.contains("unsubscribe 0x2a52"))
+        #expect(!log.contains("unsubscribe 0x2a18"))
+        #expect(log.last == "disconnect")
+        #expect(Self.sequences(store).isEmpty)
+    }
+
+    @Test func aRefusedContextSubscriptionStillDownloads() async throws {
+        var script = FakeMeterScript(records: Self.records(0...2))
+        script.refusedSubscriptions = [.glucoseMeasurementContext]
+        let meter = FakeMeter(script: script)
+        let store = Self.makeStore(meter)
+        let report = try await Self.download(meter, store)
+        #expect(report.outcome == .completed)
+        #expect(Self.sequences(store) == [0, 1, 2])
+        #expect(!meter.callLog.contains("unsubscribe 0x2a34"))
+    }
+
     @Test func firstSyncDownloadsEverythingInOrder() async throws {
         let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...9)))
         let store = Self.makeStore(meter)

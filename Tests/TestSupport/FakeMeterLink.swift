@@ -75,6 +75,8 @@ public struct FakeMeterScript: Sendable {
     public var disconnectAfterRecords: Int?
     /// Goes silent (no more notifications, no RACP response) after this many records.
     public var silentAfterRecords: Int?
+    /// Characteristics whose subscription the meter refuses (ATT 0x0E).
+    public var refusedSubscriptions: Set<GATTUUID> = []
     /// ATT errors thrown by the next RACP writes, in order (0 = no error for that write).
     public var racpWriteErrors: [UInt8] = []
     /// Refuses RACP writes with ATT 0x81 until RACP indications are enabled.
@@ -204,6 +206,9 @@ public final class FakeMeterLink: MeterLink {
         meter.record("subscribe \(uuid)")
         try checkConnected()
         guard meter.script.characteristics.contains(uuid) else { throw MeterLinkError(.notSupported, "no characteristic \(uuid)") }
+        if meter.script.refusedSubscriptions.contains(uuid) {
+            throw MeterLinkError(.permanent, "Operation failed with ATT error: 0x0e", attError: 0x0E)
+        }
         state.withLock { _ = $0.subscribed.insert(uuid) }
     }
 
