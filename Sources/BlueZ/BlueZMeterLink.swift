@@ -500,14 +500,19 @@ public final class BlueZMeterLink: MeterLink {
         _ = try? await call(path, "StopNotify", [])
     }
 
-    /// Stops every notification (BlueZ keeps notify sessions across reconnects otherwise), then
-    /// disconnects. The events end with `.disconnected`.
+    /// Every `StopNotify` sent at once and the replies awaited together.
+    public func unsubscribe(_ uuids: [GATTUUID]) async {
+        let known = uuids.filter { characteristicPaths[$0.uuidString] != nil }
+        for uuid in known { core.setSubscribed(uuid, false) }
+        _ = await callTogether(known, "StopNotify", [])
+    }
+
+    /// Stops every notification (BlueZ keeps notify sessions across reconnects otherwise), in one round
+    /// whose answers are in before `Disconnect`, then disconnects. The events end with `.disconnected`.
     public func disconnect() async {
         let subscribed = core.takeSubscriptions()
-        for uuid in subscribed.sorted(by: { $0.rawValue < $1.rawValue }) {
-            guard let path = characteristicPaths[uuid.uuidString] else { continue }
-            _ = try? await call(path, "StopNotify", [])
-        }
+        let known = subscribed.sorted(by: { $0.rawValue < $1.rawValue }).filter { characteristicPaths[$0.uuidString] != nil }
+        if !known.isEmpty { _ = await callTogether(known, "StopNotify", []) }
         let wasUp = !core.isEnded
         // End first, so that the Connected=false this causes is not reported as the meter leaving.
         core.end("disconnected by the gateway")

@@ -568,9 +568,8 @@ final class DownloadSession {
     func finishLink() async {
         forwarder?.cancel()
         timer?.cancel()
-        for uuid in subscribed.reversed() {
-            await link.unsubscribe(uuid)
-        }
+        // In one round where the link can send them together; each has its answer before the disconnect.
+        await link.unsubscribe(subscribed.reversed())
         subscribed.removeAll()
         await link.disconnect()
     }

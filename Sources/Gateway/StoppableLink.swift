@@ -35,6 +35,7 @@ final class StoppableLink: MeterLink, Sendable {
     func unsubscribe(_ uuid: GATTUUID) async { await base.unsubscribe(uuid) }
     func read(_ uuids: [GATTUUID]) async -> [Result<[UInt8], MeterLinkError>] { await base.read(uuids) }
     func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>] { await base.subscribe(uuids) }
+    func unsubscribe(_ uuids: [GATTUUID]) async { await base.unsubscribe(uuids) }
     func disconnect() async {
         forwarder.cancel()
         await base.disconnect()

@@ -134,6 +134,9 @@ public protocol MeterLink: Sendable {
     /// Subscribes to several characteristics, each result as `subscribe` would give it, in the order
     /// asked; every one has its answer before this returns. A link may send the requests together.
     func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>]
+    /// Unsubscribes from several characteristics, as `unsubscribe` each, in the order given; a link may send
+    /// the requests together.
+    func unsubscribe(_ uuids: [GATTUUID]) async
 }
 
 extension MeterLink {
@@ -143,6 +146,10 @@ extension MeterLink {
             do { results.append(.success(try await read(uuid))) } catch { results.append(.failure(error)) }
         }
         return results
+    }
+
+    public func unsubscribe(_ uuids: [GATTUUID]) async {
+        for uuid in uuids { await unsubscribe(uuid) }
     }
 
     public func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>] {
