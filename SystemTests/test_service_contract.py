@@ -133,3 +133,22 @@ def test_bad_config_exits_78_at_once_without_notifying(private_bus, tmp_path):
             notify.sock.recv(4096)  # never claimed to be ready
     finally:
         notify.close()
+
+
+def test_the_watchdogs_sigabrt_ends_the_daemon(private_bus, tmp_path):
+    """systemd's watchdog sends SIGABRT (WatchdogSignal's default) to a daemon that stopped pinging and only
+    then SIGKILL after TimeoutAbortSec: the daemon must die of the SIGABRT itself, with a core dump for the
+    installer, not sit with the signal blocked until the SIGKILL."""
+    notify = NotifySocket(tmp_path)
+    process, _, _ = start_daemon(tmp_path, private_bus, notify)
+    try:
+        notify.until(lambda m: "READY=1" in m.split("\n"))
+        process.send_signal(signal.SIGABRT)
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == -signal.SIGABRT, "the daemon did not die of SIGABRT (exit %r)" % code
+    finally:
+        stop_process(process)
+        notify.close()

@@ -20,10 +20,16 @@ if let mallopt = dlsym(nil, "mallopt") {
 // megabyte of them read into memory for nothing (README, "How the gateway compares with a Python peer").
 // The waiting thread blocks every signal first, as dispatch's own threads do, so a signal the commands
 // handle (SIGTERM, SIGINT, SIGHUP through dispatch signal sources) is never taken by a thread that ignores it.
+// All but SIGABRT: systemd's watchdog sends it to a daemon that stopped pinging, and its default action (end
+// the process with a core dump for the journal) has to happen. Every thread started later inherits this mask,
+// and dispatch's own threads block SIGABRT, so this waiting thread is the one that takes it; the runtime's
+// crash handler, which expects to run on the thread that crashed, is not the one to act on it here.
 #if canImport(Glibc)
 var everySignal = sigset_t()
 sigfillset(&everySignal)
+sigdelset(&everySignal, SIGABRT)
 pthread_sigmask(SIG_BLOCK, &everySignal, nil)
+signal(SIGABRT, SIG_DFL)
 #endif
 Task.detached {
     exit(await GatewayMain.main(Array(CommandLine.arguments.dropFirst()), environment: ProcessEnvironment.current()))
