@@ -226,15 +226,13 @@ enum Marshalling {
     }
 
     static func decodeBody(_ message: OpaquePointer) -> [DBusValue] {
-        var iter = DBusMessageIter()
-        guard dbus_message_iter_init(message, &iter) != 0 else { return [] }
         // PropertiesChanged (every GATT notification from BlueZ is one) has its own path, which knows the
         // signature and asks libdbus for none of the inner ones.
-        if hasSignature(message, "sa{sv}as"), let body = decodePropertiesChanged(&iter) {
-            return body
+        if hasSignature(message, "sa{sv}as") {
+            var iter = DBusMessageIter()
+            if dbus_message_iter_init(message, &iter) != 0, let body = decodePropertiesChanged(&iter) { return body }
         }
-        guard dbus_message_iter_init(message, &iter) != 0 else { return [] }
-        return decodeSequence(&iter)
+        return decodeBodyGenerically(message)
     }
 
     /// The generic decoding of the whole body, whatever its signature (tests compare the paths).

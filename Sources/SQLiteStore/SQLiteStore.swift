@@ -536,14 +536,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// events whose loss says nothing wrong (a connection made, before anything of it was stored).
     public func logWithoutSync(_ event: GatewayEvent) throws {
         let db = try openConnection()
-        try db.execute("PRAGMA synchronous = NORMAL")
-        do {
-            try Self.insertEvent(event, in: db)
-        } catch {
-            try restoreFullSync(db)
-            throw error
-        }
-        try restoreFullSync(db)
+        try withoutOwnSync(db) { try Self.insertEvent(event, in: db) }
         committed(.events)
     }
 
@@ -568,10 +561,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         guard limit > 0 else { return [] }
         let db = try openConnection()
         let claimedAt = now()
-        try db.execute("PRAGMA synchronous = NORMAL")
-        let claimed: [OutboxItem]
-        do {
-            claimed = try db.transaction {
+        let claimed = try withoutOwnSync(db) {
+            try db.transaction {
                 let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
                 for item in items {
                     try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
@@ -582,17 +573,28 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                     return item
                 }
             }
+        }
+        if !claimed.isEmpty { committed(.uploads) }
+        return claimed
+    }
+
+    /// Runs `body`'s commit with `synchronous = NORMAL`, then sets the connection back to FULL whether
+    /// `body` threw or not.
+    private func withoutOwnSync<T>(_ db: SQLiteConnection, _ body: () throws -> T) throws -> T {
+        try db.execute("PRAGMA synchronous = NORMAL")
+        let result: T
+        do {
+            result = try body()
         } catch {
             try restoreFullSync(db)
             throw error
         }
         try restoreFullSync(db)
-        if !claimed.isEmpty { committed(.uploads) }
-        return claimed
+        return result
     }
 
-    /// Back to `synchronous = FULL` after the claim. Every other commit must be durable: a connection
-    /// that cannot be set back is closed rather than left committing without fsync.
+    /// Back to `synchronous = FULL` after a commit without its own sync. Every other commit must be
+    /// durable: a connection that cannot be set back is closed rather than left committing without fsync.
     private func restoreFullSync(_ db: SQLiteConnection) throws {
         do {
             try db.execute("PRAGMA synchronous = FULL")
