@@ -1,6 +1,7 @@
 #ifndef GLUCOSE_GATEWAY_CDBUS_SHIM_H
 #define GLUCOSE_GATEWAY_CDBUS_SHIM_H
 #include <dbus/dbus.h>
+#include <sys/timerfd.h>
 
 // The DBUS_TYPE_* macros are casts, which Swift cannot import; re-export them as constants.
 static const int CDBUS_TYPE_INVALID = DBUS_TYPE_INVALID;

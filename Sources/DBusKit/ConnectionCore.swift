@@ -22,8 +22,9 @@ enum Keys {
 
 /// The libdbus connection and everything attached to it. Confined to `queue`; never `Sendable`.
 ///
-/// Main loop: libdbus's watches become Dispatch read/write sources and its timeouts Dispatch timers, all
-/// on `queue`, so an idle connection has no timer and wakes only when the socket has data. libdbus calls
+/// Main loop: libdbus's watches become Dispatch read/write sources on `queue`, and its timeouts deadlines
+/// served by one timerfd watched the same way, armed at the earliest deadline and disarmed when none is
+/// left, so an idle connection has no timer running and wakes only when the socket has data. libdbus calls
 /// the watch, timeout and dispatch-status callbacks with its connection lock held, so they only create
 /// or cancel sources and schedule ``drain()``; they never call back into the connection.
 ///
@@ -49,7 +50,9 @@ final class ConnectionCore {
         }
     }
     private var watches: [OpaquePointer: WatchSources] = [:]
-    private var timers: [OpaquePointer: any DispatchSourceTimer] = [:]
+    /// libdbus's timeouts, all served by one kernel timer (see ``rearmTimer()``).
+    private var timeouts = TimeoutSchedule<OpaquePointer>()
+    private var timer: TimeoutTimer?
 
     /// Method calls sent and not answered yet, by ``CallToken`` key.
     var pending: [Int: PendingCall] = [:]
@@ -148,7 +151,8 @@ final class ConnectionCore {
             },
             { timeout, data in
                 guard let timeout, let core = ConnectionCore.core(data) else { return }
-                core.timers.removeValue(forKey: timeout)?.cancel()
+                core.timeouts.remove(timeout)
+                core.rearmTimer()
             },
             { timeout, data in
                 guard let timeout, let core = ConnectionCore.core(data) else { return }
@@ -185,8 +189,9 @@ final class ConnectionCore {
         dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
         for sources in watches.values { sources.cancel() }
         watches.removeAll()
-        for timer in timers.values { timer.cancel() }
-        timers.removeAll()
+        timeouts = TimeoutSchedule()
+        timer?.close()
+        timer = nil
         objects.removeAll()
         managerRoots.removeAll()
         dbus_connection_close(raw)
@@ -285,22 +290,36 @@ final class ConnectionCore {
     }
 
     private func updateTimeout(_ timeout: OpaquePointer) {
-        timers.removeValue(forKey: timeout)?.cancel()
-        guard dbus_timeout_get_enabled(timeout) != 0 else { return }
-        let interval = max(1, Int(dbus_timeout_get_interval(timeout)))
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        let me = QueueConfined(value: self)
-        let handle = QueueConfined(value: timeout)
-        timer.schedule(deadline: .now() + .milliseconds(interval), repeating: .milliseconds(interval))
-        timer.setEventHandler { me.value.fireTimeout(handle.value) }
-        timer.resume()
-        timers[timeout] = timer
+        if dbus_timeout_get_enabled(timeout) != 0 {
+            let interval = Int64(max(1, dbus_timeout_get_interval(timeout))) * 1_000_000
+            timeouts.set(timeout, intervalNanoseconds: interval, now: TimeoutTimer.now())
+        } else {
+            timeouts.remove(timeout)
+        }
+        rearmTimer()
     }
 
-    private func fireTimeout(_ timeout: OpaquePointer) {
-        guard isOpen, timers[timeout] != nil else { return }
-        _ = dbus_timeout_handle(timeout)
+    /// Arms the timer at the earliest deadline, or disarms it when no timeout runs. Setting a timerfd is
+    /// one system call on this queue; a Dispatch timer per call would be created, armed and cancelled
+    /// through Dispatch's event thread for every call.
+    private func rearmTimer() {
+        let next = timeouts.earliest
+        if next == nil, timer == nil { return }
+        if timer == nil {
+            let me = QueueConfined(value: self)
+            timer = TimeoutTimer(queue: queue) { me.value.fireTimeouts() }
+        }
+        timer?.arm(at: next)
+    }
+
+    private func fireTimeouts() {
+        guard isOpen, let timer else { return }
+        timer.expired()
+        for timeout in timeouts.expired(at: TimeoutTimer.now()) where isOpen && timeouts.contains(timeout) {
+            _ = dbus_timeout_handle(timeout)
+        }
         drain()
+        rearmTimer()
     }
 
     func scheduleDrain() {
