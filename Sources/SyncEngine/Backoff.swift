@@ -11,7 +11,7 @@ public struct UploadTiming: Sendable, Equatable {
     public var probeCap: Duration = .seconds(60)
     public var probeBase: Duration = .seconds(1)
     /// Largest batch; timeouts halve it, successes grow it back by a quarter.
-    public var maxBatch = 100
+    public var maxBatch = 200
     /// Credential checks wait this long at least: Nightscout delays each failed authentication by 5 s.
     public var credentialTimeout: Duration = .seconds(15)
     /// Longest `Retry-After` obeyed within a session; a longer one ends the session into long backoff.

@@ -6,7 +6,7 @@ import TestSupport
 /// Uploads to the loopback Nightscout double (`SystemTests/fake_nightscout.py`).
 @Suite("Nightscout upload", .serialized, .timeLimit(.minutes(2)))
 struct NightscoutUploadTests {
-    @Test func thousandReadingsExactlyOnceInBatchesOfHundred() async throws {
+    @Test func thousandReadingsExactlyOnceInBatchesOfTwoHundred() async throws {
         let server = try FakeNightscout()
         let store = await filledStore(1000)
         let http = CountingHTTPClient()
@@ -18,7 +18,7 @@ struct NightscoutUploadTests {
         #expect(outcome.pending == 0)
         #expect(!outcome.deferred)
         #expect(outcome.exitStatus(errorBypass: false) == .ok)
-        #expect(http.count("/api") == 10)
+        #expect(http.count("/api") == 5)
         let stats = try await server.stats()
         #expect(stats["count"] as? Int == 1000)
         #expect(stats["max_in_flight"] as? Int == 1)

@@ -21,7 +21,7 @@ struct RecoveryTests {
         Fault(name: "429 with Retry-After", control: ["mode": "status", "status": "429", "retry_after": "1", "times": "1", "after": "2"]),
         Fault(name: "hangs past the timeout", control: ["mode": "hang", "hang_s": "2", "times": "2", "after": "4"]),
         Fault(name: "answers slowly (commits after the timeout)", control: ["mode": "slow", "delay_ms": "700", "times": "3", "after": "1"]),
-        Fault(name: "commits then drops the connection", control: ["mode": "commit_drop", "times": "3", "after": "5"]),
+        Fault(name: "commits then drops the connection", control: ["mode": "commit_drop", "times": "3", "after": "2"]),
         Fault(name: "refuses connections (network down)", control: ["mode": "down", "health": "down"], upWhenRecovering: true),
     ]
 

@@ -6,7 +6,7 @@ It does the job of one `glucose-gateway sync` with upload, and no more: connect 
 to Glucose Measurement (0x2A18), Measurement Context (0x2A34) and the RACP (0x2A52) indications, ask how
 many records there are, report all of them, decode each measurement (sequence, base time + offset,
 SFLOAT concentration), store each one with its raw bytes in SQLite (WAL, synchronous=FULL, a commit every
-200 records and at the end), then POST them to Nightscout (`/api/v1/entries`, batches of 100, SHA-1 of
+200 records and at the end), then POST them to Nightscout (`/api/v1/entries`, batches of 200 like the gateway, SHA-1 of
 the API secret, one kept-alive connection) and check that the server returned every entry.
 
 Runs with bleak from the test virtual environment; the bus is $DBUS_SYSTEM_BUS_ADDRESS.
@@ -29,6 +29,8 @@ from bleak import BleakClient
 GM = "00002a18-0000-1000-8000-00805f9b34fb"
 GMC = "00002a34-0000-1000-8000-00805f9b34fb"
 RACP = "00002a52-0000-1000-8000-00805f9b34fb"
+# Readings per POST: the gateway's largest batch, so both do the same number of requests.
+BATCH = 200
 
 
 def sfloat(raw):
@@ -112,8 +114,8 @@ def upload(db, rows, url, secret, address):
     headers = {"Content-Type": "application/json", "api-secret": hashlib.sha1(secret.encode()).hexdigest()}
     uploaded = 0
     entries = [r for r in rows if r[2] is not None]
-    for start in range(0, len(entries), 100):
-        batch = entries[start:start + 100]
+    for start in range(0, len(entries), BATCH):
+        batch = entries[start:start + BATCH]
         body = []
         for seq, when, mgdl in batch:
             instant = datetime.datetime.fromisoformat(when).replace(tzinfo=datetime.timezone.utc)
