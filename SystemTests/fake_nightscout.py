@@ -22,6 +22,8 @@ What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization)
   * GET /api/v1/treatments[.json]: the stored treatments, newest `created_at` first (`count`, default 10).
   * API v3 and the v2 token exchange: see fake_nightscout_v3.py.
 
+The API port speaks HTTP/1.1 with keep-alive, as Nightscout does, and closes a connection idle for 5 s.
+
 Control channel (on the API port while it listens, and always on the control port):
   POST /__control  {"mode": "ok"|"hang"|"slow"|"status"|"commit_drop"|"empty"|"answer"|"huge"|"down"|"up",
                     "status": 500, "retry_after": 1, "delay_ms": 500, "times": N,
@@ -42,7 +44,8 @@ Control channel (on the API port while it listens, and always on the control por
       become the secret and its SHA-1 hex, as a server that reflects the request's headers).
   GET /__entries   stored documents, in insertion order
   GET /__treatments stored treatments, in insertion order
-  GET /__stats     counters: uploads, inserted, updated, max_in_flight, auth_failures, requests by mode
+  GET /__stats     counters: uploads, inserted, updated, max_in_flight, auth_failures, requests by mode,
+                   connections (API connections accepted)
   POST /__reset    forget entries and counters
 
 Usage: fake_nightscout.py [--port N] [--control-port N] [--health-port N] [--secret S] [--token T]
@@ -84,7 +87,7 @@ class State:
         self.in_flight = 0
         self.active = set()
         self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
-                      "auth_failures": 0, "faults": {}, "elements_received": 0}
+                      "auth_failures": 0, "faults": {}, "elements_received": 0, "connections": 0}
         self.mode_changed = threading.Condition(self.lock)
 
     def reset(self):
@@ -95,7 +98,7 @@ class State:
             self.treatment_order.clear()
             self.fail_times.clear()
             self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
-                          "auth_failures": 0, "faults": {}, "elements_received": 0}
+                          "auth_failures": 0, "faults": {}, "elements_received": 0, "connections": 0}
 
     def authorized(self, headers, query):
         given = headers.get("api-secret") or (query.get("token", [None])[0])
@@ -247,8 +250,16 @@ class BaseHandler(BaseHTTPRequestHandler):
         return self.server.app
 
     def body(self):
+        self.body_read = True
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
+
+    def handle_one_request(self):
+        self.body_read = False
+        super().handle_one_request()
+        # Answered without reading a body: its bytes would be taken for the next request.
+        if not self.body_read and int(getattr(self, "headers", None) and self.headers.get("Content-Length") or 0) > 0:
+            self.close_connection = True
 
     def reply(self, status, payload, headers=None):
         data = json.dumps(payload).encode()
@@ -344,10 +355,17 @@ class HealthHandler(BaseHandler):
 
 
 class ApiHandler(BaseHandler):
+    # As Nightscout (Express on Node's http server): HTTP/1.1 answers with keep-alive, and a connection idle
+    # for 5 s (Node's default keepAliveTimeout) closed by the server.
+    protocol_version = "HTTP/1.1"
+    timeout = 5
+
     def setup(self):
         super().setup()
         with self.app.conn_lock:
             self.app.open_connections.add(self.connection)
+        with self.app.state.lock:
+            self.app.state.stats["connections"] += 1
 
     def finish(self):
         try:

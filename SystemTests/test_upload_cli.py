@@ -197,6 +197,16 @@ def test_wait_bounds_a_recovering_session(nightscout, tmp_path):
     assert states(db) == {"pending": 10}
 
 
+def test_a_backlog_goes_over_one_kept_connection(nightscout, tmp_path):
+    server = nightscout()
+    config, db = write_config(tmp_path, server)
+    seed(db, 300)
+    assert upload(config).returncode == 0
+    stats = server.get("/__stats")
+    assert stats["count"] == 300 and stats["uploads"] >= 2  # more than one request
+    assert stats["connections"] == 1
+
+
 def test_one_uploader_per_database(nightscout, tmp_path):
     server = nightscout()
     config, db = write_config(tmp_path, server, network="network_timeout_ms = 5000")

@@ -11,9 +11,12 @@ import Glibc
 ///
 /// What it speaks: one request at a time per connection; `Content-Length`, `chunked` and
 /// read-until-close answers; interim 1xx answers skipped; keep-alive with one idle connection kept per
-/// host and port, and a request that finds its kept connection closed by the server before any byte of
-/// an answer is sent once more on a fresh one (as libcurl does). Failures map to the same ``HTTPError``
-/// cases libcurl's do.
+/// host and port. A kept connection is looked at before it is used: one the server has closed (or sent
+/// anything on) while idle is dropped and a fresh one made. A request goes out again on a fresh
+/// connection only when writing it to a kept connection failed, so the server cannot have had all of it;
+/// once all of it is written, a connection closed without an answer is ``HTTPError/connectionLost``,
+/// which the caller treats as an ambiguous outcome, never a silent re-send. Failures map to the same
+/// ``HTTPError`` cases libcurl's do.
 struct PlainHTTPTarget: Equatable {
     var host: String
     var port: UInt16
@@ -102,11 +105,20 @@ final class SocketHTTPClient: Sendable {
         return attempt(fd, reused: false) ?? .failure(.connectionLost)
     }
 
+    /// The kept connection to `target`, if there is one the server has not closed: an idle connection
+    /// with anything to read (the server's close, a reset, or bytes no request asked for) is closed.
     private func takeIdle(_ target: PlainHTTPTarget) -> Int32? {
-        idle.withLock { list in
+        let fd = idle.withLock { list -> Int32? in
             guard let index = list.firstIndex(where: { $0.host == target.host && $0.port == target.port }) else { return nil }
             return list.remove(at: index).fd
         }
+        guard let fd else { return nil }
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)  // a close reads as end of file; a reset sets POLLERR/POLLHUP
+        if poll(&pfd, 1, 0) != 0 {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 
     private func finish(_ fd: Int32, _ target: PlainHTTPTarget, keep: Bool) {
@@ -224,7 +236,7 @@ final class SocketHTTPClient: Sendable {
     private enum Exchange {
         /// The result, and whether the connection can carry the next request.
         case done(Result<HTTPResponse, HTTPError>, keep: Bool)
-        /// A kept connection the server had closed: nothing of an answer arrived.
+        /// Writing the request to a kept connection failed: the server cannot have had all of it.
         case staleConnection
     }
 
@@ -250,11 +262,9 @@ final class SocketHTTPClient: Sendable {
         var reader = AnswerReader(limit: max(0, min(request.maxResponseBytes, ResponseLimit.maximum)),
                                   headOnly: request.method == "HEAD")
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
-        var receivedAny = false
         while true {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n > 0 {
-                receivedAny = true
                 switch reader.feed(buffer[0..<n]) {
                 case .more: continue
                 case .complete(let response, let keep): return .done(.success(response), keep: keep)
@@ -262,7 +272,6 @@ final class SocketHTTPClient: Sendable {
                 }
             }
             if n == 0 {
-                if !receivedAny && reused { return .staleConnection }
                 switch reader.end() {
                 case .complete(let response, _): return .done(.success(response), keep: false)
                 case .failed(let error): return .done(.failure(error), keep: false)
@@ -277,7 +286,6 @@ final class SocketHTTPClient: Sendable {
                 case .cancelled: return .done(.failure(.cancelled), keep: false)
                 }
             }
-            if !receivedAny && reused { return .staleConnection }
             return .done(.failure(.connectionLost), keep: false)
         }
     }

@@ -97,7 +97,9 @@ private final class CannedServer: @unchecked Sendable {
     }
     let counts = Counts()
 
-    init(answers: [String], closeAfterEach: Bool, silent: Bool = false) throws {
+    /// `closeUnansweredAfter`: once that many requests are answered, the next one is read in full and
+    /// the connection closed without an answer (a server that took the request and then went away).
+    init(answers: [String], closeAfterEach: Bool, silent: Bool = false, closeUnansweredAfter: Int? = nil) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         fd = listener
         var address = sockaddr_in()
@@ -138,6 +140,7 @@ private final class CannedServer: @unchecked Sendable {
                     text = ""
                     counts.requests.add(1, ordering: .relaxed)
                     if silent { continue }
+                    if let limit = closeUnansweredAfter, next >= limit { break }
                     let answer = Array(answers[min(next, answers.count - 1)].utf8)
                     next += 1
                     _ = answer.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -179,8 +182,8 @@ struct PlainHTTPLoopbackTests {
     }
 
     @Test func aConnectionTheServerClosedIsReplacedOnce() async throws {
-        // HTTP/1.1 without "Connection: close", then the server closes: the next request finds the kept
-        // connection closed and goes out again on a new one.
+        // HTTP/1.1 without "Connection: close", then the server closes: the kept connection is seen closed
+        // before the next request is written, and that request goes out on a new one.
         let server = try CannedServer(answers: [ok], closeAfterEach: true)
         defer { server.stop() }
         let client = CurlHTTPClient()
@@ -188,6 +191,18 @@ struct PlainHTTPLoopbackTests {
         #expect(try await post(client, server.port).get().status == 200)
         #expect(server.counts.accepted.load(ordering: .relaxed) == 2)
         #expect(server.counts.requests.load(ordering: .relaxed) == 2)
+    }
+
+    @Test func aRequestTheServerTookIsNotSentAgain() async throws {
+        // The kept connection carried the whole request before the server closed it: the server may have
+        // stored it, so the outcome is the caller's to judge (connection lost), not a second request.
+        let server = try CannedServer(answers: [ok], closeAfterEach: false, closeUnansweredAfter: 1)
+        defer { server.stop() }
+        let client = CurlHTTPClient()
+        #expect(try await post(client, server.port).get().status == 200)
+        #expect(await post(client, server.port) == .failure(.connectionLost))
+        #expect(server.counts.requests.load(ordering: .relaxed) == 2)
+        #expect(server.counts.accepted.load(ordering: .relaxed) == 1)
     }
 
     @Test func refusedAndSilentServers() async throws {
