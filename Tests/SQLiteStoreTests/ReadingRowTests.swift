@@ -42,6 +42,32 @@ import Testing
         #expect(stored.first { $0.sequence == 1 }?.baseTime.isValid == false)
     }
 
+    @Test func baseAndUserFacingTimesAreStoredEachAsItsOwnText() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try SQLiteStore(path: dir.database)
+        // A time offset across a leap day and one across the year's end: the two columns differ.
+        var leap = sampleReading(sequence: 1, time: "2024-02-28T23:50:00")
+        leap.timeOffsetMinutes = 1_450
+        leap.userFacingTime = leap.baseTime.adding(minutes: 1_450)
+        var newYear = sampleReading(sequence: 2, time: "2026-01-01T00:10:00")
+        newYear.timeOffsetMinutes = -20
+        newYear.userFacingTime = newYear.baseTime.adding(minutes: -20)
+        #expect(try await store.insert([leap, newYear, sampleReading(sequence: 3)]) == 3)
+        await store.close()
+
+        let raw = try SQLiteConnection(path: dir.database)
+        let rows = try raw.query("SELECT base_time, time_offset_min, user_facing_time FROM reading ORDER BY sequence") {
+            [$0.text(0), String($0.int(1)), $0.text(2)]
+        }
+        raw.close()
+        #expect(rows == [
+            ["2024-02-28T23:50:00", "1450", "2024-03-01T00:00:00"],
+            ["2026-01-01T00:10:00", "-20", "2025-12-31T23:50:00"],
+            ["2024-03-05T14:30:00", "0", "2024-03-05T14:30:00"],
+        ])
+    }
+
     @Test func aRowWhoseTextIsNotAReadingIsRefused() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
