@@ -175,13 +175,26 @@ public struct JSONObjectBuilder: Sendable {
 /// bytes: either member by member (`beginObject`, `string`, `integer`, ...) or a whole `JSONValue`.
 public struct JSONWriter {
     public private(set) var bytes: [UInt8] = []
-    private var needsComma: [Bool] = [false]
+    /// Bit `n`: the container open at depth `n` (0 is the top level) has a member already. Depths from 64
+    /// on, which no builder reaches, are kept in `deeper`.
+    private var hasMember: UInt64 = 0
+    private var depth = 0
+    private var deeper: [Bool] = []
 
     public init() { bytes.reserveCapacity(256) }
 
+    /// With room for `capacity` bytes before the buffer grows.
+    public init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
     private mutating func separate() {
-        if needsComma[needsComma.count - 1] { bytes.append(UInt8(ascii: ",")) }
-        needsComma[needsComma.count - 1] = true
+        if _fastPath(depth < 64) {
+            let bit: UInt64 = 1 << UInt64(depth)
+            if hasMember & bit != 0 { bytes.append(UInt8(ascii: ",")) }
+            hasMember |= bit
+        } else if let last = deeper.indices.last {
+            if deeper[last] { bytes.append(UInt8(ascii: ",")) }
+            deeper[last] = true
+        }
     }
 
     private mutating func key(_ name: String?) {
@@ -192,26 +205,40 @@ public struct JSONWriter {
         }
     }
 
+    private mutating func open(_ bracket: UInt8) {
+        bytes.append(bracket)
+        depth += 1
+        if depth < 64 {
+            hasMember &= ~(1 << UInt64(depth))
+        } else {
+            deeper.append(false)
+        }
+    }
+
+    private mutating func close(_ bracket: UInt8) {
+        if depth >= 64 {
+            deeper.removeLast()
+        }
+        if depth > 0 { depth -= 1 }
+        bytes.append(bracket)
+    }
+
     public mutating func beginObject(_ name: String? = nil) {
         key(name)
-        bytes.append(UInt8(ascii: "{"))
-        needsComma.append(false)
+        open(UInt8(ascii: "{"))
     }
 
     public mutating func endObject() {
-        needsComma.removeLast()
-        bytes.append(UInt8(ascii: "}"))
+        close(UInt8(ascii: "}"))
     }
 
     public mutating func beginArray(_ name: String? = nil) {
         key(name)
-        bytes.append(UInt8(ascii: "["))
-        needsComma.append(false)
+        open(UInt8(ascii: "["))
     }
 
     public mutating func endArray() {
-        needsComma.removeLast()
-        bytes.append(UInt8(ascii: "]"))
+        close(UInt8(ascii: "]"))
     }
 
     public mutating func string(_ name: String?, _ value: String) {
@@ -219,26 +246,51 @@ public struct JSONWriter {
         Self.appendString(value, to: &bytes)
     }
 
+    /// A string given as UTF-8 bytes (text written on the stack), quoted and escaped as `string` does.
+    public mutating func string(_ name: String?, utf8 value: UnsafeBufferPointer<UInt8>) {
+        key(name)
+        Self.appendQuoted(value, to: &bytes, escapingDelete: false)
+    }
+
     public mutating func integer(_ name: String?, _ value: Int64) {
         key(name)
-        bytes.append(contentsOf: Array(String(value).utf8))
+        Self.appendInteger(value, to: &bytes)
     }
 
     /// A decimal written with at most `fractionDigits` digits after the point, trailing zeros removed.
     public mutating func decimal(_ name: String?, _ value: Double, fractionDigits: Int) {
         key(name)
-        bytes.append(contentsOf: Array(Self.formatDecimal(value, fractionDigits: fractionDigits).utf8))
+        bytes.append(contentsOf: Self.formatDecimal(value, fractionDigits: fractionDigits).utf8)
     }
 
     public mutating func bool(_ name: String?, _ value: Bool) {
         key(name)
-        bytes.append(contentsOf: Array((value ? "true" : "false").utf8))
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
     }
 
     /// Inserts bytes that are already JSON (a frozen element).
     public mutating func raw(_ name: String?, _ json: [UInt8]) {
         key(name)
         bytes.append(contentsOf: json)
+    }
+
+    /// The decimal digits of `value` as `String(value)` writes them, `-` first when negative.
+    public static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
+        var magnitude = value.magnitude
+        // 20 digits hold any UInt64; written from the end.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 21) { digits in
+            var at = digits.count
+            repeat {
+                at -= 1
+                digits[at] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 {
+                at -= 1
+                digits[at] = UInt8(ascii: "-")
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[at...]))
+        }
     }
 
     public static func formatDecimal(_ value: Double, fractionDigits: Int) -> String {
@@ -264,19 +316,27 @@ public struct JSONWriter {
     /// `\u00XX`; DEL (0x7F) too when `escapingDelete` (the commands' `--json` has always escaped it,
     /// upload bodies never have, and both keep their bytes).
     public static func appendString(_ s: String, to out: inout [UInt8], escapingDelete: Bool = false) {
+        var s = s
+        s.withUTF8 { appendQuoted($0, to: &out, escapingDelete: escapingDelete) }
+    }
+
+    /// `appendString` of UTF-8 bytes: runs that need no escape are copied in one piece.
+    static func appendQuoted(_ text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8], escapingDelete: Bool) {
         out.append(UInt8(ascii: "\""))
-        for b in s.utf8 {
+        var runStart = 0
+        for (i, b) in text.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C || (b == 0x7F && escapingDelete) {
+            if runStart < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: text[runStart..<i])) }
+            runStart = i + 1
             switch b {
             case 0x22: out.append(contentsOf: [0x5C, 0x22])
             case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
             case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
             case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
             case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20, 0x7F where escapingDelete || b != 0x7F:
-                out.append(contentsOf: Array(("\\u00" + hexString([b])).utf8))
-            default: out.append(b)
+            default: out.append(contentsOf: ("\\u00" + hexString([b])).utf8)
             }
         }
+        if runStart < text.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: text[runStart...])) }
         out.append(UInt8(ascii: "\""))
     }
 

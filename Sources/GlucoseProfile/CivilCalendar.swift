@@ -34,29 +34,14 @@ public enum CivilCalendar {
 extension CivilCalendar {
     /// `YYYY-MM-DDTHH:MM:SS` (the year at least four digits, `-` before a negative one).
     public static func isoDateTime(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> String {
-        var s = ""
-        s.reserveCapacity(19)
-        if year < 0 { s += "-" }
-        pad(&s, abs(year), 4)
-        s += "-"
-        pad(&s, month, 2)
-        s += "-"
-        pad(&s, day, 2)
-        s += "T"
-        pad(&s, hour, 2)
-        s += ":"
-        pad(&s, minute, 2)
-        s += ":"
-        pad(&s, second, 2)
-        return s
+        withISODateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second) {
+            String(decoding: $0, as: UTF8.self)
+        }
     }
 
     /// `YYYY-MM-DDTHH:MM:SS` of the wall time `seconds` after 1970-01-01T00:00:00 (before it when negative).
     public static func isoDateTime(naiveSeconds seconds: Int64) -> String {
-        let (days, rest) = floorDivide(seconds, 86_400)
-        let (y, m, d) = date(days: Int(days))
-        let r = Int(rest)
-        return isoDateTime(year: y, month: m, day: d, hour: r / 3600, minute: r / 60 % 60, second: r % 60)
+        withBuffer(isoDateTimeCapacity) { writeISODateTime(naiveSeconds: seconds, into: $0) }
     }
 
     /// `2024-05-01T08:00:00Z` for an instant in Unix milliseconds (the milliseconds dropped).
@@ -67,14 +52,127 @@ extension CivilCalendar {
     /// `YYYY-MM-DDTHH:MM:SS.mmm+HH:MM` for an instant shown at a UTC offset in minutes (`Z` never used,
     /// so followers see the meter's local time).
     public static func iso8601(millis: Int64, offsetMinutes: Int) -> String {
+        withISO8601(millis: millis, offsetMinutes: offsetMinutes) { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Calls `body` with the UTF-8 bytes of `isoDateTime(year:month:day:hour:minute:second:)`, written on
+    /// the stack: the upload bodies and keys take the text without a `String` built for it.
+    @inlinable
+    public static func withISODateTime<R>(
+        year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int, _ body: (UnsafeBufferPointer<UInt8>) throws -> R
+    ) rethrows -> R {
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: isoDateTimeCapacity) { buffer in
+            let count = writeISODateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second, into: buffer)
+            return try body(UnsafeBufferPointer(rebasing: buffer[..<count]))
+        }
+    }
+
+    /// Calls `body` with the UTF-8 bytes of `iso8601(millis:offsetMinutes:)`, written on the stack.
+    @inlinable
+    public static func withISO8601<R>(millis: Int64, offsetMinutes: Int, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: iso8601Capacity) { buffer in
+            let count = writeISO8601(millis: millis, offsetMinutes: offsetMinutes, into: buffer)
+            return try body(UnsafeBufferPointer(rebasing: buffer[..<count]))
+        }
+    }
+
+    /// The most bytes `writeISODateTime` writes: a sign and six fields of at most 20 characters
+    /// (`Int.min`) with their five separators.
+    @inlinable static var isoDateTimeCapacity: Int { 1 + 20 + 5 * 21 }
+    /// The most bytes `writeISO8601` writes: the date-time, `.mmm`, the sign and `HH:MM` (hours up to 20 characters).
+    @inlinable static var iso8601Capacity: Int { isoDateTimeCapacity + 4 + 1 + 20 + 3 }
+
+    /// Writes `isoDateTime(year:...)` at the start of `out` and returns its length; writes nothing (0) into
+    /// a buffer shorter than `isoDateTimeCapacity`.
+    @usableFromInline
+    static func writeISODateTime(
+        year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int, into out: UnsafeMutableBufferPointer<UInt8>
+    ) -> Int {
+        guard out.count >= isoDateTimeCapacity, let p = out.baseAddress else { return 0 }
+        var at = 0
+        if year < 0 {
+            p[at] = UInt8(ascii: "-")
+            at += 1
+        }
+        put(abs(year), width: 4, p, &at)
+        p[at] = UInt8(ascii: "-")
+        at += 1
+        put(month, width: 2, p, &at)
+        p[at] = UInt8(ascii: "-")
+        at += 1
+        put(day, width: 2, p, &at)
+        p[at] = UInt8(ascii: "T")
+        at += 1
+        put(hour, width: 2, p, &at)
+        p[at] = UInt8(ascii: ":")
+        at += 1
+        put(minute, width: 2, p, &at)
+        p[at] = UInt8(ascii: ":")
+        at += 1
+        put(second, width: 2, p, &at)
+        return at
+    }
+
+    static func writeISODateTime(naiveSeconds seconds: Int64, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        let (days, rest) = floorDivide(seconds, 86_400)
+        let (y, m, d) = date(days: Int(days))
+        let r = Int(rest)
+        return writeISODateTime(year: y, month: m, day: d, hour: r / 3600, minute: r / 60 % 60, second: r % 60, into: out)
+    }
+
+    /// Writes `iso8601(millis:offsetMinutes:)` at the start of `out` and returns its length; writes nothing
+    /// (0) into a buffer shorter than `iso8601Capacity`.
+    @usableFromInline
+    static func writeISO8601(millis: Int64, offsetMinutes: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        guard out.count >= iso8601Capacity, let p = out.baseAddress else { return 0 }
         let (seconds, ms) = floorDivide(millis + Int64(offsetMinutes) * 60_000, 1000)
-        var s = isoDateTime(naiveSeconds: seconds) + "."
-        pad(&s, Int(ms), 3)
-        s += offsetMinutes < 0 ? "-" : "+"
-        pad(&s, abs(offsetMinutes) / 60, 2)
-        s += ":"
-        pad(&s, abs(offsetMinutes) % 60, 2)
-        return s
+        var at = writeISODateTime(naiveSeconds: seconds, into: out)
+        p[at] = UInt8(ascii: ".")
+        at += 1
+        put(Int(ms), width: 3, p, &at)
+        p[at] = offsetMinutes < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+")
+        at += 1
+        put(abs(offsetMinutes) / 60, width: 2, p, &at)
+        p[at] = UInt8(ascii: ":")
+        at += 1
+        put(abs(offsetMinutes) % 60, width: 2, p, &at)
+        return at
+    }
+
+    /// `String(value)` left-padded with `0` to `width` characters, as text has always been padded here
+    /// (the zeros go before a minus sign: -5 in width 4 is `00-5`). At most 20 bytes.
+    @inline(__always)
+    private static func put(_ value: Int, width: Int, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
+        var magnitude = value.magnitude
+        var digits = 1
+        var rest = magnitude / 10
+        while rest > 0 {
+            digits += 1
+            rest /= 10
+        }
+        var zeros = width - digits - (value < 0 ? 1 : 0)
+        while zeros > 0 {
+            p[at] = UInt8(ascii: "0")
+            at += 1
+            zeros -= 1
+        }
+        if value < 0 {
+            p[at] = UInt8(ascii: "-")
+            at += 1
+        }
+        var i = at + digits
+        at = i
+        repeat {
+            i -= 1
+            p[i] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+            magnitude /= 10
+        } while magnitude > 0
+    }
+
+    private static func withBuffer(_ capacity: Int, _ write: (UnsafeMutableBufferPointer<UInt8>) -> Int) -> String {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            String(decoding: UnsafeBufferPointer(rebasing: buffer[..<write(buffer)]), as: UTF8.self)
+        }
     }
 
     /// Reads exactly `YYYY-MM-DDTHH:MM:SS` (no zone) as seconds after 1970-01-01T00:00:00 of the same wall
@@ -122,11 +220,5 @@ extension CivilCalendar {
             r += b
         }
         return (q, r)
-    }
-
-    private static func pad(_ s: inout String, _ value: Int, _ width: Int) {
-        let digits = String(value)
-        if digits.count < width { s += String(repeating: "0", count: width - digits.count) }
-        s += digits
     }
 }

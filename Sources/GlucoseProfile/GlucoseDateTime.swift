@@ -99,6 +99,12 @@ public struct GlucoseDateTime: Hashable, Sendable, Comparable, CustomStringConve
         CivilCalendar.isoDateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
     }
 
+    /// Calls `body` with the UTF-8 bytes of `isoString`, written on the stack.
+    @inlinable
+    public func withISOBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try CivilCalendar.withISODateTime(year: year, month: month, day: day, hour: hour, minute: minute, second: second, body)
+    }
+
     public var description: String { isoString }
 
     /// This wall-clock time moved by `minutes` (negative moves back), with day, month and year roll-over

@@ -85,9 +85,11 @@ enum ReadingColumns {
         let c = r.context
         try statement.bind(.text(r.meterAddress), at: 1)
         try statement.bind(.integer(Int64(r.sequence)), at: 2)
-        try statement.bind(.text(r.baseTime.isoString), at: 3)
+        // Without a time offset both times are the same text: written once.
+        let userFacingTime = r.userFacingTime.isoString
+        try statement.bind(.text(r.baseTime == r.userFacingTime ? userFacingTime : r.baseTime.isoString), at: 3)
         try statement.bind(.integer(Int64(r.timeOffsetMinutes)), at: 4)
-        try statement.bind(.text(r.userFacingTime.isoString), at: 5)
+        try statement.bind(.text(userFacingTime), at: 5)
         try statement.bind(SQLiteValue(r.meterInstant), at: 6)
         try statement.bind(SQLiteValue(r.instant), at: 7)
         try statement.bind(SQLiteValue(r.mgdl), at: 8)

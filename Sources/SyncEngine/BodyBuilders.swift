@@ -22,29 +22,38 @@ enum UploadableReading {
     }
 
     static func key(of reading: NewReading) -> String {
-        IdempotencyKey.key(meterAddress: reading.meterAddress, sequence: reading.sequence, meterTime: reading.userFacingTime.isoString)
+        IdempotencyKey.key(meterAddress: reading.meterAddress, sequence: reading.sequence, meterTime: reading.userFacingTime)
     }
 
     /// Plain ASCII for a device string: letters, digits, `.`, `_` and `-`; anything else becomes `_`.
     static func plain(_ text: String) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(text.utf8.count)
-        for scalar in text.unicodeScalars {
-            // One `_` per scalar outside the set, whatever its UTF-8 length.
-            guard scalar.isASCII else {
-                out.append(UInt8(ascii: "_"))
-                continue
+        var text = text
+        return text.withUTF8 { utf8 in
+            String(unsafeUninitializedCapacity: utf8.count) { out in
+                guard let p = out.baseAddress else { return 0 }
+                return writePlain(utf8, into: p)
             }
-            let c = UInt8(scalar.value)
+        }
+    }
+
+    /// Writes `plain` of the UTF-8 bytes `text` at `out` and returns how many bytes that took (at most
+    /// `text.count`). One `_` per Unicode scalar outside the set, whatever its UTF-8 length: a scalar is
+    /// its lead byte (below 0x80 or from 0xC0), its continuation bytes (0x80...0xBF) add nothing.
+    static func writePlain(_ text: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) -> Int {
+        var at = 0
+        for c in text {
             switch c {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
                  UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
-                out.append(c)
+                out[at] = c
+            case 0x80...0xBF:
+                continue
             default:
-                out.append(UInt8(ascii: "_"))
+                out[at] = UInt8(ascii: "_")
             }
+            at += 1
         }
-        return String(decoding: out, as: UTF8.self)
+        return at
     }
 
     static func meterModel(_ meter: MeterInfo) -> String {
@@ -52,12 +61,55 @@ enum UploadableReading {
     }
 
     static func meterSerial(_ meter: MeterInfo) -> String {
-        plain(meter.serial ?? meter.address.replacingColons())
+        plain(meterSerialText(meter))
+    }
+
+    /// The serial as the meter gave it, or its address without colons in upper case.
+    private static func meterSerialText(_ meter: MeterInfo) -> String {
+        meter.serial ?? meter.address.replacingColons()
+    }
+
+    /// Calls `body` with the UTF-8 bytes of `glucose-gateway://<model>-<serial>`, written on the stack.
+    static func withDevice<R>(_ meter: MeterInfo, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        var model = meter.model ?? meter.name ?? "meter"
+        var serial = meterSerialText(meter)
+        let scheme: StaticString = "glucose-gateway://"
+        return model.withUTF8 { model in
+            serial.withUTF8 { serial in
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: scheme.utf8CodeUnitCount + model.count + 1 + serial.count) { buffer in
+                    guard let p = buffer.baseAddress else { return body(UnsafeBufferPointer(buffer)) }
+                    var at = 0
+                    scheme.withUTF8Buffer { prefix in
+                        for c in prefix {
+                            p[at] = c
+                            at += 1
+                        }
+                    }
+                    at += writePlain(model, into: p + at)
+                    p[at] = UInt8(ascii: "-")
+                    at += 1
+                    at += writePlain(serial, into: p + at)
+                    return body(UnsafeBufferPointer(rebasing: buffer[..<at]))
+                }
+            }
+        }
     }
 }
 
 extension String {
-    fileprivate func replacingColons() -> String { String(filter { $0 != ":" }).uppercased() }
+    fileprivate func replacingColons() -> String {
+        // An ASCII address: its bytes without `:`, letters raised; any other text by Characters, as always.
+        if utf8.allSatisfy({ $0 < 0x80 }) {
+            var out: [UInt8] = []
+            out.reserveCapacity(utf8.count)
+            for var c in utf8 where c != UInt8(ascii: ":") {
+                if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z") { c -= 0x20 }
+                out.append(c)
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+        return String(filter { $0 != ":" }).uppercased()
+    }
 }
 
 /// Nightscout v1 `entries` element for a meter reading (`type: mbg`, always mg/dL as an integer).
@@ -85,13 +137,14 @@ public struct NightscoutBodyBuilder: OutboxBodyBuilder {
         }
         guard mgdl.isFinite, mgdl >= 1, mgdl < 10_000 else { return nil }
         let key = UploadableReading.key(of: reading)
-        var w = JSONWriter()
+        // Every text written straight into the body's bytes: the time and the device name from the stack.
+        var w = JSONWriter(capacity: 256)
         w.beginObject()
         w.string("type", "mbg")
         w.integer("mbg", Int64(mgdl.rounded()))
         w.integer("date", instant)
-        w.string("dateString", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
-        w.string("device", "glucose-gateway://\(UploadableReading.meterModel(meter))-\(UploadableReading.meterSerial(meter))")
+        CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { w.string("dateString", utf8: $0) }
+        UploadableReading.withDevice(meter) { w.string("device", utf8: $0) }
         w.string("identifier", key)
         w.endObject()
         return OutboxElement(key: key, body: w.bytes)
@@ -128,7 +181,7 @@ public struct NightscoutTreatmentBuilder: OutboxBodyBuilder {
             w.beginObject()
             w.string("eventType", "Note")
             w.string("notes", range == .high ? Self.highNote : Self.lowNote)
-            w.string("created_at", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
+            CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { w.string("created_at", utf8: $0) }
             w.string("enteredBy", Self.enteredBy)
             w.string("identifier", key)
             w.endObject()
@@ -156,7 +209,7 @@ public struct NightscoutTreatmentBuilder: OutboxBodyBuilder {
         }
         w.string("glucoseType", "Finger")
         w.string("units", units.rawValue)
-        w.string("created_at", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
+        CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { w.string("created_at", utf8: $0) }
         w.string("enteredBy", Self.enteredBy)
         w.string("identifier", key)
         if let notes = Self.notes(reading.context) { w.string("notes", notes) }
@@ -336,7 +389,7 @@ public struct FHIRBodyBuilder: OutboxBodyBuilder {
         w.beginObject("subject")
         w.string("reference", subject)
         w.endObject()
-        w.string("effectiveDateTime", CivilCalendar.iso8601(millis: instant, offsetMinutes: offset))
+        CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { w.string("effectiveDateTime", utf8: $0) }
         w.beginObject("valueQuantity")
         w.decimal("value", value, fractionDigits: molar ? 3 : 1)
         w.string("unit", molar ? "mmol/L" : "mg/dL")

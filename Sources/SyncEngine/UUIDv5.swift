@@ -1,4 +1,5 @@
 import GatewayCore
+import GlucoseProfile
 
 /// A UUID as 16 bytes, formatted lower-case with dashes (RFC 9562 section 4).
 public struct NameBasedUUID: Sendable, Equatable, CustomStringConvertible {
@@ -13,6 +14,48 @@ public struct NameBasedUUID: Sendable, Equatable, CustomStringConvertible {
         digest[6] = (digest[6] & 0x0F) | 0x50
         digest[8] = (digest[8] & 0x3F) | 0x80
         bytes = digest
+    }
+
+    /// The text of the version-5 UUID whose SHA-1 input (namespace, then name) is `input`, without a value
+    /// or an array built for it: the digest's first 16 bytes with the version and variant bits set.
+    static func text(hashing input: UnsafeRawBufferPointer) -> String {
+        let h = SHA1.hash(input)
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: 36) { out in
+            digits.withUTF8Buffer { hex in
+                var at = 0
+                func put(_ byte: UInt8) {
+                    out[at] = hex[Int(byte >> 4)]
+                    out[at + 1] = hex[Int(byte & 0x0F)]
+                    at += 2
+                }
+                func dash() {
+                    out[at] = UInt8(ascii: "-")
+                    at += 1
+                }
+                func put(_ word: UInt32) {
+                    put(UInt8(truncatingIfNeeded: word >> 24))
+                    put(UInt8(truncatingIfNeeded: word >> 16))
+                    put(UInt8(truncatingIfNeeded: word >> 8))
+                    put(UInt8(truncatingIfNeeded: word))
+                }
+                put(h.0)
+                dash()
+                put(UInt8(truncatingIfNeeded: h.1 >> 24))
+                put(UInt8(truncatingIfNeeded: h.1 >> 16))
+                dash()
+                put(UInt8(truncatingIfNeeded: h.1 >> 8) & 0x0F | 0x50)
+                put(UInt8(truncatingIfNeeded: h.1))
+                dash()
+                put(UInt8(truncatingIfNeeded: h.2 >> 24) & 0x3F | 0x80)
+                put(UInt8(truncatingIfNeeded: h.2 >> 16))
+                dash()
+                put(UInt8(truncatingIfNeeded: h.2 >> 8))
+                put(UInt8(truncatingIfNeeded: h.2))
+                put(h.3)
+                return at
+            }
+        }
     }
 
     public init(namespace: NameBasedUUID, name: String) {
@@ -83,7 +126,75 @@ public enum IdempotencyKey {
     /// Bluetooth address in upper case; the meter time is what the meter reported (base time plus time
     /// offset, before any clock correction), so a later correction never changes the key.
     public static func key(meterAddress: String, sequence: Int, meterTime: String) -> String {
-        let name = "\(meterAddress.uppercased())|\(sequence)|\(meterTime)"
-        return NameBasedUUID(namespace: namespace, name: name).description
+        var time = meterTime
+        return time.withUTF8 { key(meterAddress: meterAddress, sequence: sequence, meterTime: $0) }
+    }
+
+    /// The same key for the meter time as `GlucoseDateTime.isoString` writes it, without that text built
+    /// as a `String`.
+    public static func key(meterAddress: String, sequence: Int, meterTime: GlucoseDateTime) -> String {
+        meterTime.withISOBytes { key(meterAddress: meterAddress, sequence: sequence, meterTime: $0) }
+    }
+
+    /// The name's bytes written once on the stack after the namespace, and hashed in one pass.
+    private static func key(meterAddress: String, sequence: Int, meterTime: UnsafeBufferPointer<UInt8>) -> String {
+        var address = meterAddress
+        // `uppercased()` of an ASCII address is its letters a-z raised; any other text goes through it.
+        guard address.utf8.allSatisfy({ $0 < 0x80 }) else {
+            return key(upperAddress: meterAddress.uppercased(), sequence: sequence, meterTime: meterTime)
+        }
+        return address.withUTF8 { upper in
+            hash(address: upper, raising: true, sequence: sequence, meterTime: meterTime)
+        }
+    }
+
+    private static func key(upperAddress: String, sequence: Int, meterTime: UnsafeBufferPointer<UInt8>) -> String {
+        var address = upperAddress
+        return address.withUTF8 { hash(address: $0, raising: false, sequence: sequence, meterTime: meterTime) }
+    }
+
+    private static func hash(address: UnsafeBufferPointer<UInt8>, raising: Bool, sequence: Int, meterTime: UnsafeBufferPointer<UInt8>) -> String {
+        // namespace, address, `|`, the sequence (at most 20 characters), `|`, the time.
+        let capacity = 16 + address.count + 1 + 20 + 1 + meterTime.count
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            var at = 0
+            for byte in namespace.bytes.prefix(16) {
+                buffer[at] = byte
+                at += 1
+            }
+            for var byte in address {
+                if raising, byte >= UInt8(ascii: "a"), byte <= UInt8(ascii: "z") { byte -= 0x20 }
+                buffer[at] = byte
+                at += 1
+            }
+            buffer[at] = UInt8(ascii: "|")
+            at += 1
+            // The sequence as `"\(sequence)"` writes it: `-` first when negative.
+            var magnitude = sequence.magnitude
+            var digits = 1
+            var rest = magnitude / 10
+            while rest > 0 {
+                digits += 1
+                rest /= 10
+            }
+            if sequence < 0 {
+                buffer[at] = UInt8(ascii: "-")
+                at += 1
+            }
+            at += digits
+            var i = at
+            repeat {
+                i -= 1
+                buffer[i] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            buffer[at] = UInt8(ascii: "|")
+            at += 1
+            for byte in meterTime {
+                buffer[at] = byte
+                at += 1
+            }
+            return NameBasedUUID.text(hashing: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[..<at])))
+        }
     }
 }

@@ -86,6 +86,11 @@ struct JSONWriterBytesTests {
                     let value = Int64(truncatingIfNeeded: rng.next()) >> rng.below(64)
                     w.integer(name, value)
                     r.integer(name, value)
+                case 3:
+                    // The same string given as UTF-8 bytes.
+                    var value = Self.text(&rng)
+                    value.withUTF8 { w.string(name, utf8: $0) }
+                    r.string(name, value)
                 default:
                     let value = Self.text(&rng)
                     w.string(name, value)

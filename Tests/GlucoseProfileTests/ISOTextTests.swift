@@ -121,6 +121,10 @@ struct ISOTextTests {
                     == Reference.dateTime(f[0] * 40, f[1], f[2], f[3], f[4], f[5]), "case \(i): \(f)")
             let wall = GlucoseDateTime(naiveSeconds: seconds)
             #expect(wall.isoString == Reference.dateTime(wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second))
+            // The bytes written on the stack are the text's.
+            #expect(wall.withISOBytes { Array($0) } == Array(wall.isoString.utf8))
+            #expect(CivilCalendar.withISO8601(millis: millis, offsetMinutes: offset) { Array($0) }
+                    == Array(Reference.iso8601(millis: millis, offsetMinutes: offset).utf8))
         }
     }
 }

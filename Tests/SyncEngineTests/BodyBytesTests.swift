@@ -134,6 +134,7 @@ struct BodyBytesTests {
             let key = Reference.key(r)
             #expect(UploadableReading.key(of: r) == key, "case \(i)")
             #expect(IdempotencyKey.key(meterAddress: r.meterAddress, sequence: r.sequence, meterTime: r.userFacingTime.isoString) == key)
+            #expect(IdempotencyKey.key(meterAddress: r.meterAddress, sequence: r.sequence, meterTime: r.userFacingTime) == key)
             let entry = try #require(entries.element(for: r, meter: meter))
             #expect(entry.key == key)
             #expect(String(decoding: entry.body, as: UTF8.self) == Reference.entry(r, meter), "case \(i)")
