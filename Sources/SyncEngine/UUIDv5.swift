@@ -170,24 +170,7 @@ public enum IdempotencyKey {
             buffer[at] = UInt8(ascii: "|")
             at += 1
             // The sequence as `"\(sequence)"` writes it: `-` first when negative.
-            var magnitude = sequence.magnitude
-            var digits = 1
-            var rest = magnitude / 10
-            while rest > 0 {
-                digits += 1
-                rest /= 10
-            }
-            if sequence < 0 {
-                buffer[at] = UInt8(ascii: "-")
-                at += 1
-            }
-            at += digits
-            var i = at
-            repeat {
-                i -= 1
-                buffer[i] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
+            if let base = buffer.baseAddress { PaddedDecimal.write(sequence, width: 0, base, &at) }
             buffer[at] = UInt8(ascii: "|")
             at += 1
             for byte in meterTime {
