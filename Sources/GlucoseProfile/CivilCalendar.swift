@@ -95,21 +95,11 @@ extension CivilCalendar {
             at += 1
         }
         put(abs(year), width: 4, p, &at)
-        p[at] = UInt8(ascii: "-")
-        at += 1
-        put(month, width: 2, p, &at)
-        p[at] = UInt8(ascii: "-")
-        at += 1
-        put(day, width: 2, p, &at)
-        p[at] = UInt8(ascii: "T")
-        at += 1
-        put(hour, width: 2, p, &at)
-        p[at] = UInt8(ascii: ":")
-        at += 1
-        put(minute, width: 2, p, &at)
-        p[at] = UInt8(ascii: ":")
-        at += 1
-        put(second, width: 2, p, &at)
+        put(UInt8(ascii: "-"), month, p, &at)
+        put(UInt8(ascii: "-"), day, p, &at)
+        put(UInt8(ascii: "T"), hour, p, &at)
+        put(UInt8(ascii: ":"), minute, p, &at)
+        put(UInt8(ascii: ":"), second, p, &at)
         return at
     }
 
@@ -130,18 +120,22 @@ extension CivilCalendar {
         p[at] = UInt8(ascii: ".")
         at += 1
         put(Int(ms), width: 3, p, &at)
-        p[at] = offsetMinutes < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+")
-        at += 1
-        put(abs(offsetMinutes) / 60, width: 2, p, &at)
-        p[at] = UInt8(ascii: ":")
-        at += 1
-        put(abs(offsetMinutes) % 60, width: 2, p, &at)
+        put(offsetMinutes < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+"), abs(offsetMinutes) / 60, p, &at)
+        put(UInt8(ascii: ":"), abs(offsetMinutes) % 60, p, &at)
         return at
     }
 
     @inline(__always)
     private static func put(_ value: Int, width: Int, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
         PaddedDecimal.write(value, width: width, p, &at)
+    }
+
+    /// `separator`, then `value` in two digits at least.
+    @inline(__always)
+    private static func put(_ separator: UInt8, _ value: Int, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
+        p[at] = separator
+        at += 1
+        PaddedDecimal.write(value, width: 2, p, &at)
     }
 
     private static func withBuffer(_ capacity: Int, _ write: (UnsafeMutableBufferPointer<UInt8>) -> Int) -> String {
