@@ -249,12 +249,16 @@ cut|check)
         say "start the $PC_KIND; the host cuts the power at a random moment"
         echo go > "$out/go"
         sync
+        start=$EPOCHREALTIME
         if [[ "$PC_KIND" == download ]]; then
             gw /data sync > "$out/cut-op.log" 2>&1
         else
             gw /data upload > "$out/cut-op.log" 2>&1
         fi
-        result cut_missed "$?"
+        rc=$?
+        # How long the command really took, so the host spreads the next cuts over that.
+        result cut_command_seconds "$(bc <<<"$EPOCHREALTIME - $start")"
+        result cut_missed "$rc"
         say "the $PC_KIND ended before the cut"
     fi
     ;;

@@ -116,7 +116,16 @@ for ((i = 1; i <= cuts; i++)); do
     collect "pc$i"
     [[ "$(result "pc$i" cut_midway)" == 1 ]] && midway=$((midway + 1))
     [[ "$(result "pc$i" cut_partial)" == 1 ]] && partial=$((partial + 1))
-    [[ -n "$(result "pc$i" cut_missed)" ]] && missed=$((missed + 1))
+    if [[ -n "$(result "pc$i" cut_missed)" ]]; then
+        missed=$((missed + 1))
+        # The timing boot ran slower than this one (the host was busier then): spread the next cuts of
+        # this kind over the time the command took here.
+        took="$(result "pc$i" cut_command_seconds)"
+        if [[ -n $took ]] && awk -v t="$took" -v d="$duration" 'BEGIN { exit !(t > 0 && t < d) }'; then
+            if [[ $kind == upload ]]; then upload_s="$took"; else download_s="$took"; fi
+            rb_log "cut $i ($kind): the $kind ended after ${took}s, before the cut; later ${kind}s are cut within that"
+        fi
+    fi
     [[ -n $prev ]] && rm -f "$prev"
     prev="$disk" prev_kind="$kind"
 done
