@@ -356,9 +356,12 @@ class HealthHandler(BaseHandler):
 
 class ApiHandler(BaseHandler):
     # As Nightscout (Express on Node's http server): HTTP/1.1 answers with keep-alive, and a connection idle
-    # for 5 s (Node's default keepAliveTimeout) closed by the server.
+    # for 5 s (Node's default keepAliveTimeout) closed by the server. Node disables Nagle's algorithm on
+    # every connection it accepts (`noDelay`, default true): without that, an answer written as head and
+    # body waits for the client's delayed ACK, some 40 ms, once a connection is kept.
     protocol_version = "HTTP/1.1"
     timeout = 5
+    disable_nagle_algorithm = True
 
     def setup(self):
         super().setup()
