@@ -6,7 +6,7 @@ source "$RB_LIBDIR/guest/gw-lib.sh"
 gw_wait_meter
 gw_pair "pair" 123456 0
 gw_daemon_start
-# The meter's first new record may already be there at the first download (every 14 s).
+# The meter's first new record may already be there at the first download (every 20 s).
 n="$(gw_wait_count 5 60)"
 rb_check "the daemon stored the meter's records (5 or 6: $n)" test "$n" -ge 5 -a "$n" -le 6
 rb_step "btmgmt power off" 0 rb_btmgmt --index 0 power off

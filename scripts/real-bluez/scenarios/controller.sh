@@ -3,4 +3,4 @@
 # rb-ci: yes
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 rb_two_vms "$RB_LIBDIR/guest/meter.sh" "$RB_LIBDIR/guest/gw-controller.sh" \
-    --env 'RB_METER_EXTRA={"newRecords": {"everySeconds": 14, "limit": 2, "mgdl": 120}}'
+    --env 'RB_METER_EXTRA={"newRecords": {"everySeconds": 20, "limit": 2, "mgdl": 120}}'
