@@ -123,7 +123,8 @@ public enum GatewayMain {
             logger: logger
         )
         do {
-            return try await command.run(&args, context: context).rawValue
+            if command.runsConcurrently { return try await command.run(&args, context: context).rawValue }
+            return try await OneQueue().run { try await command.run(&args, context: context) }.rawValue
         } catch {
             return fail(error, command: command.name)
         }

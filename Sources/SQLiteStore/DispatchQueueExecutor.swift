@@ -5,8 +5,9 @@ import Dispatch
 final class DispatchQueueExecutor: SerialExecutor {
     let queue: DispatchQueue
 
-    init(label: String) {
-        queue = DispatchQueue(label: label)
+    /// A private queue, on `target` when one is given (a command's one queue, see `SQLiteStore.queueTarget`).
+    init(label: String, target: DispatchQueue? = nil) {
+        queue = DispatchQueue(label: label, target: target)
     }
 
     func enqueue(_ job: consuming ExecutorJob) {

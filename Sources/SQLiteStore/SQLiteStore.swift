@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CSQLite
+import Dispatch
 import GatewayCore
 
 /// The gateway's database: meters, readings, the upload outbox, destination state and the event log,
@@ -23,6 +24,12 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     private nonisolated let feed = StoreChangeFeed()
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    /// A queue for the stores a task opens (and its child tasks open) to run on, or nil: each store's
+    /// queue then runs by itself on Dispatch's threads. A command that does one thing at a time sets one
+    /// serial queue here, for its D-Bus connections and as its tasks' executor (see `DBusConnection.queueTarget`):
+    /// a blocking SQLite call then holds up that command's other work, which waits for it anyway.
+    @TaskLocal public static var queueTarget: DispatchQueue?
 
     /// Opens the database at `path`, creating it (mode 0600) and applying migrations as needed.
     ///
@@ -73,7 +80,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         self.path = path
         self.builders = builders
         self.now = now
-        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
+        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store", target: Self.queueTarget)
     }
 
     /// How a store was opened for reading (`openForReading`).
@@ -159,7 +166,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         self.builders = []
         self.now = SystemClock.now
         self.readAccess = .readOnly(reason: reason)
-        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
+        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store", target: Self.queueTarget)
     }
 
     private static func configure(_ db: SQLiteConnection, busyTimeoutMilliseconds: Int, inMemory: Bool) throws {
@@ -747,5 +754,12 @@ extension SQLiteStore {
             "SELECT sequence, user_facing_time, raw_measurement, raw_context FROM conflicting_record WHERE meter = ? ORDER BY id",
             [.text(meter)]
         ) { ($0.int(0), $0.text(1), $0.blob(2), $0.optionalBlob(3)) }
+    }
+}
+
+extension SQLiteStore {
+    /// The value for `key` on the queue the store's work runs on (tests: which queue that is).
+    package func queueSpecificForTesting<T: Sendable>(_ key: DispatchSpecificKey<T>) -> T? {
+        DispatchQueue.getSpecific(key: key)
     }
 }
