@@ -51,8 +51,11 @@ extension BlueZMeterRadio {
             throw Self.accessError(error)
         }
         try? await Task.sleep(for: timeout)
+        // Read before stopping: bluetoothd takes the RSSI away when discovery ends, and a mirror that
+        // is up to date by then (the stop's reply comes after those signals) would show nothing heard.
+        let seen = await client.devices()
         _ = try? await client.stopDiscovery(adapterName: adapterName)
-        return await client.devices()
+        return seen
             // Seen during this scan (BlueZ keeps an RSSI only for advertising devices) or connected now.
             .filter { $0.advertises(any: [.glucoseService]) && ($0.heard || $0.connected) }
             .sorted { ($0.rssi ?? -200) > ($1.rssi ?? -200) }

@@ -186,6 +186,7 @@ extension ConnectionCore {
                           emit: Bool) {
         guard var interfaces = objects[path], var target = interfaces[interface] else { return }
         for (name, value) in changes { target.properties[name] = value }
+        for name in invalidated { target.properties[name] = nil }
         interfaces[interface] = target
         objects[path] = interfaces
         if emit {

@@ -87,7 +87,7 @@ extension BlueZStandIn {
             d.pairTask?.cancel()
         }
         if discovery.removeValue(forKey: sender) != nil, discovery.isEmpty {
-            await setAdapter(["Discovering": .bool(false)])
+            await discoveryEnded()
         }
     }
 }

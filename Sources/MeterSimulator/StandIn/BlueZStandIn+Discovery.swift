@@ -31,7 +31,16 @@ extension BlueZStandIn {
         guard discovery.removeValue(forKey: call.sender) != nil else {
             throw bluezError("Failed", "No discovery started")
         }
-        if discovery.isEmpty { await setAdapter(["Discovering": .bool(false)]) }
+        if discovery.isEmpty { await discoveryEnded() }
+    }
+
+    /// The last discovery session ended. As bluetoothd's discovery cleanup: a device that is not connected
+    /// is no longer heard, so its RSSI is invalidated (before the reply to a `StopDiscovery`).
+    func discoveryEnded() async {
+        for address in order where devices[address]?.exported == true && devices[address]?.connected == false {
+            await connection?.setProperties(path: devicePath(address), interface: "org.bluez.Device1", [:], invalidated: ["RSSI"])
+        }
+        await setAdapter(["Discovering": .bool(false)])
     }
 
     func setDiscoveryFilter(_ call: DBusMethodCall, _ run: BluetoothdRun) async throws {
