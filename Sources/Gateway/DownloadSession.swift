@@ -67,7 +67,7 @@ final class DownloadSession {
         inputs = stream.makeAsyncIterator()
         self.continuation = continuation
         let events = link.events
-        forwarder = Task {
+        forwarder = Task(executorPreference: CommandExecutor.preferred) {
             func tell(_ wake: DownloadIntake.Wake) {
                 if wake.contains(.batchFull) {
                     continuation.yield(.batchFull)
@@ -506,7 +506,7 @@ final class DownloadSession {
         timerDeadline = deadline
         let clock = self.clock
         let continuation = self.continuation
-        timer = Task {
+        timer = Task(executorPreference: CommandExecutor.preferred) {
             do { try await clock.sleep(until: deadline) } catch { return }
             continuation.yield(.deadline)
         }

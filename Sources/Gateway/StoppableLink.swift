@@ -16,7 +16,7 @@ final class StoppableLink: MeterLink, Sendable {
         self.events = stream
         self.continuation = continuation
         let upstream = base.events
-        forwarder = Task {
+        forwarder = Task(executorPreference: CommandExecutor.preferred) {
             for await event in upstream {
                 continuation.yield(event)
                 if case .disconnected = event { break }

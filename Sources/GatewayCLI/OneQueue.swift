@@ -1,5 +1,6 @@
 import Dispatch
 import DBusKit
+import GatewayCore
 import SQLiteStore
 
 /// One serial queue for everything a command does: its tasks run on it (as their executor), and the
@@ -17,7 +18,9 @@ struct OneQueue: Sendable {
         let executor = QueueTaskExecutor(queue: queue)
         return try await DBusConnection.$queueTarget.withValue(queue) {
             try await SQLiteStore.$queueTarget.withValue(queue) {
-                try await withTaskExecutorPreference(executor) { try await body() }
+                try await CommandExecutor.$preferred.withValue(executor) {
+                    try await withTaskExecutorPreference(executor) { try await body() }
+                }
             }
         }
     }
