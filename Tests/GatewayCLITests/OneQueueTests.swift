@@ -1,4 +1,5 @@
 import Dispatch
+import GatewayCore
 import SQLiteStore
 import Testing
 @testable import GatewayCLI
@@ -22,11 +23,14 @@ import Testing
             seen.append(await store.queueSpecificForTesting(Self.key) ?? "elsewhere")
             seen.append(Self.whereAmI())
             await store.close()
+            // A task started with the command's preferred executor keeps to the queue too.
+            seen.append(await Task(executorPreference: CommandExecutor.preferred) { Self.whereAmI() }.value)
             return seen
         }
-        #expect(seen == ["one", "one", "one", "one", "one"])
+        #expect(seen == ["one", "one", "one", "one", "one", "one"])
         // Outside `run`, nothing is on it.
         #expect(Self.whereAmI() == "elsewhere")
+        #expect(CommandExecutor.preferred == nil)
         let store = try SQLiteStore(path: ":memory:")
         #expect(await store.queueSpecificForTesting(Self.key) == nil)
         await store.close()
