@@ -24,7 +24,7 @@ public struct DownloadOptions: Sendable, Equatable {
 
     public init(
         inactivityTimeout: Duration = .seconds(30), commitInterval: Duration = .milliseconds(500),
-        commitBatchSize: Int = 200, abortResponseTimeout: Duration = .seconds(5),
+        commitBatchSize: Int = 1000, abortResponseTimeout: Duration = .seconds(5),
         lateRecords: LateRecordWait = LateRecordWait(), clinical: ClinicalSettings = ClinicalSettings(),
         setMeterClock: Bool = false
     ) {

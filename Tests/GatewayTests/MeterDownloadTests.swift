@@ -311,29 +311,34 @@ struct MeterDownloadTests {
         #expect(meter.callLog.last == "disconnect")
     }
 
+    /// More records than two batches of the default size: at least three commits, none above the size.
     @Test func largeDownloadsCommitInBatches() async throws {
-        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...449)))
+        let batch = DownloadOptions().commitBatchSize
+        let count = 2 * batch + batch / 4
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...UInt16(count - 1))))
         let store = Self.makeStore(meter)
         let report = try await Self.download(meter, store)
-        #expect(report.stored == 450)
-        #expect(store.insertBatches.allSatisfy { $0 <= 200 })
-        #expect(store.insertBatches.reduce(0, +) == 450)
+        #expect(report.stored == count)
+        #expect(store.insertBatches.allSatisfy { $0 <= batch })
+        #expect(store.insertBatches.reduce(0, +) == count)
         #expect(store.insertBatches.count >= 3)
     }
 
     @Test func storeFailureFailsTheDownloadAndKeepsWhatWasCommitted() async throws {
-        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...449)))
+        let batch = DownloadOptions().commitBatchSize
+        let count = 2 * batch + batch / 4
+        let meter = FakeMeter(script: FakeMeterScript(records: Self.records(0...UInt16(count - 1))))
         let store = Self.makeStore(meter)
         store.failInserts(after: 1)
         await #expect(throws: DownloadError.self) { try await Self.download(meter, store) }
-        #expect(store.readings.count == 200)
+        #expect(store.readings.count == batch)
         #expect(meter.callLog.last == "disconnect")
         // The store refused a commit: no bookkeeping or event writes are attempted against it.
         #expect(store.events.isEmpty)
         store.failInserts(after: nil)
         let report = try await Self.download(meter, store)
-        #expect(report.stored == 250)
-        #expect(Self.sequences(store) == Array(0...449))
+        #expect(report.stored == count - batch)
+        #expect(Self.sequences(store) == Array(0...(count - 1)))
     }
 
     // MARK: Counter reset
