@@ -557,6 +557,26 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     // MARK: OutboxStore
 
     static let claimSQL = "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ? AND state = 'pending' ORDER BY id LIMIT ?"
+    static let markInFlightSQL = "UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE destination = ? AND state = 'pending' AND id <= ?"
+    static let acknowledgeSQL = """
+        UPDATE outbox SET state = 'acknowledged', acknowledged_at = ?
+        WHERE id IN (SELECT value FROM json_each(?)) AND state <> 'acknowledged'
+        """
+    static let releaseSQL = """
+        UPDATE outbox SET state = 'pending', attempts = attempts + 1
+        WHERE id IN (SELECT value FROM json_each(?)) AND state = 'in_flight'
+        """
+
+    /// Row ids as a JSON array (`[3,4,9]`), the set `json_each` reads in one statement.
+    static func idList(_ ids: [Int64]) -> String {
+        var text = "["
+        text.reserveCapacity(ids.count * 8 + 2)
+        for (index, id) in ids.enumerated() {
+            if index > 0 { text += "," }
+            text += String(id)
+        }
+        return text + "]"
+    }
 
     /// Marks the claimed rows in flight in a commit without an fsync of its own: `synchronous = NORMAL`
     /// for that one commit, so its WAL frames are written (a crash of the process keeps them) but not
@@ -571,8 +591,12 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         let claimed = try withoutOwnSync(db) {
             try db.transaction {
                 let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
-                for item in items {
-                    try db.execute("UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE id = ?", [.integer(claimedAt), .integer(item.id)])
+                guard let last = items.last else { return [OutboxItem]() }
+                // The query took the destination's first pending rows by id, under this transaction's
+                // write lock: its pending rows up to the last id taken are exactly those, marked at once.
+                try db.execute(Self.markInFlightSQL, [.integer(claimedAt), .text(destination.rawValue), .integer(last.id)])
+                guard db.changes == items.count else {
+                    throw SQLiteError(code: .error, message: "claimed \(items.count) outbox rows but marked \(db.changes) in flight", sql: Self.markInFlightSQL)
                 }
                 return items.map { item in
                     var item = item
@@ -616,12 +640,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         guard !ids.isEmpty else { return }
         let db = try openConnection()
         try db.transaction {
-            for id in ids {
-                try db.execute(
-                    "UPDATE outbox SET state = 'acknowledged', acknowledged_at = ? WHERE id = ? AND state <> 'acknowledged'",
-                    [.integer(at), .integer(id)]
-                )
-            }
+            try db.execute(Self.acknowledgeSQL, [.integer(at), .text(Self.idList(ids))])
         }
         committed(.uploads)
     }
@@ -631,12 +650,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         guard !ids.isEmpty else { return }
         let db = try openConnection()
         try db.transaction {
-            for id in ids {
-                try db.execute(
-                    "UPDATE outbox SET state = 'pending', attempts = attempts + 1 WHERE id = ? AND state = 'in_flight'",
-                    [.integer(id)]
-                )
-            }
+            try db.execute(Self.releaseSQL, [.text(Self.idList(ids))])
         }
         committed(.uploads)
     }
@@ -745,6 +759,38 @@ extension SQLiteStore {
     package func claimQueryPlanForTesting() throws -> [String] {
         try openConnection().query("EXPLAIN QUERY PLAN " + Self.claimSQL, [.text("nightscout"), .integer(1)]) { $0.text(3) }
     }
+
+    /// The plans of the statements that mark claimed rows in flight, acknowledge and release rows (tests:
+    /// each must reach its rows through an index, never by scanning the history).
+    package func outboxUpdatePlansForTesting() throws -> [String: [String]] {
+        let db = try openConnection()
+        return [
+            "in_flight": try db.query("EXPLAIN QUERY PLAN " + Self.markInFlightSQL, [.integer(1), .text("nightscout"), .integer(1)]) { $0.text(3) },
+            "acknowledge": try db.query("EXPLAIN QUERY PLAN " + Self.acknowledgeSQL, [.integer(1), .text("[1]")]) { $0.text(3) },
+            "release": try db.query("EXPLAIN QUERY PLAN " + Self.releaseSQL, [.text("[1]")]) { $0.text(3) },
+        ]
+    }
+
+    /// Every outbox row's state, attempts and times, by id (tests).
+    package func outboxRowsForTesting() throws -> [OutboxRowForTesting] {
+        try openConnection().query("""
+            SELECT id, destination, state, attempts, claimed_at, acknowledged_at, quarantined_at FROM outbox ORDER BY id
+            """) { row in
+            OutboxRowForTesting(id: row.int64(0), destination: row.text(1), state: row.text(2), attempts: row.int(3),
+                                claimedAt: row.optionalInt64(4), acknowledgedAt: row.optionalInt64(5), quarantinedAt: row.optionalInt64(6))
+        }
+    }
+}
+
+/// One outbox row's bookkeeping as stored (tests).
+package struct OutboxRowForTesting: Sendable, Equatable {
+    package var id: Int64
+    package var destination: String
+    package var state: String
+    package var attempts: Int
+    package var claimedAt: Int64?
+    package var acknowledgedAt: Int64?
+    package var quarantinedAt: Int64?
 }
 
 extension SQLiteStore {
