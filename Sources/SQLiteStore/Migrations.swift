@@ -170,5 +170,31 @@ enum Schema {
             ) STRICT;
             CREATE INDEX conflicting_record_by_key ON conflicting_record (meter, sequence, user_facing_time);
             """),
+        Migration(name: "5-outbox-state-check", sql: """
+            -- The same four states, as comparisons: a CHECK with `IN` and more than two values builds a
+            -- temporary lookup table every time a row is written, once per insert or state change.
+            -- The table is rebuilt (a CHECK cannot be altered); rows, ids and the queue index stay as they were.
+            CREATE TABLE outbox_rebuilt (
+                id INTEGER PRIMARY KEY,
+                destination TEXT NOT NULL,
+                reading_id INTEGER NOT NULL REFERENCES reading(id),
+                idempotency_key TEXT NOT NULL,
+                body BLOB NOT NULL,
+                state TEXT NOT NULL CHECK (state = 'pending' OR state = 'in_flight' OR state = 'acknowledged' OR state = 'quarantined'),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                created_at INTEGER NOT NULL,
+                claimed_at INTEGER,
+                acknowledged_at INTEGER,
+                quarantined_at INTEGER,
+                last_answer TEXT
+            ) STRICT;
+            INSERT INTO outbox_rebuilt (id, destination, reading_id, idempotency_key, body, state, attempts, created_at,
+                                        claimed_at, acknowledged_at, quarantined_at, last_answer)
+                SELECT id, destination, reading_id, idempotency_key, body, state, attempts, created_at,
+                       claimed_at, acknowledged_at, quarantined_at, last_answer FROM outbox ORDER BY id;
+            DROP TABLE outbox;
+            ALTER TABLE outbox_rebuilt RENAME TO outbox;
+            CREATE INDEX outbox_pending ON outbox (id, destination) WHERE state = 'pending';
+            """),
     ]
 }

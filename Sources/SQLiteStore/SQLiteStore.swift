@@ -809,3 +809,11 @@ extension SQLiteStore {
         DispatchQueue.getSpecific(key: key)
     }
 }
+
+extension SQLiteStore {
+    /// The opcodes of `sql` as SQLite compiles it on this connection (tests: which statements build
+    /// temporary tables). The statement is compiled only, never run.
+    package func opcodesForTesting(_ sql: String) throws -> [String] {
+        try openConnection().query("EXPLAIN " + sql) { $0.text(1) }
+    }
+}

@@ -118,7 +118,7 @@ import Testing
         // Back to what the previous release left: schema version 3, no conflicting_record table.
         try await old.executeForTesting("""
             DROP TABLE conflicting_record;
-            DELETE FROM schema_migration WHERE version = 4;
+            DELETE FROM schema_migration WHERE version >= 4;
             PRAGMA user_version = 3;
             """)
         await old.close()
