@@ -196,5 +196,16 @@ enum Schema {
             ALTER TABLE outbox_rebuilt RENAME TO outbox;
             CREATE INDEX outbox_pending ON outbox (id, destination) WHERE state = 'pending';
             """),
+        Migration(name: "6-outbox-body", sql: """
+            -- The frozen request body of each outbox row, in a table of its own: claiming and
+            -- acknowledging rewrite the small queue rows only, never the bodies. Written with its row, in
+            -- the same transaction, and never changed.
+            CREATE TABLE outbox_body (
+                outbox_id INTEGER PRIMARY KEY REFERENCES outbox(id),
+                body BLOB NOT NULL
+            ) STRICT;
+            INSERT INTO outbox_body (outbox_id, body) SELECT id, body FROM outbox ORDER BY id;
+            ALTER TABLE outbox DROP COLUMN body;
+            """),
     ]
 }

@@ -175,11 +175,17 @@ enum ReadingColumns {
 }
 
 enum OutboxColumns {
-    static let list = "id, destination, reading_id, idempotency_key, body, state, attempts, created_at"
+    static let list = "outbox.id, destination, reading_id, idempotency_key, outbox_body.body, state, attempts, created_at"
+    /// The queue rows with their bodies. A row without a body (never written so by the gateway) is read
+    /// and refused by `decode`, never skipped: a claim must return every row it marks.
+    static let tables = "outbox LEFT JOIN outbox_body ON outbox_body.outbox_id = outbox.id"
 
     static func decode(_ row: SQLiteStatement) throws -> OutboxItem {
         guard let state = OutboxState(rawValue: row.text(5)) else {
             throw SQLiteStoreError.invalidColumn(table: "outbox", column: "state")
+        }
+        guard !row.isNull(4) else {
+            throw SQLiteStoreError.invalidColumn(table: "outbox_body", column: "body")
         }
         return OutboxItem(
             id: row.int64(0), destination: DestinationName(rawValue: row.text(1)), readingID: row.int64(2),

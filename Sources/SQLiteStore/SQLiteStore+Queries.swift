@@ -137,7 +137,7 @@ extension SQLiteStore {
 
     /// Outbox rows of a destination in queue order, optionally of one state.
     public func outboxItems(_ destination: DestinationName, state: OutboxState? = nil, limit: Int = 1000) throws -> [OutboxItem] {
-        var sql = "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ?"
+        var sql = "SELECT \(OutboxColumns.list) FROM \(OutboxColumns.tables) WHERE destination = ?"
         var values: [SQLiteValue] = [.text(destination.rawValue)]
         if let state {
             sql += " AND state = ?"
@@ -151,7 +151,7 @@ extension SQLiteStore {
     /// Quarantined rows of a destination with the answers that put them aside.
     public func quarantined(_ destination: DestinationName) throws -> [QuarantinedItem] {
         try openConnection().query("""
-            SELECT \(OutboxColumns.list), last_answer, quarantined_at FROM outbox
+            SELECT \(OutboxColumns.list), last_answer, quarantined_at FROM \(OutboxColumns.tables)
             WHERE destination = ? AND state = 'quarantined' ORDER BY id
             """, [.text(destination.rawValue)]) { row in
             QuarantinedItem(item: try OutboxColumns.decode(row), answer: row.optionalText(8), quarantinedAt: row.optionalInt64(9))

@@ -370,7 +370,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             var highest: [String: Int] = [:]
             var outcome = InsertOutcome(inserted: 0)
             let insertReading = try db.statement(ReadingColumns.insertSQL)
-            let insertOutbox = try db.statement(Self.insertOutboxSQL)
+            let insertOutbox = try OutboxInsert(db)
             for reading in readings {
                 let meter: MeterInfo
                 if let known = meters[reading.meterAddress] {
@@ -428,6 +428,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         if acknowledgedBy.isEmpty {
             try db.execute("UPDATE reading SET exclusion = ? WHERE id = ?",
                            [.text(ExclusionReason.conflictingRecord.rawValue), .integer(storedID)])
+            try db.execute("DELETE FROM outbox_body WHERE outbox_id IN (SELECT id FROM outbox WHERE reading_id = ?)", [.integer(storedID)])
             try db.execute("DELETE FROM outbox WHERE reading_id = ?", [.integer(storedID)])
         }
         return RecordConflict(meterAddress: reading.meterAddress, sequence: reading.sequence,
@@ -435,23 +436,42 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     }
 
     static let insertOutboxSQL = """
-        INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at)
-        VALUES (?, ?, ?, ?, 'pending', ?)
+        INSERT INTO outbox (destination, reading_id, idempotency_key, state, created_at)
+        VALUES (?, ?, ?, 'pending', ?)
         """
+    static let insertOutboxBodySQL = "INSERT INTO outbox_body (outbox_id, body) VALUES (?, ?)"
 
     /// One outbox row per builder that accepts the reading (inside the caller's transaction).
     private func queueUploads(
-        _ reading: NewReading, id readingID: Int64, meter: MeterInfo, createdAt: UnixMillis, with insertOutbox: SQLiteStatement
+        _ reading: NewReading, id readingID: Int64, meter: MeterInfo, createdAt: UnixMillis, with insert: OutboxInsert
     ) throws {
         for builder in builders {
             guard let element = builder.element(for: reading, meter: meter) else { continue }
-            defer { insertOutbox.reset() }
-            try insertOutbox.bind(.text(builder.destination.rawValue), at: 1)
-            try insertOutbox.bind(.integer(readingID), at: 2)
-            try insertOutbox.bind(.text(element.key), at: 3)
-            try insertOutbox.bind(.blob(element.body), at: 4)
-            try insertOutbox.bind(.integer(createdAt), at: 5)
-            while try insertOutbox.step() {}
+            defer {
+                insert.row.reset()
+                insert.body.reset()
+            }
+            try insert.row.bind(.text(builder.destination.rawValue), at: 1)
+            try insert.row.bind(.integer(readingID), at: 2)
+            try insert.row.bind(.text(element.key), at: 3)
+            try insert.row.bind(.integer(createdAt), at: 4)
+            while try insert.row.step() {}
+            try insert.body.bind(.integer(insert.db.lastInsertRowID), at: 1)
+            try insert.body.bind(.blob(element.body), at: 2)
+            while try insert.body.step() {}
+        }
+    }
+
+    /// The two statements that queue one upload: the outbox row, then its body under the row's id.
+    private struct OutboxInsert {
+        let db: SQLiteConnection
+        let row: SQLiteStatement
+        let body: SQLiteStatement
+
+        init(_ db: SQLiteConnection) throws {
+            self.db = db
+            row = try db.statement(SQLiteStore.insertOutboxSQL)
+            body = try db.statement(SQLiteStore.insertOutboxBodySQL)
         }
     }
 
@@ -473,7 +493,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             )
             guard !held.isEmpty else { return [StoredReading]() }
             let meter = try meterRow(meterAddress, in: db)
-            let insertOutbox = try db.statement(Self.insertOutboxSQL)
+            let insertOutbox = try OutboxInsert(db)
             var released: [StoredReading] = []
             for stored in held {
                 let old = stored.reading
@@ -556,7 +576,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
 
     // MARK: OutboxStore
 
-    static let claimSQL = "SELECT \(OutboxColumns.list) FROM outbox WHERE destination = ? AND state = 'pending' ORDER BY id LIMIT ?"
+    static let claimSQL = "SELECT \(OutboxColumns.list) FROM \(OutboxColumns.tables) WHERE destination = ? AND state = 'pending' ORDER BY outbox.id LIMIT ?"
     static let markInFlightSQL = "UPDATE outbox SET state = 'in_flight', claimed_at = ? WHERE destination = ? AND state = 'pending' AND id <= ?"
     static let acknowledgeSQL = """
         UPDATE outbox SET state = 'acknowledged', acknowledged_at = ?

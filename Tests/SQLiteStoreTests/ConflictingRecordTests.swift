@@ -112,19 +112,24 @@ import Testing
     @Test func aVersion3DatabaseGetsTheTableAndKeepsItsReadings() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let old = try SQLiteStore(path: dir.database, builders: [StubBuilder(destination: .nightscout)])
         let first = sampleReading(sequence: 7)
-        #expect(try await old.insert([first]) == 1)
-        // Back to what the previous release left: schema version 3, no conflicting_record table.
-        try await old.executeForTesting("""
-            DROP TABLE conflicting_record;
-            DELETE FROM schema_migration WHERE version >= 4;
-            PRAGMA user_version = 3;
-            """)
-        await old.close()
+        // What the release before the table left: schema version 3, a reading with its pending outbox row.
+        let old = try SQLiteConnection(path: dir.database)
+        try Migrator(migrations: Array(Schema.migrations.prefix(3))).migrate(old, now: 1_700_000_000_000)
+        try old.execute("INSERT INTO meter (address, time_zone) VALUES (?, 'UTC')", [.text(meterA)])
+        let insert = try old.statement(ReadingColumns.insertSQL)
+        try ReadingColumns.bind(first, to: insert)
+        while try insert.step() {}
+        insert.reset()
+        try old.execute("""
+            INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at)
+            VALUES ('nightscout', ?, 'key-7', X'7B7D', 'pending', 1)
+            """, [.integer(old.lastInsertRowID)])
+        old.close()
 
         let store = try SQLiteStore(path: dir.database, builders: [StubBuilder(destination: .nightscout)])
         #expect(try await store.schemaVersion() == Schema.migrations.count)
+        #expect(try await store.counts(.nightscout).pending == 1)
         let outcome = try await store.insertReadings([Self.other(first)])
         #expect(outcome.conflicts.count == 1)
         #expect(try await store.readings(ReadingFilter(meterAddress: meterA)).map(\.reading.exclusion) == [.conflictingRecord])

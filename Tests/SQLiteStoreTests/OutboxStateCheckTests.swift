@@ -5,7 +5,11 @@ import Testing
 /// The outbox's state CHECK as comparisons (migration 5): the same rows and rules, without a temporary
 /// table built for every row written.
 @Suite(.timeLimit(.minutes(1))) struct OutboxStateCheckTests {
-    static let columns = "id, destination, reading_id, idempotency_key, hex(body), state, attempts, created_at, claimed_at, acknowledged_at, quarantined_at, last_answer"
+    /// The row's columns, its body from the row itself before migration 6 and from `outbox_body` after.
+    static func columns(bodyInRow: Bool) -> String {
+        let body = bodyInRow ? "hex(body)" : "hex((SELECT body FROM outbox_body WHERE outbox_id = outbox.id))"
+        return "id, destination, reading_id, idempotency_key, \(body), state, attempts, created_at, claimed_at, acknowledged_at, quarantined_at, last_answer"
+    }
 
     /// Schema version 4 with one reading and an outbox row in each state, as the earlier gateway left it.
     static func version4Database(_ path: String) throws {
@@ -31,7 +35,8 @@ import Testing
     static func rows(_ path: String) throws -> [String] {
         let db = try SQLiteConnection(path: path)
         defer { db.close() }
-        return try db.query("SELECT \(columns) FROM outbox ORDER BY id") { row in
+        let bodyInRow = try db.queryFirst("SELECT count(*) FROM pragma_table_info('outbox') WHERE name = 'body'") { $0.int(0) } == 1
+        return try db.query("SELECT \(columns(bodyInRow: bodyInRow)) FROM outbox ORDER BY id") { row in
             (0..<12).map { row.optionalText($0) ?? "NULL" }.joined(separator: "|")
         }
     }
@@ -51,7 +56,7 @@ import Testing
         #expect(try await store.claimPending(.nightscout, limit: 10).map(\.key) == ["k-pending"])
         // The CHECK still refuses a state that is none of the four.
         await #expect(throws: SQLiteError.self) {
-            try await store.executeForTesting("INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at) VALUES ('nightscout', 7, 'k', X'00', 'sent', 1)")
+            try await store.executeForTesting("INSERT INTO outbox (destination, reading_id, idempotency_key, state, created_at) VALUES ('nightscout', 7, 'k', 'sent', 1)")
         }
         await store.close()
 
@@ -63,7 +68,7 @@ import Testing
         // New rows take ids after the highest, as before.
         let db = try SQLiteConnection(path: dir.database)
         defer { db.close() }
-        try db.execute("INSERT INTO outbox (destination, reading_id, idempotency_key, body, state, created_at) VALUES ('nightscout', 7, 'k-new', X'00', 'pending', 2)")
+        try db.execute("INSERT INTO outbox (destination, reading_id, idempotency_key, state, created_at) VALUES ('nightscout', 7, 'k-new', 'pending', 2)")
         #expect(db.lastInsertRowID == 10)
     }
 
