@@ -407,6 +407,39 @@ public enum JSONParser {
         }
     }
 
+    /// One element of an array read by `scanArray`.
+    public struct ScannedElement: Sendable, Equatable {
+        /// Where the element's text is in the document (`parse` of these bytes gives the element).
+        public var range: Range<Int>
+        /// True for an object.
+        public var isObject: Bool
+        /// The object's members named in `keys`, in document order, with their values in full.
+        public var members: [JSONMember]
+
+        /// The member's value, nil when the object has no member of that name (or is not an object).
+        public func member(_ key: String) -> JSONValue? { members.first { $0.key == key }?.value }
+    }
+
+    /// Checks `bytes` as `parse` does (it throws exactly where `parse` throws) and, when the document is an
+    /// array, returns its elements: their places, and for objects the members named in `keys`. Every
+    /// other value is checked but not built, so an answer of many documents costs no allocation per value.
+    /// Nil for a document that is not an array.
+    public static func scanArray(_ bytes: [UInt8], keys: [String]) throws(JSONParseError) -> [ScannedElement]? {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> [ScannedElement]? in
+            var parser = Parser(bytes: buffer)
+            parser.skipWhitespace()
+            var elements: [ScannedElement]?
+            if parser.peek() == UInt8(ascii: "[") {
+                elements = try parser.scanElements(keys: keys)
+            } else {
+                try parser.skip(depth: 0)
+            }
+            parser.skipWhitespace()
+            guard parser.atEnd else { throw parser.error("unexpected data after the document") }
+            return elements
+        }
+    }
+
     /// Reads the bytes through a pointer that is valid for the whole of `parse` (no reference counting
     /// per byte read).
     private struct Parser {
@@ -498,6 +531,163 @@ public enum JSONParser {
                 index += 1
                 if c == UInt8(ascii: "]") { return .array(items) }
                 guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or ']'") }
+            }
+        }
+
+        /// The top-level array of `scanArray` (at depth 0, as `array(depth: 0)`).
+        mutating func scanElements(keys: [String]) throws(JSONParseError) -> [ScannedElement] {
+            index += 1
+            var items: [ScannedElement] = []
+            skipWhitespace()
+            if peek() == UInt8(ascii: "]") { index += 1; return items }
+            while true {
+                skipWhitespace()
+                let start = index
+                guard 1 < JSONParser.maxDepth else { throw error("nesting too deep") }
+                if peek() == UInt8(ascii: "{") {
+                    let members = try scanObject(depth: 1, keys: keys)
+                    items.append(ScannedElement(range: start..<index, isObject: true, members: members))
+                } else {
+                    try skip(depth: 1)
+                    items.append(ScannedElement(range: start..<index, isObject: false, members: []))
+                }
+                skipWhitespace()
+                guard let c = peek() else { throw error("unexpected end of input in an array") }
+                index += 1
+                if c == UInt8(ascii: "]") { return items }
+                guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or ']'") }
+            }
+        }
+
+        /// An object as `object(depth:)` reads it (the same checks, duplicate names included); only the
+        /// members named in `keys` are built. Names of plain ASCII without escapes are compared as bytes,
+        /// which for them is what comparing the strings does; once a name has an escape or other bytes,
+        /// every name of the object is compared as a string, as `object(depth:)` compares them.
+        mutating func scanObject(depth: Int, keys: [String]) throws(JSONParseError) -> [JSONMember] {
+            index += 1
+            var kept: [JSONMember] = []
+            var plain: [Range<Int>] = []
+            var names: [String]?
+            skipWhitespace()
+            if peek() == UInt8(ascii: "}") { index += 1; return kept }
+            plain.reserveCapacity(16)
+            while true {
+                skipWhitespace()
+                guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
+                let key: String?
+                if names == nil, let range = plainName() {
+                    for earlier in plain where earlier.count == range.count
+                        && bytes[earlier].elementsEqual(bytes[range]) {
+                        throw error("duplicate key '\(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))'")
+                    }
+                    plain.append(range)
+                    key = keys.contains { $0.utf8.elementsEqual(bytes[range]) }
+                        ? String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) : nil
+                } else {
+                    if names == nil {
+                        names = plain.map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) }
+                    }
+                    let name = try string()
+                    if names?.contains(name) == true { throw error("duplicate key '\(name)'") }
+                    names?.append(name)
+                    key = keys.contains(name) ? name : nil
+                }
+                skipWhitespace()
+                guard peek() == UInt8(ascii: ":") else { throw error("expected ':'") }
+                index += 1
+                skipWhitespace()
+                if let key {
+                    kept.append(JSONMember(key, try value(depth: depth + 1)))
+                } else {
+                    try skip(depth: depth + 1)
+                }
+                skipWhitespace()
+                guard let c = peek() else { throw error("unexpected end of input in an object") }
+                index += 1
+                if c == UInt8(ascii: "}") { return kept }
+                guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or '}'") }
+            }
+        }
+
+        /// At a string: when its bytes up to the closing quote are printable ASCII without a backslash,
+        /// moves past it and returns where its text is; otherwise stays and returns nil.
+        mutating func plainName() -> Range<Int>? {
+            var i = index + 1
+            while i < bytes.count {
+                let c = bytes[i]
+                if c == UInt8(ascii: "\"") {
+                    let range = (index + 1)..<i
+                    index = i + 1
+                    return range
+                }
+                if c == UInt8(ascii: "\\") || c < 0x20 || c >= 0x80 { return nil }
+                i += 1
+            }
+            return nil
+        }
+
+        /// Checks a value as `value(depth:)` does, building nothing but object keys (for the duplicate check).
+        mutating func skip(depth: Int) throws(JSONParseError) {
+            guard depth < JSONParser.maxDepth else { throw error("nesting too deep") }
+            guard let b = peek() else { throw error("unexpected end of input") }
+            switch b {
+            case UInt8(ascii: "{"): _ = try scanObject(depth: depth, keys: [])
+            case UInt8(ascii: "["):
+                index += 1
+                skipWhitespace()
+                if peek() == UInt8(ascii: "]") { index += 1; return }
+                while true {
+                    skipWhitespace()
+                    try skip(depth: depth + 1)
+                    skipWhitespace()
+                    guard let c = peek() else { throw error("unexpected end of input in an array") }
+                    index += 1
+                    if c == UInt8(ascii: "]") { return }
+                    guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or ']'") }
+                }
+            case UInt8(ascii: "\""): try skipString()
+            case UInt8(ascii: "t"): try expect("true")
+            case UInt8(ascii: "f"): try expect("false")
+            case UInt8(ascii: "n"): try expect("null")
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try skipNumber()
+            default: throw error("unexpected character")
+            }
+        }
+
+        /// A string checked as `string()` checks it; a string without escapes is passed over whole.
+        mutating func skipString() throws(JSONParseError) {
+            let start = index
+            index += 1
+            while index < bytes.count {
+                let c = bytes[index]
+                if c == UInt8(ascii: "\"") { index += 1; return }
+                if c == UInt8(ascii: "\\") || c < 0x20 { break }
+                index += 1
+            }
+            // Escapes or a control character: the full reading decides, with the same errors.
+            index = start
+            _ = try string()
+        }
+
+        /// A number checked as `number()` checks it, its text built only where `number()` needs a Double.
+        mutating func skipNumber() throws(JSONParseError) {
+            let start = index
+            if peek() == UInt8(ascii: "-") { index += 1 }
+            var wholeDigits = 0
+            if peek() == UInt8(ascii: "0") {
+                index += 1
+                wholeDigits = 1
+            } else {
+                while let c = peek(), c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") { index += 1; wholeDigits += 1 }
+                guard wholeDigits > 0 else { throw error("invalid number") }
+            }
+            var simple = wholeDigits <= 308
+            if let c = peek(), c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") { simple = false }
+            guard simple else {
+                // A fraction, an exponent or a long number: read it as `number()` does.
+                index = start
+                _ = try number()
+                return
             }
         }
 

@@ -254,7 +254,8 @@ func runCredentialCheck(_ request: HTTPRequest, http: any HTTPClient,
 /// needs them.
 func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxItem], status: Int, noun: String,
                                               fingerprint: (JSONValue) -> Print?) -> BatchOutcome {
-    guard let parsed = try? JSONParser.parse(body), let elements = parsed.arrayValue else {
+    // Only each element's `identifier` and `_id` are built; the rest is checked as a full parse checks it.
+    guard let elements = try? JSONParser.scanArray(body, keys: ["identifier", "_id"]) else {
         // A 2xx we cannot read: the server may have stored the batch; send the same bytes again.
         return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
     }
@@ -274,16 +275,17 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
     var stored: Set<Int64> = []
     var duplicates = 0
     for element in elements {
-        guard case .object = element else { continue }
+        guard element.isObject else { continue }
         var id: Int64?
-        if let identifier = element["identifier"] {
+        if let identifier = element.member("identifier") {
             if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
-        } else if let print = fingerprint(element) {
+        } else if let whole = try? JSONParser.parse(Array(body[element.range])), let print = fingerprint(whole) {
+            // No identifier (an older server): the element in full, matched by what it says.
             id = byFingerprint()[print]?.first { !stored.contains($0) }
         }
         guard let id else { continue }
         stored.insert(id)
-        if element["_id"] == nil { duplicates += 1 }
+        if element.member("_id") == nil { duplicates += 1 }
     }
     let unconfirmed = items.map(\.id).filter { !stored.contains($0) }
     let reason = stored.isEmpty
