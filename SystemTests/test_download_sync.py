@@ -204,3 +204,16 @@ def test_progress_bar_on_a_terminal_summary_otherwise(private_bus, standin, mete
     control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-04-06T09:00:00", "mgdl": 123}'])
     plain = gw.sync()
     assert plain.stdout == ADDRESS + ": 1 new reading\n"
+
+
+def test_services_flagged_resolved_before_they_are_exported(private_bus, standin, meter_file, tmp_path):
+    """bluez #1489: ServicesResolved=true comes before the GATT objects, which then come one by one. Pair and
+    sync must see the whole Glucose Service, not the first characteristic exported."""
+    standin("--meter", meter_file(meter(records_list=records(1, 5))))
+    gw = Gateway(private_bus, tmp_path)
+    control(private_bus, "FailConnect", "sas", [ADDRESS, ["resolved-before-export"]])
+    gw.pair(ADDRESS)
+    control(private_bus, "FailConnect", "sas", [ADDRESS, ["resolved-before-export"]])
+    first = gw.sync()
+    assert ADDRESS + ": 5 new readings" in first.stdout
+    assert gw.sequences() == list(range(1, 6))

@@ -147,6 +147,11 @@ extension BlueZClient {
             throw failed
         }
         guard resolved, owner == currentOwner else { throw BlueZError(.disconnected, "bluetoothd went away") }
+        // The predicate holds from the first characteristic on; bluetoothd sends the rest of the GATT
+        // objects right after it (all of them before `ServicesResolved` normally, after it with bluez
+        // #1489). The map is taken once the mirror has applied everything received so far, not midway.
+        await caughtUp()
+        guard owner == currentOwner else { throw BlueZError(.disconnected, "bluetoothd went away") }
         handedOver = true
         return BlueZMeterLink(client: self, address: device.address, devicePath: path, core: core,
                               characteristics: characteristics(of: path), subscription: subscription)
