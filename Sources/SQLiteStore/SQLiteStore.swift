@@ -675,12 +675,14 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         committed(.uploads)
     }
 
+    static let quarantineSQL = """
+        UPDATE outbox SET state = 'quarantined', attempts = attempts + 1, quarantined_at = ?, last_answer = ?
+        WHERE id = ? AND state <> 'acknowledged'
+        """
+
     /// Sets a row aside with the server's answer, counting the attempt. Acknowledged rows stay acknowledged.
     public func quarantine(_ id: Int64, answer: String) throws {
-        try openConnection().execute("""
-            UPDATE outbox SET state = 'quarantined', attempts = attempts + 1, quarantined_at = ?, last_answer = ?
-            WHERE id = ? AND state <> 'acknowledged'
-            """, [.integer(now()), .text(answer), .integer(id)])
+        try openConnection().execute(Self.quarantineSQL, [.integer(now()), .text(answer), .integer(id)])
         committed(.uploads)
     }
 

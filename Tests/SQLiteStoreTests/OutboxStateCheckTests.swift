@@ -76,8 +76,7 @@ import Testing
     /// UPDATE collects its rows in one, once per batch: that is not what this is about.)
     @Test func writingRowsBuildsNoTemporaryTable() async throws {
         let store = try SQLiteStore(path: ":memory:")
-        for sql in [SQLiteStore.insertOutboxSQL,
-                    "UPDATE outbox SET state = 'quarantined', attempts = attempts + 1, quarantined_at = ?, last_answer = ? WHERE id = ? AND state <> 'acknowledged'"] {
+        for sql in [SQLiteStore.insertOutboxSQL, SQLiteStore.quarantineSQL] {
             let opcodes = try await store.opcodesForTesting(sql)
             #expect(!opcodes.isEmpty)
             #expect(!opcodes.contains("OpenEphemeral"), "\(sql)")
