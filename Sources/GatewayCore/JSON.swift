@@ -430,13 +430,43 @@ public enum JSONParser {
             parser.skipWhitespace()
             var elements: [ScannedElement]?
             if parser.peek() == UInt8(ascii: "[") {
-                elements = try parser.scanElements(keys: keys)
+                elements = try parser.scanElements(keys: ScanKeys(keys))
             } else {
                 try parser.skip(depth: 0)
             }
             parser.skipWhitespace()
             guard parser.atEnd else { throw parser.error("unexpected data after the document") }
             return elements
+        }
+    }
+
+    /// The member names `scanArray` builds, as strings and as their UTF-8 bytes (compared with a name's
+    /// bytes in the document without a string made for the name).
+    struct ScanKeys {
+        let names: [String]
+        let utf8: [[UInt8]]
+
+        static let none = ScanKeys([])
+
+        init(_ names: [String]) {
+            self.names = names
+            utf8 = names.map { Array($0.utf8) }
+        }
+
+        /// The name whose bytes are `text`, nil when none is.
+        func name(matching text: UnsafeBufferPointer<UInt8>) -> String? {
+            for (n, key) in utf8.enumerated() where key.count == text.count {
+                let equal = key.withUnsafeBufferPointer { k -> Bool in
+                    var i = 0
+                    while i < k.count {
+                        if k[i] != text[i] { return false }
+                        i += 1
+                    }
+                    return true
+                }
+                if equal { return names[n] }
+            }
+            return nil
         }
     }
 
@@ -535,7 +565,7 @@ public enum JSONParser {
         }
 
         /// The top-level array of `scanArray` (at depth 0, as `array(depth: 0)`).
-        mutating func scanElements(keys: [String]) throws(JSONParseError) -> [ScannedElement] {
+        mutating func scanElements(keys: ScanKeys) throws(JSONParseError) -> [ScannedElement] {
             index += 1
             var items: [ScannedElement] = []
             skipWhitespace()
@@ -563,7 +593,7 @@ public enum JSONParser {
         /// members named in `keys` are built. Names of plain ASCII without escapes are compared as bytes,
         /// which for them is what comparing the strings does; once a name has an escape or other bytes,
         /// every name of the object is compared as a string, as `object(depth:)` compares them.
-        mutating func scanObject(depth: Int, keys: [String]) throws(JSONParseError) -> [JSONMember] {
+        mutating func scanObject(depth: Int, keys: ScanKeys) throws(JSONParseError) -> [JSONMember] {
             index += 1
             var kept: [JSONMember] = []
             var plain: [Range<Int>] = []
@@ -571,18 +601,17 @@ public enum JSONParser {
             skipWhitespace()
             if peek() == UInt8(ascii: "}") { index += 1; return kept }
             plain.reserveCapacity(16)
+            if !keys.names.isEmpty { kept.reserveCapacity(keys.names.count) }
             while true {
                 skipWhitespace()
                 guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
                 let key: String?
                 if names == nil, let range = plainName() {
-                    for earlier in plain where earlier.count == range.count
-                        && bytes[earlier].elementsEqual(bytes[range]) {
+                    for earlier in plain where earlier.count == range.count && same(earlier, range) {
                         throw error("duplicate key '\(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))'")
                     }
                     plain.append(range)
-                    key = keys.contains { $0.utf8.elementsEqual(bytes[range]) }
-                        ? String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) : nil
+                    key = keys.name(matching: UnsafeBufferPointer(rebasing: bytes[range]))
                 } else {
                     if names == nil {
                         names = plain.map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) }
@@ -590,7 +619,7 @@ public enum JSONParser {
                     let name = try string()
                     if names?.contains(name) == true { throw error("duplicate key '\(name)'") }
                     names?.append(name)
-                    key = keys.contains(name) ? name : nil
+                    key = keys.names.contains(name) ? name : nil
                 }
                 skipWhitespace()
                 guard peek() == UInt8(ascii: ":") else { throw error("expected ':'") }
@@ -607,6 +636,17 @@ public enum JSONParser {
                 if c == UInt8(ascii: "}") { return kept }
                 guard c == UInt8(ascii: ",") else { index -= 1; throw error("expected ',' or '}'") }
             }
+        }
+
+        /// Whether the bytes at `a` and at `b` (of the same length) are the same.
+        func same(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+            var i = a.lowerBound, j = b.lowerBound
+            while i < a.upperBound {
+                if bytes[i] != bytes[j] { return false }
+                i += 1
+                j += 1
+            }
+            return true
         }
 
         /// At a string: when its bytes up to the closing quote are printable ASCII without a backslash,
@@ -631,7 +671,7 @@ public enum JSONParser {
             guard depth < JSONParser.maxDepth else { throw error("nesting too deep") }
             guard let b = peek() else { throw error("unexpected end of input") }
             switch b {
-            case UInt8(ascii: "{"): _ = try scanObject(depth: depth, keys: [])
+            case UInt8(ascii: "{"): _ = try scanObject(depth: depth, keys: ScanKeys.none)
             case UInt8(ascii: "["):
                 index += 1
                 skipWhitespace()

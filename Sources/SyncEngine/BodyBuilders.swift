@@ -72,27 +72,58 @@ enum UploadableReading {
     /// Calls `body` with the UTF-8 bytes of `glucose-gateway://<model>-<serial>`, written on the stack.
     static func withDevice<R>(_ meter: MeterInfo, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         var model = meter.model ?? meter.name ?? "meter"
-        var serial = meterSerialText(meter)
+        // Without a serial, an ASCII address is written as `plain` of its `replacingColons()` straight from
+        // its bytes; any other address goes through that text.
+        var address = meter.address
+        var serial = ""
+        var fromAddress = false
+        if meter.serial == nil {
+            fromAddress = address.withUTF8 { bytes in
+                for c in bytes where c >= 0x80 { return false }
+                return true
+            }
+        }
+        if !fromAddress { serial = meterSerialText(meter) }
         let scheme: StaticString = "glucose-gateway://"
         return model.withUTF8 { model in
-            serial.withUTF8 { serial in
-                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: scheme.utf8CodeUnitCount + model.count + 1 + serial.count) { buffer in
-                    guard let p = buffer.baseAddress else { return body(UnsafeBufferPointer(buffer)) }
-                    var at = 0
-                    scheme.withUTF8Buffer { prefix in
-                        for c in prefix {
-                            p[at] = c
-                            at += 1
+            address.withUTF8 { address in
+                serial.withUTF8 { serial in
+                    let serialBytes = fromAddress ? address : serial
+                    return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: scheme.utf8CodeUnitCount + model.count + 1 + serialBytes.count) { buffer in
+                        guard let p = buffer.baseAddress else { return body(UnsafeBufferPointer(buffer)) }
+                        var at = 0
+                        BodyBytes.put(scheme, p, &at)
+                        at += writePlain(model, into: p + at)
+                        p[at] = UInt8(ascii: "-")
+                        at += 1
+                        if fromAddress {
+                            at += writePlainAddress(address, into: p + at)
+                        } else {
+                            at += writePlain(serial, into: p + at)
                         }
+                        return body(UnsafeBufferPointer(rebasing: buffer[..<at]))
                     }
-                    at += writePlain(model, into: p + at)
-                    p[at] = UInt8(ascii: "-")
-                    at += 1
-                    at += writePlain(serial, into: p + at)
-                    return body(UnsafeBufferPointer(rebasing: buffer[..<at]))
                 }
             }
         }
+    }
+
+    /// `writePlain` of `replacingColons()` of an ASCII address: its bytes without `:`, letters a-z raised,
+    /// then anything outside the plain set as `_`.
+    static func writePlainAddress(_ address: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) -> Int {
+        var at = 0
+        for var c in address where c != UInt8(ascii: ":") {
+            if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z") { c -= 0x20 }
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                out[at] = c
+            default:
+                out[at] = UInt8(ascii: "_")
+            }
+            at += 1
+        }
+        return at
     }
 }
 
@@ -109,6 +140,51 @@ extension String {
             return String(decoding: out, as: UTF8.self)
         }
         return String(filter { $0 != ":" }).uppercased()
+    }
+}
+
+/// Pieces of a body written at `p[at...]`, `at` moved past them.
+enum BodyBytes {
+    /// True when `JSONWriter` writes `text` as it is between its quotes (no control character, `"` or `\`).
+    @inline(__always)
+    static func needNoEscape(_ text: UnsafeBufferPointer<UInt8>) -> Bool {
+        for c in text where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") { return false }
+        return true
+    }
+
+    @inline(__always)
+    static func put(_ text: UnsafeBufferPointer<UInt8>, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
+        guard let base = text.baseAddress, !text.isEmpty else { return }
+        (p + at).initialize(from: base, count: text.count)
+        at += text.count
+    }
+
+    @inline(__always)
+    static func put(_ text: StaticString, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
+        text.withUTF8Buffer { put($0, p, &at) }
+    }
+
+    /// The decimal digits of `value` as `String(value)` writes them, `-` first when negative.
+    @inline(__always)
+    static func put(_ value: Int64, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
+        var magnitude = value.magnitude
+        var digits = 1
+        var rest = magnitude / 10
+        while rest > 0 {
+            digits += 1
+            rest /= 10
+        }
+        if value < 0 {
+            p[at] = UInt8(ascii: "-")
+            at += 1
+        }
+        var i = at + digits
+        at = i
+        repeat {
+            i -= 1
+            p[i] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+            magnitude /= 10
+        } while magnitude > 0
     }
 }
 
@@ -137,17 +213,59 @@ public struct NightscoutBodyBuilder: OutboxBodyBuilder {
         }
         guard mgdl.isFinite, mgdl >= 1, mgdl < 10_000 else { return nil }
         let key = UploadableReading.key(of: reading)
-        // Every text written straight into the body's bytes: the time and the device name from the stack.
+        let body = CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { time in
+            UploadableReading.withDevice(meter) { device in
+                Self.body(mbg: Int64(mgdl.rounded()), date: instant, dateString: time, device: device, identifier: key)
+            }
+        }
+        return OutboxElement(key: key, body: body)
+    }
+
+    /// `{"type":"mbg","mbg":…,"date":…,"dateString":"…","device":"…","identifier":"…"}` written in one
+    /// buffer on the stack and copied once. The same bytes `JSONWriter` writes for these members: none of
+    /// the texts can hold a byte JSON escapes (an ISO time, the device name of `withDevice`, which is plain
+    /// ASCII, and a UUID); a text that did would go through `JSONWriter.appendQuoted` all the same.
+    static func body(mbg: Int64, date: Int64, dateString: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>,
+                     identifier: String) -> [UInt8] {
+        var identifier = identifier
+        return identifier.withUTF8 { identifier in
+            guard BodyBytes.needNoEscape(dateString), BodyBytes.needNoEscape(device), BodyBytes.needNoEscape(identifier) else {
+                return slow(mbg, date, dateString, device, identifier)
+            }
+            // The member names and punctuation (79 bytes), two integers of at most 20 characters each.
+            let capacity = 128 + dateString.count + device.count + identifier.count
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer -> [UInt8] in
+                guard let p = buffer.baseAddress else { return slow(mbg, date, dateString, device, identifier) }
+                var at = 0
+                BodyBytes.put(#"{"type":"mbg","mbg":"#, p, &at)
+                BodyBytes.put(mbg, p, &at)
+                BodyBytes.put(#","date":"#, p, &at)
+                BodyBytes.put(date, p, &at)
+                BodyBytes.put(#","dateString":""#, p, &at)
+                BodyBytes.put(dateString, p, &at)
+                BodyBytes.put(#"","device":""#, p, &at)
+                BodyBytes.put(device, p, &at)
+                BodyBytes.put(#"","identifier":""#, p, &at)
+                BodyBytes.put(identifier, p, &at)
+                BodyBytes.put(#""}"#, p, &at)
+                return Array(UnsafeBufferPointer(rebasing: buffer[..<at]))
+            }
+        }
+    }
+
+    /// The same body by `JSONWriter`, member by member.
+    private static func slow(_ mbg: Int64, _ date: Int64, _ dateString: UnsafeBufferPointer<UInt8>, _ device: UnsafeBufferPointer<UInt8>,
+                             _ identifier: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var w = JSONWriter(capacity: 256)
         w.beginObject()
         w.string("type", "mbg")
-        w.integer("mbg", Int64(mgdl.rounded()))
-        w.integer("date", instant)
-        CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { w.string("dateString", utf8: $0) }
-        UploadableReading.withDevice(meter) { w.string("device", utf8: $0) }
-        w.string("identifier", key)
+        w.integer("mbg", mbg)
+        w.integer("date", date)
+        w.string("dateString", utf8: dateString)
+        w.string("device", utf8: device)
+        w.string("identifier", utf8: identifier)
         w.endObject()
-        return OutboxElement(key: key, body: w.bytes)
+        return w.bytes
     }
 }
 

@@ -125,9 +125,11 @@ public struct SHA1: Sendable {
         }
     }
 
-    /// One 64-byte block at `p` (the message schedule lives on the stack, not the heap).
+    /// One 64-byte block at `p` (the message schedule lives on the stack, not the heap). The rounds are
+    /// written five at a time with the working variables in turn, so none is moved between rounds.
     private static func compress(_ h: inout State, _ p: UnsafeRawPointer) {
-        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 80) { w in
+        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 80) { buffer in
+            guard let w = buffer.baseAddress else { return }
             for i in 0..<16 {
                 w[i] = UInt32(bigEndian: p.loadUnaligned(fromByteOffset: 4 * i, as: UInt32.self))
             }
@@ -135,18 +137,61 @@ public struct SHA1: Sendable {
                 w[i] = rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1)
             }
             var (a, b, c, d, e) = h
-            @inline(__always) func round(_ f: UInt32, _ k: UInt32, _ wi: UInt32) {
-                let t = rotl(a, 5) &+ f &+ e &+ k &+ wi
-                e = d
-                d = c
-                c = rotl(b, 30)
-                b = a
-                a = t
+            // Each round puts its new value in the variable `e` was and rotates `b` where it is; the next
+            // round names the five in turn, so no value is moved between rounds.
+            var i = 0
+            while i < 20 {
+                e = rotl(a, 5) &+ (d ^ (b & (c ^ d))) &+ e &+ 0x5A82_7999 &+ w[i]
+                b = rotl(b, 30)
+                d = rotl(e, 5) &+ (c ^ (a & (b ^ c))) &+ d &+ 0x5A82_7999 &+ w[i + 1]
+                a = rotl(a, 30)
+                c = rotl(d, 5) &+ (b ^ (e & (a ^ b))) &+ c &+ 0x5A82_7999 &+ w[i + 2]
+                e = rotl(e, 30)
+                b = rotl(c, 5) &+ (a ^ (d & (e ^ a))) &+ b &+ 0x5A82_7999 &+ w[i + 3]
+                d = rotl(d, 30)
+                a = rotl(b, 5) &+ (e ^ (c & (d ^ e))) &+ a &+ 0x5A82_7999 &+ w[i + 4]
+                c = rotl(c, 30)
+                i += 5
             }
-            for i in 0..<20 { round((b & c) | (~b & d), 0x5A82_7999, w[i]) }
-            for i in 20..<40 { round(b ^ c ^ d, 0x6ED9_EBA1, w[i]) }
-            for i in 40..<60 { round((b & c) | (b & d) | (c & d), 0x8F1B_BCDC, w[i]) }
-            for i in 60..<80 { round(b ^ c ^ d, 0xCA62_C1D6, w[i]) }
+            while i < 40 {
+                e = rotl(a, 5) &+ (b ^ c ^ d) &+ e &+ 0x6ED9_EBA1 &+ w[i]
+                b = rotl(b, 30)
+                d = rotl(e, 5) &+ (a ^ b ^ c) &+ d &+ 0x6ED9_EBA1 &+ w[i + 1]
+                a = rotl(a, 30)
+                c = rotl(d, 5) &+ (e ^ a ^ b) &+ c &+ 0x6ED9_EBA1 &+ w[i + 2]
+                e = rotl(e, 30)
+                b = rotl(c, 5) &+ (d ^ e ^ a) &+ b &+ 0x6ED9_EBA1 &+ w[i + 3]
+                d = rotl(d, 30)
+                a = rotl(b, 5) &+ (c ^ d ^ e) &+ a &+ 0x6ED9_EBA1 &+ w[i + 4]
+                c = rotl(c, 30)
+                i += 5
+            }
+            while i < 60 {
+                e = rotl(a, 5) &+ ((b & c) | (d & (b | c))) &+ e &+ 0x8F1B_BCDC &+ w[i]
+                b = rotl(b, 30)
+                d = rotl(e, 5) &+ ((a & b) | (c & (a | b))) &+ d &+ 0x8F1B_BCDC &+ w[i + 1]
+                a = rotl(a, 30)
+                c = rotl(d, 5) &+ ((e & a) | (b & (e | a))) &+ c &+ 0x8F1B_BCDC &+ w[i + 2]
+                e = rotl(e, 30)
+                b = rotl(c, 5) &+ ((d & e) | (a & (d | e))) &+ b &+ 0x8F1B_BCDC &+ w[i + 3]
+                d = rotl(d, 30)
+                a = rotl(b, 5) &+ ((c & d) | (e & (c | d))) &+ a &+ 0x8F1B_BCDC &+ w[i + 4]
+                c = rotl(c, 30)
+                i += 5
+            }
+            while i < 80 {
+                e = rotl(a, 5) &+ (b ^ c ^ d) &+ e &+ 0xCA62_C1D6 &+ w[i]
+                b = rotl(b, 30)
+                d = rotl(e, 5) &+ (a ^ b ^ c) &+ d &+ 0xCA62_C1D6 &+ w[i + 1]
+                a = rotl(a, 30)
+                c = rotl(d, 5) &+ (e ^ a ^ b) &+ c &+ 0xCA62_C1D6 &+ w[i + 2]
+                e = rotl(e, 30)
+                b = rotl(c, 5) &+ (d ^ e ^ a) &+ b &+ 0xCA62_C1D6 &+ w[i + 3]
+                d = rotl(d, 30)
+                a = rotl(b, 5) &+ (c ^ d ^ e) &+ a &+ 0xCA62_C1D6 &+ w[i + 4]
+                c = rotl(c, 30)
+                i += 5
+            }
             h = (h.0 &+ a, h.1 &+ b, h.2 &+ c, h.3 &+ d, h.4 &+ e)
         }
     }

@@ -140,12 +140,11 @@ public enum IdempotencyKey {
     private static func key(meterAddress: String, sequence: Int, meterTime: UnsafeBufferPointer<UInt8>) -> String {
         var address = meterAddress
         // `uppercased()` of an ASCII address is its letters a-z raised; any other text goes through it.
-        guard address.utf8.allSatisfy({ $0 < 0x80 }) else {
-            return key(upperAddress: meterAddress.uppercased(), sequence: sequence, meterTime: meterTime)
+        let ascii: String? = address.withUTF8 { bytes in
+            for c in bytes where c >= 0x80 { return nil }
+            return hash(address: bytes, raising: true, sequence: sequence, meterTime: meterTime)
         }
-        return address.withUTF8 { upper in
-            hash(address: upper, raising: true, sequence: sequence, meterTime: meterTime)
-        }
+        return ascii ?? key(upperAddress: meterAddress.uppercased(), sequence: sequence, meterTime: meterTime)
     }
 
     private static func key(upperAddress: String, sequence: Int, meterTime: UnsafeBufferPointer<UInt8>) -> String {
