@@ -67,17 +67,27 @@ public struct MeterTimeZone: Sendable, Equatable {
         // Offsets in force well before and well after: transitions are never closer than 2 days apart.
         let before = offsetSeconds(at: naive - 172_800)
         let after = offsetSeconds(at: naive + 172_800)
-        var candidates: [Int64] = []
-        for offset in Set([before, after, offsetSeconds(at: naive)]) {
+        let current = offsetSeconds(at: naive)
+        // Each distinct offset of the three whose instant shows this wall time gives one candidate (distinct
+        // offsets give distinct instants); kept as the earliest and latest, without a set or an array: this
+        // runs for every record of a download.
+        var count = 0
+        var earliest = Int64.max
+        var latest = Int64.min
+        for (index, offset) in [before, after, current].enumerated() {
+            if index >= 1, offset == before { continue }
+            if index == 2, offset == after { continue }
             let instant = naive - Int64(offset)
-            if offsetSeconds(at: instant) == offset { candidates.append(instant) }
+            guard offsetSeconds(at: instant) == offset else { continue }
+            count += 1
+            earliest = min(earliest, instant)
+            latest = max(latest, instant)
         }
-        candidates.sort()
-        if candidates.count == 1, let only = candidates.first {
-            return .unique(only * 1000)
+        if count == 1 {
+            return .unique(earliest * 1000)
         }
-        if candidates.count >= 2, let first = candidates.first, let last = candidates.last {
-            return .repeated(first * 1000, laterAlternative: last * 1000)
+        if count >= 2 {
+            return .repeated(earliest * 1000, laterAlternative: latest * 1000)
         }
         // No instant shows this wall time: a gap. Read it with the offset before the change.
         let instant = naive - Int64(before)
