@@ -709,25 +709,23 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
 
     public func counts(_ destination: DestinationName) throws -> OutboxCounts {
         let db = try openConnection()
-        var counts = OutboxCounts()
-        let rows = try db.query(
-            "SELECT state, count(*) FROM outbox WHERE destination = ? GROUP BY state", [.text(destination.rawValue)]
-        ) { ($0.text(0), $0.int(1)) }
-        for (state, count) in rows {
-            switch OutboxState(rawValue: state) {
-            case .pending: counts.pending = count
-            case .inFlight: counts.inFlight = count
-            case .acknowledged: counts.acknowledged = count
-            case .quarantined: counts.quarantined = count
-            case nil: throw SQLiteStoreError.invalidColumn(table: "outbox", column: "state")
-            }
+        // One pass over the destination's rows: a GROUP BY would sort them in a temporary tree first.
+        guard let (counts, all) = try db.queryFirst(Self.countsSQL, [.text(destination.rawValue)], { row in
+            (OutboxCounts(pending: row.int(0), inFlight: row.int(1), acknowledged: row.int(2), quarantined: row.int(3),
+                          oldestUnsent: row.optionalInt64(4)), row.int(5))
+        }) else { return OutboxCounts() }
+        guard counts.pending + counts.inFlight + counts.acknowledged + counts.quarantined == all else {
+            throw SQLiteStoreError.invalidColumn(table: "outbox", column: "state")
         }
-        counts.oldestUnsent = try db.queryFirst(
-            "SELECT min(created_at) FROM outbox WHERE destination = ? AND state IN ('pending', 'in_flight')",
-            [.text(destination.rawValue)]
-        ) { $0.optionalInt64(0) } ?? nil
         return counts
     }
+
+    static let countsSQL = """
+        SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'in_flight'),
+               count(*) FILTER (WHERE state = 'acknowledged'), count(*) FILTER (WHERE state = 'quarantined'),
+               min(created_at) FILTER (WHERE state = 'pending' OR state = 'in_flight'), count(*)
+        FROM outbox WHERE destination = ?
+        """
 
     public func saveDestinationState(_ state: DestinationState) throws {
         try openConnection().execute("""

@@ -1,4 +1,5 @@
 import GatewayCore
+import Synchronization
 import Testing
 @testable import SQLiteStore
 
@@ -43,6 +44,31 @@ import Testing
         #expect(again.map(\.key) == [items[2].key, items[3].key])
         try await store.acknowledge(again.map(\.id), at: 9100)
         #expect(try await store.counts(.nightscout) == OutboxCounts(acknowledged: 4))
+        await store.close()
+    }
+
+    @Test func countsTakeEachStateAndTheOldestUnsentOfOneDestination() async throws {
+        final class Clock: Sendable { let now = Mutex<UnixMillis>(1000) }
+        let clock = Clock()
+        let store = try SQLiteStore(path: ":memory:", builders: [StubBuilder(destination: .nightscout), StubBuilder(destination: .fhir)],
+                                    now: { clock.now.withLock { $0 } })
+        // Queued at 1000, 2000, ... 6000: the oldest two end acknowledged and quarantined, so the oldest
+        // unsent is the third (pending or in flight), whatever the other destination holds.
+        for sequence in 1...6 {
+            clock.now.withLock { $0 = UnixMillis(sequence) * 1000 }
+            try await store.insert([sampleReading(sequence: sequence)])
+        }
+        #expect(try await store.counts(.nightscout) == OutboxCounts(pending: 6, oldestUnsent: 1000))
+        let items = try await store.claimPending(.nightscout, limit: 4)
+        try await store.acknowledge([items[0].id], at: 9000)
+        try await store.quarantine(items[1].id, answer: "400")
+        try await store.release([items[3].id])
+        #expect(try await store.counts(.nightscout)
+                == OutboxCounts(pending: 3, inFlight: 1, acknowledged: 1, quarantined: 1, oldestUnsent: 3000))
+        #expect(try await store.counts(.fhir) == OutboxCounts(pending: 6, oldestUnsent: 1000))
+        let rest = try await store.claimPending(.nightscout, limit: 10)
+        try await store.acknowledge(rest.map(\.id) + [items[2].id], at: 9100)
+        #expect(try await store.counts(.nightscout) == OutboxCounts(acknowledged: 5, quarantined: 1))
         await store.close()
     }
 
