@@ -365,24 +365,28 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         guard !readings.isEmpty else { return InsertOutcome(inserted: 0) }
         let db = try openConnection()
         let createdAt = now()
-        let outcome = try db.transaction {
-            var meters: [String: MeterInfo] = [:]
-            var highest: [String: Int] = [:]
+        // Every reference below is to a row of this transaction: the meter row read or created first, the
+        // reading and the outbox row just inserted.
+        let outcome = try withoutForeignKeyChecks(db) { try db.transaction {
+            // Each meter's row and highest sequence, in the order first seen: a download's batch is one
+            // meter's, so this is looked through once per reading without hashing its address.
+            var meters: [(address: String, info: MeterInfo, highest: Int)] = []
             var outcome = InsertOutcome(inserted: 0)
             let insertReading = try db.statement(ReadingColumns.insertSQL)
             let insertOutbox = try OutboxInsert(db)
             for reading in readings {
-                let meter: MeterInfo
-                if let known = meters[reading.meterAddress] {
-                    meter = known
+                let index: Int
+                if let known = meters.lastIndex(where: { $0.address == reading.meterAddress }) {
+                    index = known
                 } else {
-                    meter = try meterRow(reading.meterAddress, in: db)
-                    meters[reading.meterAddress] = meter
+                    meters.append((reading.meterAddress, try meterRow(reading.meterAddress, in: db), reading.sequence))
+                    index = meters.count - 1
                 }
+                let meter = meters[index].info
                 defer { insertReading.reset() }
                 try ReadingColumns.bind(reading, to: insertReading)
                 while try insertReading.step() {}
-                highest[reading.meterAddress] = max(highest[reading.meterAddress] ?? reading.sequence, reading.sequence)
+                meters[index].highest = max(meters[index].highest, reading.sequence)
                 guard db.changes == 1 else {
                     if let conflict = try keepIfConflicting(reading, in: db) { outcome.conflicts.append(conflict) }
                     continue
@@ -390,14 +394,14 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 outcome.inserted += 1
                 try queueUploads(reading, id: db.lastInsertRowID, meter: meter, createdAt: createdAt, with: insertOutbox)
             }
-            for (address, sequence) in highest {
+            for (address, _, sequence) in meters {
                 try db.execute(
                     "UPDATE meter SET highest_sequence = max(coalesce(highest_sequence, ?1), ?1) WHERE address = ?2",
                     [.integer(Int64(sequence)), .text(address)]
                 )
             }
             return outcome
-        }
+        } }
         if outcome.inserted > 0 || !outcome.conflicts.isEmpty { committed(.readings) }
         return outcome
     }
@@ -630,25 +634,36 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     }
 
     /// Runs `body`'s commit with `synchronous = NORMAL`, then sets the connection back to FULL whether
-    /// `body` threw or not.
+    /// `body` threw or not. Every other commit must be durable.
     private func withoutOwnSync<T>(_ db: SQLiteConnection, _ body: () throws -> T) throws -> T {
-        try db.execute("PRAGMA synchronous = NORMAL")
+        try with(db, "PRAGMA synchronous = NORMAL", restoring: "PRAGMA synchronous = FULL", body)
+    }
+
+    /// Runs `body` (whole transactions) without foreign-key enforcement, then turns it on again whether
+    /// `body` threw or not. Only for writes that take every reference from rows of their own transaction
+    /// (the id just inserted, a meter row read or created first): the checks cost a lookup per row.
+    private func withoutForeignKeyChecks<T>(_ db: SQLiteConnection, _ body: () throws -> T) throws -> T {
+        try with(db, "PRAGMA foreign_keys = OFF", restoring: "PRAGMA foreign_keys = ON", body)
+    }
+
+    /// Runs `body` with `setting` in force, then runs `restore` whether `body` threw or not. A connection
+    /// that cannot be set back is closed rather than left as `setting` made it.
+    private func with<T>(_ db: SQLiteConnection, _ setting: String, restoring restore: String, _ body: () throws -> T) throws -> T {
+        try db.execute(setting)
         let result: T
         do {
             result = try body()
         } catch {
-            try restoreFullSync(db)
+            try restoreSetting(db, restore)
             throw error
         }
-        try restoreFullSync(db)
+        try restoreSetting(db, restore)
         return result
     }
 
-    /// Back to `synchronous = FULL` after a commit without its own sync. Every other commit must be
-    /// durable: a connection that cannot be set back is closed rather than left committing without fsync.
-    private func restoreFullSync(_ db: SQLiteConnection) throws {
+    private func restoreSetting(_ db: SQLiteConnection, _ restore: String) throws {
         do {
-            try db.execute("PRAGMA synchronous = FULL")
+            try db.execute(restore)
         } catch {
             db.close()
             throw error
@@ -759,6 +774,11 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
 
 extension SQLiteStore {
     /// The connection's journal mode, synchronous level and foreign-key switch (tests).
+    /// Rows `PRAGMA foreign_key_check` reports: references to rows that do not exist.
+    package func foreignKeyViolationsForTesting() throws -> Int {
+        try openConnection().query("PRAGMA foreign_key_check") { _ in 1 }.count
+    }
+
     package func pragmaValuesForTesting() throws -> [String: String] {
         let db = try openConnection()
         var values: [String: String] = [:]

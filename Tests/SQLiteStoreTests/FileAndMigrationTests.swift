@@ -114,6 +114,43 @@ import Testing
         #expect(error == .schemaTooNew(found: 99, supported: Schema.migrations.count))
     }
 
+    /// Readings are stored without the per-row foreign-key lookups: every reference they write must hold,
+    /// and enforcement must be back on afterwards, also after an insert that failed half-way.
+    @Test func foreignKeysHoldAfterInsertsAndAreEnforcedAgain() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try SQLiteStore(path: dir.database, builders: [StubBuilder(destination: .nightscout), StubBuilder(destination: .fhir)],
+                                    now: { 5000 })
+        let first = sampleReading(sequence: 7)
+        var otherMeter = sampleReading(sequence: 7)
+        otherMeter.meterAddress = meterB
+        #expect(try await store.insertReadings([first, sampleReading(sequence: 8), otherMeter]).inserted == 3)
+        #expect(try await store.counts(.nightscout).pending == 3)
+        // A resend and a conflicting record (kept aside, the stored one withheld).
+        let outcome = try await store.insertReadings([first, ConflictingRecordTests.other(first)])
+        #expect(outcome.conflicts.count == 1)
+        #expect(try await store.counts(.nightscout).pending == 2)
+        try await store.executeForTesting("""
+            CREATE TRIGGER refuse BEFORE INSERT ON outbox_body BEGIN SELECT RAISE(ABORT, 'refused'); END
+            """)
+        await #expect(throws: (any Error).self) { try await store.insertReadings([sampleReading(sequence: 9), sampleReading(sequence: 10)]) }
+        try await store.executeForTesting("DROP TRIGGER refuse")
+        #expect(try await store.foreignKeyViolationsForTesting() == 0)
+        #expect(try await store.pragmaValuesForTesting()["foreign_keys"] == "1")
+        await #expect(throws: (any Error).self) {
+            try await store.executeForTesting("INSERT INTO outbox_body (outbox_id, body) VALUES (999999, x'00')")
+        }
+        await #expect(throws: (any Error).self) {
+            try await store.executeForTesting("""
+                INSERT INTO outbox (destination, reading_id, idempotency_key, state, created_at) VALUES ('nightscout', 999999, 'k', 'pending', 1)
+                """)
+        }
+        // The failed insert left nothing: the outbox rows of readings 2 and 3 (those of the withheld first went).
+        let pending = (try await store.counts(.nightscout).pending, try await store.counts(.fhir).pending)
+        #expect(pending == (2, 2))
+        await store.close()
+    }
+
     @Test func pragmasAreSetOnOpen() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
