@@ -189,14 +189,13 @@ extension BlueZClient {
 /// the link's methods), so its state sits behind a mutex.
 ///
 /// Values are collected while the connection dispatches what one wake-up read and handed to `events`
-/// together at the end of that pass (``flush()``), so the consumer wakes once per pass, not once per
-/// notification. Everything is yielded under the mutex, so the order (values, then the end) holds
-/// whichever thread ends the link.
+/// together at the end of that pass (``flush()``), as one group, so the consumer wakes once per pass, not
+/// once per notification. Everything is handed on under the mutex, so the order (values, then the end)
+/// holds whichever thread ends the link.
 final class LinkCore: Sendable {
     let devicePath: String
     let owner: String
-    let events: AsyncStream<MeterLinkEvent>
-    private let continuation: AsyncStream<MeterLinkEvent>.Continuation
+    let channel = MeterLinkEventChannel()
     private struct State {
         var uuidByPath: [String: GATTUUID] = [:]
         var subscribed: Set<GATTUUID> = []
@@ -216,7 +215,6 @@ final class LinkCore: Sendable {
     init(devicePath: String, owner: String) {
         self.devicePath = devicePath
         self.owner = owner
-        (events, continuation) = AsyncStream.makeStream(of: MeterLinkEvent.self, bufferingPolicy: .unbounded)
     }
 
     func setCharacteristics(_ paths: [String: String]) {
@@ -331,8 +329,9 @@ final class LinkCore: Sendable {
     func flush() {
         state.withLock { state in
             guard !state.batch.isEmpty else { return }
-            for event in state.batch { continuation.yield(event) }
-            state.batch.removeAll(keepingCapacity: true)
+            let group = state.batch
+            state.batch = []
+            channel.yield(group)
         }
     }
 
@@ -341,10 +340,10 @@ final class LinkCore: Sendable {
             guard !state.ended else { return }
             state.ended = true
             // Values that arrived before the end go first.
-            for event in state.batch { continuation.yield(event) }
-            state.batch.removeAll()
-            continuation.yield(.disconnected(reason: reason))
-            continuation.finish()
+            var group = state.batch
+            state.batch = []
+            group.append(.disconnected(reason: reason))
+            channel.finish(after: group)
         }
     }
 }
@@ -357,7 +356,9 @@ final class LinkCore: Sendable {
 public final class BlueZMeterLink: MeterLink {
     public let address: String
     public let devicePath: String
-    public var events: AsyncStream<MeterLinkEvent> { core.events }
+    public var events: AsyncStream<MeterLinkEvent> { core.channel.events }
+    /// The values of each dispatch pass as one group (see `LinkCore`).
+    public var eventGroups: AsyncStream<[MeterLinkEvent]> { core.channel.eventGroups }
     /// Characteristic paths by lower-case 128-bit UUID.
     public let characteristicPaths: [String: String]
     /// Timeout of GATT reads, writes and notification changes.

@@ -66,7 +66,8 @@ final class DownloadSession {
         let (stream, continuation) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
         inputs = stream.makeAsyncIterator()
         self.continuation = continuation
-        let events = link.events
+        // In groups: a burst of notifications costs one stream element, not one each.
+        let groups = link.eventGroups
         forwarder = Task(executorPreference: CommandExecutor.preferred) {
             func tell(_ wake: DownloadIntake.Wake) {
                 if wake.contains(.batchFull) {
@@ -75,21 +76,23 @@ final class DownloadSession {
                     continuation.yield(.wake)
                 }
             }
-            for await event in events {
-                switch event {
-                case .value(.glucoseMeasurement, let bytes):
-                    tell(intake.measurement(bytes))
-                case .value(.glucoseMeasurementContext, let bytes):
-                    tell(intake.context(bytes))
-                case .value(.recordAccessControlPoint, _):
-                    intake.touch(clearHold: true)
-                    continuation.yield(.link(event))
-                case .value(let uuid, _) where VendorClock.characteristics.contains(uuid):
-                    continuation.yield(.link(event))
-                case .value:
-                    tell(intake.touch(clearHold: false))
-                case .disconnected:
-                    continuation.yield(.link(event))
+            for await group in groups {
+                for event in group {
+                    switch event {
+                    case .value(.glucoseMeasurement, let bytes):
+                        tell(intake.measurement(bytes))
+                    case .value(.glucoseMeasurementContext, let bytes):
+                        tell(intake.context(bytes))
+                    case .value(.recordAccessControlPoint, _):
+                        intake.touch(clearHold: true)
+                        continuation.yield(.link(event))
+                    case .value(let uuid, _) where VendorClock.characteristics.contains(uuid):
+                        continuation.yield(.link(event))
+                    case .value:
+                        tell(intake.touch(clearHold: false))
+                    case .disconnected:
+                        continuation.yield(.link(event))
+                    }
                 }
             }
             continuation.yield(.linkEnded)

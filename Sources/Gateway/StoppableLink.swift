@@ -6,24 +6,28 @@ import GlucoseProfile
 /// through its ordinary path (cancelling the task instead would abandon those bus calls).
 final class StoppableLink: MeterLink, Sendable {
     let base: any MeterLink
-    let events: AsyncStream<MeterLinkEvent>
-    private let continuation: AsyncStream<MeterLinkEvent>.Continuation
+    private let channel = MeterLinkEventChannel()
     private let forwarder: Task<Void, Never>
 
     init(_ base: any MeterLink) {
         self.base = base
-        let (stream, continuation) = AsyncStream.makeStream(of: MeterLinkEvent.self, bufferingPolicy: .unbounded)
-        self.events = stream
-        self.continuation = continuation
-        let upstream = base.events
+        let channel = self.channel
+        // The base's groups pass through whole: one stream element per group on each side.
+        let upstream = base.eventGroups
         forwarder = Task(executorPreference: CommandExecutor.preferred) {
-            for await event in upstream {
-                continuation.yield(event)
-                if case .disconnected = event { break }
+            for await group in upstream {
+                if let end = group.firstIndex(where: { if case .disconnected = $0 { true } else { false } }) {
+                    channel.finish(after: Array(group[...end]))
+                    return
+                }
+                channel.yield(group)
             }
-            continuation.finish()
+            channel.finish()
         }
     }
+
+    var events: AsyncStream<MeterLinkEvent> { channel.events }
+    var eventGroups: AsyncStream<[MeterLinkEvent]> { channel.eventGroups }
 
     deinit { forwarder.cancel() }
 
@@ -39,7 +43,7 @@ final class StoppableLink: MeterLink, Sendable {
     func disconnect() async {
         forwarder.cancel()
         await base.disconnect()
-        continuation.finish()
+        channel.finish()
     }
 
     /// Sends RACP Abort Operation, waiting at most `timeout` on `clock` for the write to be acknowledged.
@@ -55,7 +59,6 @@ final class StoppableLink: MeterLink, Sendable {
 
     /// Ends the session as if the link had dropped.
     func end(reason: String) {
-        continuation.yield(.disconnected(reason: reason))
-        continuation.finish()
+        channel.finish(after: [.disconnected(reason: reason)])
     }
 }

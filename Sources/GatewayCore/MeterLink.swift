@@ -116,6 +116,10 @@ public protocol MeterLink: Sendable {
     var address: String { get }
     /// Every event of the link, merged in arrival order. Values appear only for subscribed characteristics.
     var events: AsyncStream<MeterLinkEvent> { get }
+    /// The same events in groups, as the link took them in together (a burst of notifications), so a
+    /// consumer pays for one stream element per group. A consumer reads either this or `events`, not
+    /// both. By default each event is a group of its own.
+    var eventGroups: AsyncStream<[MeterLinkEvent]> { get }
     /// Whether the resolved GATT database has this characteristic (in any service).
     func hasCharacteristic(_ uuid: GATTUUID) async -> Bool
     /// Reads a characteristic's value.

@@ -50,6 +50,38 @@ import GatewayCore
         #expect(!core.isReporting)
     }
 
+    @Test func aPassIsHandedOnAsOneGroupAndTheEndFollowsItsValues() async {
+        let core = Self.core()
+        let groups = core.channel.eventGroups
+        core.handle(Self.value(Self.measurementPath, [0x00, 0x01, 0x00]))
+        core.handle(Self.value(Self.measurementPath, [0x00, 0x02, 0x00]))
+        core.flush()
+        core.flush()
+        core.handle(Self.value(Self.racpPath, [0x06, 0x00, 0x01, 0x01]))
+        core.end("the meter disconnected")
+        core.handle(Self.value(Self.measurementPath, [0x00, 0x03, 0x00]))
+        core.flush()
+        var received: [[MeterLinkEvent]] = []
+        for await group in groups { received.append(group) }
+        #expect(received == [
+            [.value(.glucoseMeasurement, [0x00, 0x01, 0x00]), .value(.glucoseMeasurement, [0x00, 0x02, 0x00])],
+            [.value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]), .disconnected(reason: "the meter disconnected")],
+        ])
+    }
+
+    @Test func singleEventsComeInTheSameOrder() async {
+        let core = Self.core()
+        core.handle(Self.value(Self.measurementPath, [0x00, 0x01, 0x00]))
+        core.flush()
+        core.handle(Self.value(Self.racpPath, [0x06, 0x00, 0x01, 0x01]))
+        core.end("the meter disconnected")
+        var received: [MeterLinkEvent] = []
+        for await event in core.channel.events { received.append(event) }
+        #expect(received == [.value(.glucoseMeasurement, [0x00, 0x01, 0x00]),
+                             .value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]),
+                             .disconnected(reason: "the meter disconnected")])
+    }
+
     @Test func theEndOfTheLinkEndsIt() {
         let core = Self.core()
         core.racpRequest([0x01, 0x01], writing: true)
