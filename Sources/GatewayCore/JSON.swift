@@ -427,6 +427,7 @@ public enum JSONParser {
     public static func scanArray(_ bytes: [UInt8], keys: [String]) throws(JSONParseError) -> [ScannedElement]? {
         try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> [ScannedElement]? in
             var parser = Parser(bytes: buffer)
+            parser.namePlaces.reserveCapacity(32)
             parser.skipWhitespace()
             var elements: [ScannedElement]?
             if parser.peek() == UInt8(ascii: "[") {
@@ -438,6 +439,19 @@ public enum JSONParser {
             guard parser.atEnd else { throw parser.error("unexpected data after the document") }
             return elements
         }
+    }
+
+    /// Whether any of the eight bytes in `word` ends a run of plain string bytes: a quote, a backslash
+    /// or a control character (below 0x20). Eight bytes are passed over at a time while none does.
+    @inline(__always)
+    static func stopsString(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        // A byte of `x` is zero where `(x - ones) & ~x` has its high bit; below 0x20 likewise with 0x20s.
+        let quote = word ^ (ones &* 0x22)
+        let backslash = word ^ (ones &* 0x5C)
+        let control = (word &- ones &* 0x20) & ~word
+        return ((quote &- ones) & ~quote | (backslash &- ones) & ~backslash | control) & highs != 0
     }
 
     /// The member names `scanArray` builds, as strings and as their UTF-8 bytes (compared with a name's
@@ -475,6 +489,8 @@ public enum JSONParser {
     private struct Parser {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
+        /// The places of the plain names of the objects `scanObject` is in, outermost first.
+        var namePlaces: [Range<Int>] = []
 
         init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -596,25 +612,27 @@ public enum JSONParser {
         mutating func scanObject(depth: Int, keys: ScanKeys) throws(JSONParseError) -> [JSONMember] {
             index += 1
             var kept: [JSONMember] = []
-            var plain: [Range<Int>] = []
             var names: [String]?
             skipWhitespace()
             if peek() == UInt8(ascii: "}") { index += 1; return kept }
-            plain.reserveCapacity(16)
+            // This object's plain names are `namePlaces[first...]`: an object inside one adds its own after
+            // them and takes them away when it ends, so one array serves every object of the document.
+            let first = namePlaces.count
+            defer { namePlaces.removeSubrange(first...) }
             if !keys.names.isEmpty { kept.reserveCapacity(keys.names.count) }
             while true {
                 skipWhitespace()
                 guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
                 let key: String?
                 if names == nil, let range = plainName() {
-                    for earlier in plain where earlier.count == range.count && same(earlier, range) {
+                    for earlier in namePlaces[first...] where earlier.count == range.count && same(earlier, range) {
                         throw error("duplicate key '\(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))'")
                     }
-                    plain.append(range)
+                    namePlaces.append(range)
                     key = keys.name(matching: UnsafeBufferPointer(rebasing: bytes[range]))
                 } else {
                     if names == nil {
-                        names = plain.map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) }
+                        names = namePlaces[first...].map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) }
                     }
                     let name = try string()
                     if names?.contains(name) == true { throw error("duplicate key '\(name)'") }
@@ -696,16 +714,22 @@ public enum JSONParser {
 
         /// A string checked as `string()` checks it; a string without escapes is passed over whole.
         mutating func skipString() throws(JSONParseError) {
-            let start = index
-            index += 1
-            while index < bytes.count {
-                let c = bytes[index]
-                if c == UInt8(ascii: "\"") { index += 1; return }
-                if c == UInt8(ascii: "\\") || c < 0x20 { break }
-                index += 1
+            // The bytes up to the closing quote in a loop of its own, the place kept in a local.
+            if let base = bytes.baseAddress {
+                let end = bytes.count
+                var i = index + 1
+                while i + 8 <= end, !JSONParser.stopsString(UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) { i += 8 }
+                while i < end {
+                    let c = base[i]
+                    if c == UInt8(ascii: "\"") {
+                        index = i + 1
+                        return
+                    }
+                    if c == UInt8(ascii: "\\") || c < 0x20 { break }
+                    i += 1
+                }
             }
             // Escapes or a control character: the full reading decides, with the same errors.
-            index = start
             _ = try string()
         }
 
@@ -746,14 +770,20 @@ public enum JSONParser {
             index += 1
             // Most strings have no escape: their bytes are taken as they are, without a copy that grows.
             let start = index
-            while index < bytes.count {
-                let c = bytes[index]
-                if c == UInt8(ascii: "\"") {
-                    index += 1
-                    return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)]), as: UTF8.self)
+            if let base = bytes.baseAddress {
+                let end = bytes.count
+                var i = index
+                while i + 8 <= end, !JSONParser.stopsString(UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) { i += 8 }
+                while i < end {
+                    let c = base[i]
+                    if c == UInt8(ascii: "\"") {
+                        index = i + 1
+                        return String(decoding: UnsafeBufferPointer(start: base + start, count: i - start), as: UTF8.self)
+                    }
+                    if c == UInt8(ascii: "\\") || c < 0x20 { break }
+                    i += 1
                 }
-                if c == UInt8(ascii: "\\") || c < 0x20 { break }
-                index += 1
+                index = i
             }
             var out = Array(bytes[start..<index])
             while true {

@@ -1,5 +1,6 @@
 import Testing
 @testable import GatewayCore
+import TestSupport
 
 /// `JSONParser.scanArray` against `JSONParser.parse`: the same verdict on every input (the same error,
 /// at the same place), and for arrays the same elements, with the named members in full.
@@ -20,6 +21,7 @@ import Testing
         #"[{"x":1,"y":{"x":2},"x":3}]"#,
         #"[{"identifiex":"near","_ie":2,"IDENTIFIER":"no","identifier":"k","_id":"1","identifie":0,"identifier_":1}]"#,
         #"[{"_id":1,"_id":2}]"#,
+        #"[{"long":"abcdefghijklmnopqrstuvwxyz0123456789","esc":"abcdefgh\"ijklmnop","ctl":"abcdefghijklmnopq\r","u":"\u00e9\u00e9\u00e9\u00e9 \#u{E9}\#u{E9}\#u{E9}\#u{E9}\#u{1F600}"},"abcdefghijklmnopqrstuvwxyz"]"#,
         #"[{"a":1,"b":{"identifier":"inner","_id":[{"_id":3}]},"_id":"outer"}]"#,
         #"[{"_id":null,"identifier":7}]"#,
         #"[{"big":1"# + String(repeating: "0", count: 320) + #"}]"#,
@@ -39,6 +41,28 @@ import Testing
         String(repeating: "[", count: 70) + String(repeating: "]", count: 70),
         "[" + String(repeating: "{\"a\":", count: 64) + "1" + String(repeating: "}", count: 64) + "]",
     ]
+
+    /// Eight bytes at a time: a word stops a string exactly when one of its bytes is a quote, a backslash
+    /// or below 0x20, whichever byte it is, next to any others.
+    @Test func aWordStopsAStringWhenOneOfItsBytesDoes() {
+        func stops(_ b: UInt8) -> Bool { b == 0x22 || b == 0x5C || b < 0x20 }
+        var rng = SplitMix(seed: 0x5C22)
+        for position in 0..<8 {
+            for value in 0...255 {
+                for fill: UInt8 in [0x61, 0x21, 0x23, 0x5B, 0x5D, 0x20, 0x7F, 0x80, 0xFF, 0x00, 0x22] {
+                    var bytes = [UInt8](repeating: fill, count: 8)
+                    bytes[position] = UInt8(value)
+                    let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+                    #expect(JSONParser.stopsString(word) == bytes.contains(where: stops), "\(bytes)")
+                }
+            }
+        }
+        for _ in 0..<20_000 {
+            let bytes = (0..<8).map { _ in UInt8(truncatingIfNeeded: rng.below(256)) }
+            let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+            #expect(JSONParser.stopsString(word) == bytes.contains(where: stops), "\(bytes)")
+        }
+    }
 
     /// Every document, every prefix of it and every one-byte change from a set of troublemakers.
     static var corpus: [[UInt8]] {
