@@ -198,6 +198,9 @@ final class LinkCore: Sendable {
     let channel = MeterLinkEventChannel()
     private struct State {
         var uuidByPath: [String: GATTUUID] = [:]
+        /// The characteristic of the last notification: a burst comes from one or two, and comparing the
+        /// path costs less than hashing it.
+        var lastValue: (path: String, uuid: GATTUUID)?
         var subscribed: Set<GATTUUID> = []
         var ended = false
         /// A request to report records was written and no RACP indication has come since: the meter is
@@ -222,7 +225,10 @@ final class LinkCore: Sendable {
         for (uuid, path) in paths {
             if let known = GATTUUID(string: uuid) ?? GATTUUID(vendor: uuid) { byPath[path] = known }
         }
-        state.withLock { $0.uuidByPath = byPath }
+        state.withLock { state in
+            state.uuidByPath = byPath
+            state.lastValue = nil
+        }
     }
 
     func setSubscribed(_ uuid: GATTUUID, _ on: Bool) {
@@ -277,7 +283,16 @@ final class LinkCore: Sendable {
         if interface == BlueZNames.gattCharacteristic {
             guard let value = message.body[1].property("Value")?.bytes else { return }
             state.withLock { state in
-                guard !state.ended, let uuid = state.uuidByPath[path], state.subscribed.contains(uuid) else { return }
+                guard !state.ended else { return }
+                let uuid: GATTUUID
+                if let last = state.lastValue, last.path == path {
+                    uuid = last.uuid
+                } else {
+                    guard let known = state.uuidByPath[path] else { return }
+                    uuid = known
+                    state.lastValue = (path, known)
+                }
+                guard state.subscribed.contains(uuid) else { return }
                 if uuid == .recordAccessControlPoint { state.reporting = false }
                 state.batch.append(.value(uuid, value))
             }

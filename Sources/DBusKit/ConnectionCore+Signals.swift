@@ -22,7 +22,7 @@ extension ConnectionCore {
     func routeSignal(_ message: OpaquePointer) {
         guard !subscriptions.isEmpty else { return }
         // Headers first; the body is decoded only when some rule wants the message.
-        var decoded = Marshalling.decodeHeader(message)
+        var decoded = Marshalling.decodeHeader(message, strings: &decodedStrings)
         var bodyDecoded = false
         var plainDelivery = false
         var burstDelivery = false
@@ -34,7 +34,7 @@ extension ConnectionCore {
                     break
                 }
                 if !bodyDecoded {
-                    decoded.body = Marshalling.decodeBody(message)
+                    decoded.body = Marshalling.decodeBody(message, strings: &decodedStrings)
                     bodyDecoded = true
                 }
                 if rule.matches(decoded) {
@@ -44,7 +44,7 @@ extension ConnectionCore {
             }
             guard wanted else { continue }
             if !bodyDecoded {
-                decoded.body = Marshalling.decodeBody(message)
+                decoded.body = Marshalling.decodeBody(message, strings: &decodedStrings)
                 bodyDecoded = true
             }
             if let filter = subscription.filter, !filter(decoded) { continue }

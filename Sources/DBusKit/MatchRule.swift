@@ -78,9 +78,16 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
         if let path, path != message.path { return false }
         if let pathNamespace {
             guard let p = message.path else { return false }
-            if pathNamespace != "/" && p != pathNamespace && !p.hasPrefix(pathNamespace + "/") { return false }
+            if pathNamespace != "/" && p != pathNamespace && !Self.isBelow(p, pathNamespace) { return false }
         }
         return true
+    }
+
+    /// Whether `path` starts with `namespace` followed by `/` (without building `namespace + "/"`).
+    static func isBelow(_ path: String, _ namespace: String) -> Bool {
+        let p = path.utf8, n = namespace.utf8.count
+        guard p.count > n, path.hasPrefix(namespace) else { return false }
+        return p[p.index(p.startIndex, offsetBy: n)] == UInt8(ascii: "/")
     }
 }
 

@@ -82,6 +82,35 @@ import GatewayCore
                              .disconnected(reason: "the meter disconnected")])
     }
 
+    @Test func eachValueGoesToItsCharacteristicAlsoWhenTheMapChanges() async {
+        let core = Self.core()
+        let contextPath = Self.device + "/service0010/char0014"
+        let unknownPath = Self.device + "/service0010/char0099"
+        core.handle(Self.value(Self.measurementPath, [1]))
+        core.handle(Self.value(Self.measurementPath, [2]))
+        core.handle(Self.value(Self.racpPath, [3]))
+        core.handle(Self.value(unknownPath, [4]))
+        core.handle(Self.value(Self.measurementPath, [5]))
+        core.flush()
+        // The same path now names another characteristic, which is not subscribed, then is.
+        core.setCharacteristics([GATTUUID.glucoseMeasurementContext.uuidString: Self.measurementPath,
+                                 GATTUUID.glucoseMeasurement.uuidString: contextPath])
+        core.handle(Self.value(Self.measurementPath, [6]))
+        core.setSubscribed(.glucoseMeasurementContext, true)
+        core.handle(Self.value(Self.measurementPath, [7]))
+        core.handle(Self.value(contextPath, [8]))
+        core.setSubscribed(.glucoseMeasurement, false)
+        core.handle(Self.value(contextPath, [9]))
+        core.end("the meter disconnected")
+        var received: [MeterLinkEvent] = []
+        for await event in core.channel.events { received.append(event) }
+        #expect(received == [
+            .value(.glucoseMeasurement, [1]), .value(.glucoseMeasurement, [2]), .value(.recordAccessControlPoint, [3]),
+            .value(.glucoseMeasurement, [5]), .value(.glucoseMeasurementContext, [7]), .value(.glucoseMeasurement, [8]),
+            .disconnected(reason: "the meter disconnected"),
+        ])
+    }
+
     @Test func theEndOfTheLinkEndsIt() {
         let core = Self.core()
         core.racpRequest([0x01, 0x01], writing: true)

@@ -124,6 +124,27 @@ import Testing
         #expect(!rule.matches(message))
     }
 
+    @Test func pathNamespaceTakesThePathAndWhatIsBelowIt() {
+        let rule = MatchRule(pathNamespace: "/org/bluez/hci0")
+        func matches(_ path: String?) -> Bool { rule.matchesHeader(DBusMessage(kind: .signal, path: path)) }
+        #expect(matches("/org/bluez/hci0"))
+        #expect(matches("/org/bluez/hci0/dev_A"))
+        #expect(matches("/org/bluez/hci0/dev_A/service0010/char0011"))
+        #expect(!matches("/org/bluez/hci01"))
+        #expect(!matches("/org/bluez/hci0_x/dev_A"))
+        #expect(!matches("/org/bluez"))
+        #expect(!matches("/org/bluez/hci"))
+        #expect(!matches("/org/bluez/hcI0/dev_A"))
+        #expect(!matches("/"))
+        #expect(!matches(""))
+        #expect(!matches(nil))
+        #expect(MatchRule(pathNamespace: "/").matchesHeader(DBusMessage(kind: .signal, path: "/any/thing")))
+        for (path, namespace) in [("/a/b/c", "/a/b"), ("/a/bc", "/a/b"), ("/a/b", "/a/b/"), ("/a/é/x", "/a/é"),
+                                  ("/a/é/x", "/a/e"), ("/a/b/", "/a/b"), ("/ab", "/a")] {
+            #expect(MatchRule.isBelow(path, namespace) == path.hasPrefix(namespace + "/"), "\(path) under \(namespace)")
+        }
+    }
+
     @Test func signatureSplitting() {
         #expect(ConnectionCore.splitSignature("sa{sv}as(yay)aay") == ["s", "a{sv}", "as", "(yay)", "aay"])
         #expect(ConnectionCore.splitSignature("") == [])
