@@ -98,6 +98,10 @@ public actor Dispatcher {
     public private(set) var nextAttemptAt: ContinuousClock.Instant?
     private var lastReported: (state: UploadState, code: Int?)?
     private var persisted: DestinationState
+    /// The state as last written to the store or read from it; nil while the store holds none.
+    private var saved: DestinationState?
+    /// When the running session started: a success is first written at most `successSaveInterval` after it.
+    private var sessionStartedAt: ContinuousClock.Instant?
 
     init(destination: any UploadDestination, store: any OutboxStore, settings: RecoverySettings, timing: UploadTiming,
          http: any HTTPClient, connectivity: (any ConnectivityMonitor)?, logger: Logger, isLocal: Bool, clock: any SessionClock) {
@@ -119,6 +123,7 @@ public actor Dispatcher {
     func load() async {
         if let saved = try? await store.destinationState(name) {
             persisted = saved
+            self.saved = saved
             lastReported = (saved.state, saved.lastErrorCode)
         }
     }
@@ -159,6 +164,7 @@ public actor Dispatcher {
     /// must stop, or `deadline` passes.
     public func session(deadline: ContinuousClock.Instant?) async -> SessionReport {
         counters = Counters()
+        sessionStartedAt = clock.now
         let end = await runSession(deadline: deadline)
         if successUnsaved { await save() }
         switch end {
@@ -434,8 +440,9 @@ public actor Dispatcher {
     // MARK: - State and alerts
 
     /// While a backlog drains, a state that differs from the saved one only in the time of the last
-    /// success is written at most this often (and when the session ends), so an acknowledged batch costs
-    /// one commit, its acknowledgement, instead of two.
+    /// success is written at most this often, counted from the session's start (and when the session
+    /// ends), so an acknowledged batch costs one commit, its acknowledgement, instead of two; a session
+    /// that drains within this time writes its state once.
     static let successSaveInterval: Duration = .seconds(1)
 
     private func reportSuccess(sessionEnds: Bool = false) async {
@@ -453,7 +460,8 @@ public actor Dispatcher {
         lastReported = nil
         var onlyTimeMoved = before
         onlyTimeMoved.lastSuccessAt = persisted.lastSuccessAt
-        if !sessionEnds, onlyTimeMoved == persisted, let saved = successSavedAt, clock.now - saved < Self.successSaveInterval {
+        if !sessionEnds, onlyTimeMoved == persisted, let since = successSavedAt ?? sessionStartedAt,
+           clock.now - since < Self.successSaveInterval {
             successUnsaved = true
             return
         }
@@ -465,10 +473,17 @@ public actor Dispatcher {
     /// A success time waits to be written (see `successSaveInterval`).
     private var successUnsaved = false
 
+    /// Writes the state unless the store already holds exactly this one.
     private func save() async {
         successUnsaved = false
+        guard persisted != saved else { return }
         successSavedAt = clock.now
-        try? await store.saveDestinationState(persisted)
+        do {
+            try await store.saveDestinationState(persisted)
+            saved = persisted
+        } catch {
+            logger.debug("cannot save the upload state: \(error)")
+        }
     }
 
     /// Records an error state; logs it and runs the alert command once per change of state or code.
