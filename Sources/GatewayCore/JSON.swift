@@ -320,6 +320,24 @@ public struct JSONWriter {
         s.withUTF8 { appendQuoted($0, to: &out, escapingDelete: escapingDelete) }
     }
 
+    /// True when `appendQuoted` (without `escapingDelete`) copies `text` as it is between the quotes: no
+    /// byte of it is a quote, a backslash or a control character. Eight bytes are looked at a time.
+    public static func writesVerbatim(_ text: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = text.baseAddress else { return true }
+        let end = text.count
+        var i = 0
+        while i + 8 <= end {
+            if JSONParser.stopsString(UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) { return false }
+            i += 8
+        }
+        while i < end {
+            let c = base[i]
+            if c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") { return false }
+            i += 1
+        }
+        return true
+    }
+
     /// `appendString` of UTF-8 bytes: runs that need no escape are copied in one piece.
     static func appendQuoted(_ text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8], escapingDelete: Bool) {
         out.append(UInt8(ascii: "\""))

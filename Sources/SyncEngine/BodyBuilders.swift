@@ -145,13 +145,6 @@ extension String {
 
 /// Pieces of a body written at `p[at...]`, `at` moved past them.
 enum BodyBytes {
-    /// True when `JSONWriter` writes `text` as it is between its quotes (no control character, `"` or `\`).
-    @inline(__always)
-    static func needNoEscape(_ text: UnsafeBufferPointer<UInt8>) -> Bool {
-        for c in text where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") { return false }
-        return true
-    }
-
     @inline(__always)
     static func put(_ text: UnsafeBufferPointer<UInt8>, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
         guard let base = text.baseAddress, !text.isEmpty else { return }
@@ -229,7 +222,7 @@ public struct NightscoutBodyBuilder: OutboxBodyBuilder {
                      identifier: String) -> [UInt8] {
         var identifier = identifier
         return identifier.withUTF8 { identifier in
-            guard BodyBytes.needNoEscape(dateString), BodyBytes.needNoEscape(device), BodyBytes.needNoEscape(identifier) else {
+            guard JSONWriter.writesVerbatim(dateString), JSONWriter.writesVerbatim(device), JSONWriter.writesVerbatim(identifier) else {
                 return slow(mbg, date, dateString, device, identifier)
             }
             // The member names and punctuation (79 bytes), two integers of at most 20 characters each.

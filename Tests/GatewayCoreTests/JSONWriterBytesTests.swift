@@ -1,4 +1,4 @@
-import GatewayCore
+@testable import GatewayCore
 import Testing
 import TestSupport
 
@@ -101,6 +101,25 @@ struct JSONWriterBytesTests {
                 if last == "]" { w.endArray(); r.end("]") } else { w.endObject(); r.end("}") }
             }
             #expect(w.bytes == r.bytes, "document \(i)")
+        }
+    }
+
+    /// `writesVerbatim` says true exactly when `appendQuoted` writes the bytes as they are between quotes,
+    /// at every length around the eight-byte steps and with the byte that needs an escape anywhere.
+    @Test func verbatimExactlyWhenNothingIsEscaped() {
+        var rng = SplitMix(seed: 0x7E1B)
+        let pool: [UInt8] = [0x00, 0x01, 0x09, 0x0A, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x2F, 0x5B, 0x5C, 0x5D, 0x61, 0x7F, 0x80, 0xC3, 0xA9, 0xFF]
+        for length in 0...40 {
+            for _ in 0..<200 {
+                var bytes = (0..<length).map { _ in UInt8(ascii: "a") &+ UInt8(truncatingIfNeeded: rng.below(26)) }
+                if length > 0, rng.chance(60) { bytes[rng.below(length)] = pool[rng.below(pool.count)] }
+                if length > 0, rng.chance(20) { bytes[rng.below(length)] = pool[rng.below(pool.count)] }
+                bytes.withUnsafeBufferPointer { text in
+                    var out: [UInt8] = []
+                    JSONWriter.appendQuoted(text, to: &out, escapingDelete: false)
+                    #expect(JSONWriter.writesVerbatim(text) == (out == [0x22] + bytes + [0x22]), "\(bytes)")
+                }
+            }
         }
     }
 
