@@ -262,6 +262,9 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
     var byIdentifier: [String: Int64] = [:]
     byIdentifier.reserveCapacity(items.count)
     for item in items { byIdentifier[item.key] = item.id }
+    // With every key sent once, the item at an element's place that has the element's identifier is the
+    // one the table gives (Nightscout answers in the order sent), so it is taken without a lookup.
+    let keysDistinct = byIdentifier.count == items.count
     var fingerprints: [Print: [Int64]]?
     func byFingerprint() -> [Print: [Int64]] {
         if let fingerprints { return fingerprints }
@@ -273,12 +276,16 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
         return made
     }
     var stored: Set<Int64> = []
+    stored.reserveCapacity(items.count)
     var duplicates = 0
-    for element in elements {
+    for (place, element) in elements.enumerated() {
         guard element.isObject else { continue }
         var id: Int64?
         if let identifier = element.member("identifier") {
-            if let text = identifier.stringValue, let match = byIdentifier[text], !stored.contains(match) { id = match }
+            if let text = identifier.stringValue {
+                let match = keysDistinct && place < items.count && items[place].key == text ? items[place].id : byIdentifier[text]
+                if let match, !stored.contains(match) { id = match }
+            }
         } else if let whole = try? JSONParser.parse(Array(body[element.range])), let print = fingerprint(whole) {
             // No identifier (an older server): the element in full, matched by what it says.
             id = byFingerprint()[print]?.first { !stored.contains($0) }

@@ -250,6 +250,55 @@ struct TreatmentBuilderTests {
         #expect(again == [2])
     }
 
+    /// Entries judged by identifier against the table of every key sent, whatever the order of the answer,
+    /// keys sent twice, elements repeated, missing or without `_id`.
+    @Test func identifiersJudgedAsByTheTableOfKeys() {
+        func reference(_ body: [UInt8], items: [OutboxItem]) -> BatchOutcome? {
+            guard let elements = try? JSONParser.scanArray(body, keys: ["identifier", "_id"]) else { return nil }
+            var byIdentifier: [String: Int64] = [:]
+            for item in items { byIdentifier[item.key] = item.id }
+            var stored: Set<Int64> = []
+            var duplicates = 0
+            for element in elements where element.isObject {
+                guard let text = element.member("identifier")?.stringValue, let match = byIdentifier[text], !stored.contains(match) else { continue }
+                stored.insert(match)
+                if element.member("_id") == nil { duplicates += 1 }
+            }
+            let reason = stored.isEmpty
+                ? "server answered HTTP 200 without confirming any of the \(items.count) reading(s) sent"
+                : "server answered HTTP 200 confirming only \(stored.count) of the \(items.count) reading(s) sent"
+            return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
+                               retry: items.map(\.id).filter { !stored.contains($0) }, retryReason: reason)
+        }
+        var rng = SplitMix(seed: 0x1DE7)
+        var inOrder = 0
+        for _ in 0..<2_000 {
+            let count = 1 + rng.below(8)
+            let keys = (0..<count).map { _ in "k\(rng.below(rng.chance(50) ? 4 : 100))" }
+            let items = keys.enumerated().map { item(Int64(10 + $0.offset), "{}", key: $0.element) }
+            var answer: [String] = []
+            if rng.chance(50) {
+                inOrder += 1
+                answer = keys.map { #"{"identifier":"\#($0)","_id":"x"}"# }
+            } else {
+                for _ in 0..<rng.below(10) {
+                    let key = rng.chance(80) ? keys[rng.below(count)] : "other"
+                    switch rng.below(5) {
+                    case 0: answer.append(#"{"identifier":"\#(key)"}"#)
+                    case 1: answer.append(#"{"identifier":7,"_id":"y"}"#)
+                    case 2: answer.append(rng.chance(50) ? "null" : #""\#(key)""#)
+                    default: answer.append(#"{"_id":"z","identifier":"\#(key)"}"#)
+                    }
+                }
+            }
+            if rng.chance(20), !answer.isEmpty { answer.swapAt(0, rng.below(answer.count)) }
+            let body = Array(("[" + answer.joined(separator: ",") + "]").utf8)
+            let outcome = judgeNightscoutV1Answer(body, items: items, status: 200, noun: "reading") { _ -> Int? in nil }
+            #expect(outcome == reference(body, items: items), "\(keys) \(answer)")
+        }
+        #expect(inOrder > 500)
+    }
+
     @Test func anUnreadableAnswerIsTransient() {
         let a = item(1, #"{"eventType":"BG Check","created_at":"2026-01-01T08:02:15.000+01:00","identifier":"k1"}"#, key: "k1")
         guard case .transient = NightscoutTreatmentsDestination.judge(Array("<html>".utf8), items: [a], status: 200) else {
