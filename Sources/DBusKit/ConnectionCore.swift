@@ -348,6 +348,11 @@ final class ConnectionCore {
 
     // MARK: - Incoming messages
 
+    /// The connection's only filter. No object path is registered with libdbus (exported objects are
+    /// served here), so for a signal nothing after the filter would act: answering HANDLED spares libdbus
+    /// its object-tree dispatch, which splits the message's path into a freshly allocated array of
+    /// components and frees it again for every signal. Method calls are answered here too; other messages
+    /// (replies nobody waits for) are left to libdbus, which drops them.
     private func handle(_ message: OpaquePointer) -> DBusHandlerResult {
         switch dbus_message_get_type(message) {
         case DBUS_MESSAGE_TYPE_SIGNAL:
@@ -357,7 +362,7 @@ final class ConnectionCore {
                 return DBUS_HANDLER_RESULT_HANDLED
             }
             routeSignal(message)
-            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+            return DBUS_HANDLER_RESULT_HANDLED
         case DBUS_MESSAGE_TYPE_METHOD_CALL:
             pass.others += 1
             handleMethodCall(message)
