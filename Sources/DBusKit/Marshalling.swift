@@ -272,28 +272,31 @@ enum Marshalling {
     }
 
     /// `sa{sv}as`: `(interface, changed, invalidated)`, the same values as `decodeSequence` gives; nil (the
-    /// caller decodes generically) as soon as an element is not of the type the signature promises.
+    /// caller decodes generically) when a variant holds nothing `decodeOne` knows.
+    ///
+    /// Only called once the body's signature was seen to be exactly `sa{sv}as`, and libdbus validated the
+    /// body against it before handing the message over, so the type of every position is known: libdbus
+    /// is asked only where the message decides (the values, whether another element follows, what a
+    /// variant holds), not to confirm what the signature already says.
     private static func decodePropertiesChanged(_ iter: inout DBusMessageIter,
                                                 _ strings: inout DecodedStrings?) -> [DBusValue]? {
-        guard dbus_message_iter_get_arg_type(&iter) == CDBUS_TYPE_STRING else { return nil }
         let interface = basicString(&iter, &strings)
-        guard dbus_message_iter_next(&iter) != 0, dbus_message_iter_get_arg_type(&iter) == CDBUS_TYPE_ARRAY,
-              dbus_message_iter_get_element_type(&iter) == CDBUS_TYPE_DICT_ENTRY else { return nil }
+        guard dbus_message_iter_next(&iter) != 0 else { return nil }
         var entries: [DBusDictEntry] = []
         var array = DBusMessageIter()
         dbus_message_iter_recurse(&iter, &array)
         while dbus_message_iter_get_arg_type(&array) == CDBUS_TYPE_DICT_ENTRY {
             var entry = DBusMessageIter()
             dbus_message_iter_recurse(&array, &entry)
-            guard dbus_message_iter_get_arg_type(&entry) == CDBUS_TYPE_STRING else { return nil }
             let key = basicString(&entry, &strings)
-            guard dbus_message_iter_next(&entry) != 0, dbus_message_iter_get_arg_type(&entry) == CDBUS_TYPE_VARIANT,
-                  let value = decodeOne(&entry) else { return nil }
-            entries.append(DBusDictEntry(.string(key), value))
+            guard dbus_message_iter_next(&entry) != 0 else { return nil }
+            var content = DBusMessageIter()
+            dbus_message_iter_recurse(&entry, &content)
+            guard let inner = decodeOne(&content) else { return nil }
+            entries.append(DBusDictEntry(.string(key), .variant(inner)))
             dbus_message_iter_next(&array)
         }
-        guard dbus_message_iter_next(&iter) != 0, dbus_message_iter_get_arg_type(&iter) == CDBUS_TYPE_ARRAY,
-              dbus_message_iter_get_element_type(&iter) == CDBUS_TYPE_STRING else { return nil }
+        guard dbus_message_iter_next(&iter) != 0 else { return nil }
         var invalidated: [DBusValue] = []
         var names = DBusMessageIter()
         dbus_message_iter_recurse(&iter, &names)
@@ -301,7 +304,6 @@ enum Marshalling {
             invalidated.append(.string(basicString(&names, &strings)))
             dbus_message_iter_next(&names)
         }
-        guard dbus_message_iter_next(&iter) == 0 else { return nil }
         return [.string(interface), .dictionary(key: "s", value: "v", entries), .array(element: "s", invalidated)]
     }
 

@@ -172,6 +172,16 @@ import Testing
             "Pair": .structure([.string("a"), .int64(-1)]), "Empty": .array(element: "s", []),
         ]), .strings(["Name", "Alias"])],
         [.string(""), .dictionary(key: "s", value: "v", []), .strings([])],
+        // Every other kind a variant can hold, variants in variants, containers of containers, and more
+        // than one invalidated name: the path recurses into each variant itself, so each kind must come
+        // back as the generic path gives it.
+        [.string("org.example.Every"), .vardict([
+            "Byte": .byte(0xFF), "Double": .double(-0.5), "Int32": .int32(Int32.min), "UInt64": .uint64(UInt64.max),
+            "UInt16": .uint16(0), "Int64": .int64(Int64.max), "UInt32": .uint32(1), "Signature": .signature("a{sv}"),
+            "String": .string("é\u{1F600}"), "Deep": .variant(.variant(.array(element: "(sy)", [.structure([.string("k"), .byte(1)])]))),
+            "Nested": .dictionary(key: "s", value: "a{sv}", [DBusDictEntry(.string("inner"), .vardict(["x": .int32(3)]))]),
+            "Bytes": .array(element: "ay", [.bytes([1, 2, 3]), .bytes([])]),
+        ]), .strings(["A", "B", "C"])],
         // Duplicate keys stay as sent.
         [.string("x.y"), .dictionary(key: "s", value: "v", [DBusDictEntry(.string("Value"), .variant(.bytes([1]))),
                                                                DBusDictEntry(.string("Value"), .variant(.bytes([2])))]), .strings([])],
