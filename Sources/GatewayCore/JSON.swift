@@ -433,23 +433,31 @@ public enum JSONParser {
         public var isObject: Bool
         /// The object's members named in `keys`, in document order, with their values in full.
         public var members: [JSONMember]
+        /// Bit `n` is set when the object has a member named `present[n]` (its value checked, not built).
+        public var present: UInt64 = 0
 
         /// The member's value, nil when the object has no member of that name (or is not an object).
         public func member(_ key: String) -> JSONValue? { members.first { $0.key == key }?.value }
+
+        /// Whether the object has a member named `present[index]` of `scanArray(_:keys:present:)`.
+        public func has(_ index: Int) -> Bool { index >= 0 && index < 64 && present & (1 << UInt64(index)) != 0 }
     }
 
     /// Checks `bytes` as `parse` does (it throws exactly where `parse` throws) and, when the document is an
     /// array, returns its elements: their places, and for objects the members named in `keys`. Every
     /// other value is checked but not built, so an answer of many documents costs no allocation per value.
     /// Nil for a document that is not an array.
-    public static func scanArray(_ bytes: [UInt8], keys: [String]) throws(JSONParseError) -> [ScannedElement]? {
-        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> [ScannedElement]? in
+    /// Names in `present` (at most 64, none of them in `keys`) are only looked for: an element's
+    /// `has(n)` says whether it has a member named `present[n]`, whose value is checked as the rest.
+    public static func scanArray(_ bytes: [UInt8], keys: [String], present: [String] = []) throws(JSONParseError) -> [ScannedElement]? {
+        precondition(present.count <= 64 && !present.contains(where: keys.contains), "scanArray: at most 64 names looked for, none of them built")
+        return try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> [ScannedElement]? in
             var parser = Parser(bytes: buffer)
             parser.namePlaces.reserveCapacity(32)
             parser.skipWhitespace()
             var elements: [ScannedElement]?
             if parser.peek() == UInt8(ascii: "[") {
-                elements = try parser.scanElements(keys: ScanKeys(keys))
+                elements = try parser.scanElements(keys: ScanKeys(keys, present: present))
             } else {
                 try parser.skip(depth: 0)
             }
@@ -475,18 +483,22 @@ public enum JSONParser {
     /// The member names `scanArray` builds, as strings and as their UTF-8 bytes (compared with a name's
     /// bytes in the document without a string made for the name).
     struct ScanKeys {
+        /// The names built, then the names only looked for.
         let names: [String]
         let utf8: [[UInt8]]
+        /// How many of `names` are built (the first ones).
+        let built: Int
 
         static let none = ScanKeys([])
 
-        init(_ names: [String]) {
-            self.names = names
-            utf8 = names.map { Array($0.utf8) }
+        init(_ names: [String], present: [String] = []) {
+            self.names = names + present
+            utf8 = self.names.map { Array($0.utf8) }
+            built = names.count
         }
 
-        /// The name whose bytes are `text`, nil when none is.
-        func name(matching text: UnsafeBufferPointer<UInt8>) -> String? {
+        /// Where in `names` the name whose bytes are `text` is, nil when none is.
+        func place(matching text: UnsafeBufferPointer<UInt8>) -> Int? {
             for (n, key) in utf8.enumerated() where key.count == text.count {
                 let equal = key.withUnsafeBufferPointer { k -> Bool in
                     var i = 0
@@ -496,7 +508,7 @@ public enum JSONParser {
                     }
                     return true
                 }
-                if equal { return names[n] }
+                if equal { return n }
             }
             return nil
         }
@@ -609,8 +621,9 @@ public enum JSONParser {
                 let start = index
                 guard 1 < JSONParser.maxDepth else { throw error("nesting too deep") }
                 if peek() == UInt8(ascii: "{") {
-                    let members = try scanObject(depth: 1, keys: keys)
-                    items.append(ScannedElement(range: start..<index, isObject: true, members: members))
+                    var present: UInt64 = 0
+                    let members = try scanObject(depth: 1, keys: keys, present: &present)
+                    items.append(ScannedElement(range: start..<index, isObject: true, members: members, present: present))
                 } else {
                     try skip(depth: 1)
                     items.append(ScannedElement(range: start..<index, isObject: false, members: []))
@@ -627,7 +640,8 @@ public enum JSONParser {
         /// members named in `keys` are built. Names of plain ASCII without escapes are compared as bytes,
         /// which for them is what comparing the strings does; once a name has an escape or other bytes,
         /// every name of the object is compared as a string, as `object(depth:)` compares them.
-        mutating func scanObject(depth: Int, keys: ScanKeys) throws(JSONParseError) -> [JSONMember] {
+        /// The names of `keys` past its built ones that the object has are flagged in `present`.
+        mutating func scanObject(depth: Int, keys: ScanKeys, present: inout UInt64) throws(JSONParseError) -> [JSONMember] {
             index += 1
             var kept: [JSONMember] = []
             var names: [String]?
@@ -637,17 +651,20 @@ public enum JSONParser {
             // them and takes them away when it ends, so one array serves every object of the document.
             let first = namePlaces.count
             defer { namePlaces.removeSubrange(first...) }
-            if !keys.names.isEmpty { kept.reserveCapacity(keys.names.count) }
+            if keys.built > 0 { kept.reserveCapacity(keys.built) }
             while true {
                 skipWhitespace()
                 guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
-                let key: String?
+                // The name as built (the document's own, as `object(depth:)` keeps it) and where it is in `keys`.
+                var key: String?
+                let place: Int?
                 if names == nil, let range = plainName() {
                     for earlier in namePlaces[first...] where earlier.count == range.count && same(earlier, range) {
                         throw error("duplicate key '\(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))'")
                     }
                     namePlaces.append(range)
-                    key = keys.name(matching: UnsafeBufferPointer(rebasing: bytes[range]))
+                    place = keys.place(matching: UnsafeBufferPointer(rebasing: bytes[range]))
+                    if let place, place < keys.built { key = keys.names[place] }
                 } else {
                     if names == nil {
                         names = namePlaces[first...].map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) }
@@ -655,7 +672,8 @@ public enum JSONParser {
                     let name = try string()
                     if names?.contains(name) == true { throw error("duplicate key '\(name)'") }
                     names?.append(name)
-                    key = keys.names.contains(name) ? name : nil
+                    place = keys.names.firstIndex(of: name)
+                    if let place, place < keys.built { key = name }
                 }
                 skipWhitespace()
                 guard peek() == UInt8(ascii: ":") else { throw error("expected ':'") }
@@ -664,6 +682,7 @@ public enum JSONParser {
                 if let key {
                     kept.append(JSONMember(key, try value(depth: depth + 1)))
                 } else {
+                    if let place { present |= 1 << UInt64(place - keys.built) }
                     try skip(depth: depth + 1)
                 }
                 skipWhitespace()
@@ -707,7 +726,9 @@ public enum JSONParser {
             guard depth < JSONParser.maxDepth else { throw error("nesting too deep") }
             guard let b = peek() else { throw error("unexpected end of input") }
             switch b {
-            case UInt8(ascii: "{"): _ = try scanObject(depth: depth, keys: ScanKeys.none)
+            case UInt8(ascii: "{"):
+                var present: UInt64 = 0
+                _ = try scanObject(depth: depth, keys: ScanKeys.none, present: &present)
             case UInt8(ascii: "["):
                 index += 1
                 skipWhitespace()

@@ -254,8 +254,9 @@ func runCredentialCheck(_ request: HTTPRequest, http: any HTTPClient,
 /// needs them.
 func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxItem], status: Int, noun: String,
                                               fingerprint: (JSONValue) -> Print?) -> BatchOutcome {
-    // Only each element's `identifier` and `_id` are built; the rest is checked as a full parse checks it.
-    guard let elements = try? JSONParser.scanArray(body, keys: ["identifier", "_id"]) else {
+    // Only each element's `identifier` is built, and whether it has an `_id` noted; the rest is checked as
+    // a full parse checks it.
+    guard let elements = try? JSONParser.scanArray(body, keys: ["identifier"], present: ["_id"]) else {
         // A 2xx we cannot read: the server may have stored the batch; send the same bytes again.
         return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
     }
@@ -292,13 +293,17 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
         }
         guard let id else { continue }
         stored.insert(id)
-        if element.member("_id") == nil { duplicates += 1 }
+        if !element.has(0) { duplicates += 1 }
     }
-    let unconfirmed = items.map(\.id).filter { !stored.contains($0) }
+    let ids = items.map(\.id)
+    // `stored` holds only ids of `items`: as many as there are items, it holds every item's id (and the
+    // ids are distinct), so the filters below would keep every id and none.
+    let all = stored.count == items.count
+    let unconfirmed = all ? [] : ids.filter { !stored.contains($0) }
     let reason = stored.isEmpty
         ? "server answered HTTP \(status) without confirming any of the \(items.count) \(noun)(s) sent"
         : "server answered HTTP \(status) confirming only \(stored.count) of the \(items.count) \(noun)(s) sent"
-    return .perElement(stored: items.map(\.id).filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
+    return .perElement(stored: all ? ids : ids.filter { stored.contains($0) }, duplicates: duplicates, rejected: [:],
                        retry: unconfirmed, retryReason: reason)
 }
 

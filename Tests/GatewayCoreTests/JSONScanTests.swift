@@ -119,4 +119,42 @@ import TestSupport
         // The corpus holds both kinds in numbers.
         #expect(arrays > 100 && refused > 1000)
     }
+
+    /// Names only looked for: the same verdict as a full parse, their presence exactly where the element
+    /// has them, and the built names as when all are built.
+    @Test func namesLookedForAreFoundWhereAFullParseHasThem() throws {
+        var flagged = 0, unflagged = 0
+        for bytes in Self.corpus {
+            let full: Result<JSONValue, JSONParseError> = Result { () throws(JSONParseError) in try JSONParser.parse(bytes) }
+            let scan: Result<[JSONParser.ScannedElement]?, JSONParseError> = Result { () throws(JSONParseError) in
+                try JSONParser.scanArray(bytes, keys: ["identifier"], present: ["_id", "sgv"])
+            }
+            switch (full, scan) {
+            case let (.failure(a), .failure(b)):
+                #expect(a == b, "\(String(decoding: bytes, as: UTF8.self))")
+            case let (.success(value), .success(elements)):
+                guard let items = value.arrayValue else {
+                    #expect(elements == nil)
+                    continue
+                }
+                let scanned = try #require(elements)
+                try #require(scanned.count == items.count)
+                for (item, element) in zip(items, scanned) {
+                    #expect(try JSONParser.parse(Array(bytes[element.range])) == item)
+                    if case .object(let members) = item {
+                        #expect(element.members == members.filter { $0.key == "identifier" })
+                        #expect(element.has(0) == (item["_id"] != nil), "\(String(decoding: bytes, as: UTF8.self))")
+                        #expect(element.has(1) == (item["sgv"] != nil), "\(String(decoding: bytes, as: UTF8.self))")
+                        if element.has(0) { flagged += 1 } else { unflagged += 1 }
+                    } else {
+                        #expect(element.members.isEmpty && !element.has(0) && !element.has(1))
+                    }
+                    #expect(!element.has(2) && !element.has(-1) && !element.has(64))
+                }
+            default:
+                Issue.record("different verdicts for \(String(decoding: bytes, as: UTF8.self))")
+            }
+        }
+        #expect(flagged > 100 && unflagged > 100)
+    }
 }
