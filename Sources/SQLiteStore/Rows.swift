@@ -192,4 +192,17 @@ enum OutboxColumns {
             key: row.text(3), body: row.blob(4), state: state, attempts: row.int(6), createdAt: row.int64(7)
         )
     }
+
+    /// A row of `SQLiteStore.claimSQL`, as `decode` reads it and then marked in flight. The query takes
+    /// only rows whose destination is `destination` and whose state is `pending` (both compared as the
+    /// same bytes), so those two columns are not read again: the item has `destination` and `.inFlight`.
+    static func decodeClaimed(_ row: SQLiteStatement, destination: DestinationName) throws -> OutboxItem {
+        guard !row.isNull(4) else {
+            throw SQLiteStoreError.invalidColumn(table: "outbox_body", column: "body")
+        }
+        return OutboxItem(
+            id: row.int64(0), destination: destination, readingID: row.int64(2),
+            key: row.text(3), body: row.blob(4), state: .inFlight, attempts: row.int(6), createdAt: row.int64(7)
+        )
+    }
 }

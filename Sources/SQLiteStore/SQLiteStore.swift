@@ -614,7 +614,9 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         let claimedAt = now()
         let claimed = try withoutOwnSync(db) {
             try db.transaction {
-                let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))], OutboxColumns.decode)
+                let items = try db.query(Self.claimSQL, [.text(destination.rawValue), .integer(Int64(limit))]) { row in
+                    try OutboxColumns.decodeClaimed(row, destination: destination)
+                }
                 guard let last = items.last else { return [OutboxItem]() }
                 // The query took the destination's first pending rows by id, under this transaction's
                 // write lock: its pending rows up to the last id taken are exactly those, marked at once.
@@ -622,11 +624,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 guard db.changes == items.count else {
                     throw SQLiteError(code: .error, message: "claimed \(items.count) outbox rows but marked \(db.changes) in flight", sql: Self.markInFlightSQL)
                 }
-                return items.map { item in
-                    var item = item
-                    item.state = .inFlight
-                    return item
-                }
+                return items
             }
         }
         if !claimed.isEmpty { committed(.uploads) }

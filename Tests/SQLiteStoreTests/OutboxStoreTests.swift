@@ -27,6 +27,25 @@ import Testing
         await store.close()
     }
 
+    /// A claim's items carry the destination asked for: rows of a name with the same characters in
+    /// other bytes (a canonically equivalent name) are another queue, neither claimed nor relabelled.
+    @Test func claimedItemsCarryTheirQueuesOwnDestination() async throws {
+        let composed = DestinationName(rawValue: "ns-\u{E9}")
+        let decomposed = DestinationName(rawValue: "ns-e\u{301}")
+        let store = try SQLiteStore(path: ":memory:", builders: [StubBuilder(destination: composed), StubBuilder(destination: decomposed)],
+                                    now: { 5000 })
+        try await store.insert((1...3).map { sampleReading(sequence: $0) })
+        let first = try await store.claimPending(composed, limit: 10)
+        #expect(first.count == 3)
+        #expect(first.allSatisfy { Array($0.destination.rawValue.utf8) == Array(composed.rawValue.utf8) && $0.state == .inFlight })
+        #expect(try await store.counts(decomposed).pending == 3)
+        let second = try await store.claimPending(decomposed, limit: 10)
+        #expect(second.count == 3)
+        #expect(second.allSatisfy { Array($0.destination.rawValue.utf8) == Array(decomposed.rawValue.utf8) && $0.state == .inFlight })
+        #expect(Set(first.map(\.id)).isDisjoint(with: second.map(\.id)))
+        await store.close()
+    }
+
     @Test func acknowledgeReleaseAndCounts() async throws {
         let store = try await filledStore(":memory:", readings: 4)
         let items = try await store.claimPending(.nightscout, limit: 4)
