@@ -43,6 +43,12 @@ struct MeterDownloadTests {
         while clock.sleeping == 0 { await Task.yield() }
     }
 
+    /// Returns once the session's one timer sleeps until `deadline`: the session has taken in everything
+    /// the test caused so far (a write's answer, the records) and armed its timer from it.
+    static func timerSleeping(_ clock: ManualClock, until deadline: ContinuousClock.Instant) async {
+        while clock.deadlines != [deadline] { await Task.yield() }
+    }
+
     static func records(_ range: ClosedRange<UInt16>) -> [FakeRecord] {
         range.map { FakeRecord.glucose($0, mgdl: 80 + Int($0 % 100)) }
     }
@@ -204,15 +210,17 @@ struct MeterDownloadTests {
         let options = DownloadOptions(inactivityTimeout: .seconds(30))
         let task = Task { try await Self.download(meter, store, options: options, clock: clock, progress: onProgress) }
         await Self.received(4, on: progress)
-        // The first four are committed after the commit interval; the download goes on listening.
-        await Self.timerSleeping(clock)
+        // The first four are committed after the commit interval; the download goes on listening. (The
+        // timer is waited for at its deadline: the answer to the report request may be taken in after
+        // the records, and activity counts from it.)
+        await Self.timerSleeping(clock, until: start + options.commitInterval)
         clock.advance(by: options.commitInterval)
         while store.readings.count < 4 { await Task.yield() }
         #expect(!meter.callLog.contains("disconnect"))
         // Just before the timeout it still listens; at the timeout it ends.
-        await Self.timerSleeping(clock)
+        await Self.timerSleeping(clock, until: start + options.inactivityTimeout)
         clock.advance(by: options.inactivityTimeout - options.commitInterval - .milliseconds(1))
-        await Self.timerSleeping(clock)
+        await Self.timerSleeping(clock, until: start + options.inactivityTimeout)
         #expect(!meter.callLog.contains("disconnect"))
         clock.advance(by: .milliseconds(1))
         let result = try await task.value
