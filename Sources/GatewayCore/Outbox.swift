@@ -79,8 +79,11 @@ public struct OutboxCounts: Sendable, Equatable {
 public protocol OutboxStore: Sendable {
     /// Oldest pending rows of one destination, at most `limit`, marked in flight in the same transaction.
     func claimPending(_ destination: DestinationName, limit: Int) async throws -> [OutboxItem]
-    /// The server confirmed these rows: acknowledged, with the time.
-    func acknowledge(_ ids: [Int64], at: UnixMillis) async throws
+    /// The server confirmed these rows: acknowledged, with the time. With `synced` false the commit does not
+    /// wait for the disk: a crash of the process keeps it, a power cut before the next synced commit may
+    /// lose it (the rows are then sent again, and the server keeps one copy by their identifier). A caller
+    /// that passes false makes a synced commit (``saveDestinationState(_:)``) before its session ends.
+    func acknowledge(_ ids: [Int64], at: UnixMillis, synced: Bool) async throws
     /// Back to pending (ambiguous outcome, network down); counts an attempt.
     func release(_ ids: [Int64]) async throws
     /// Kept aside with the server's answer (error_bypass); re-sent only by `redrive`.
@@ -93,6 +96,13 @@ public protocol OutboxStore: Sendable {
     /// Records per-destination state (last error code/message, last success) for `status`.
     func saveDestinationState(_ state: DestinationState) async throws
     func destinationState(_ destination: DestinationName) async throws -> DestinationState?
+}
+
+extension OutboxStore {
+    /// Acknowledges in a commit that is on the disk when this returns.
+    public func acknowledge(_ ids: [Int64], at: UnixMillis) async throws {
+        try await acknowledge(ids, at: at, synced: true)
+    }
 }
 
 /// What `status` shows of a destination, persisted so a one-shot command and the daemon agree.

@@ -668,12 +668,20 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         }
     }
 
-    /// Marks rows acknowledged (from any state but acknowledged, whose first time is kept).
-    public func acknowledge(_ ids: [Int64], at: UnixMillis) throws {
+    /// Marks rows acknowledged (from any state but acknowledged, whose first time is kept). Unless
+    /// `synced`, the commit runs with `synchronous = NORMAL`, as a claim's (see ``OutboxStore``).
+    public func acknowledge(_ ids: [Int64], at: UnixMillis, synced: Bool) throws {
         guard !ids.isEmpty else { return }
         let db = try openConnection()
-        try db.transaction {
-            try db.execute(Self.acknowledgeSQL, [.integer(at), .text(Self.idList(ids))])
+        let mark = {
+            try db.transaction {
+                try db.execute(Self.acknowledgeSQL, [.integer(at), .text(Self.idList(ids))])
+            }
+        }
+        if synced {
+            try mark()
+        } else {
+            try withoutOwnSync(db, mark)
         }
         committed(.uploads)
     }

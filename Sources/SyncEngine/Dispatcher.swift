@@ -166,7 +166,7 @@ public actor Dispatcher {
         counters = Counters()
         sessionStartedAt = clock.now
         let end = await runSession(deadline: deadline)
-        if successUnsaved { await save() }
+        if successUnsaved || acknowledgedUnsynced { await save() }
         switch end {
         case .drained:
             longBackoffLevel = 0
@@ -250,7 +250,8 @@ public actor Dispatcher {
                 case let .perElement(stored, duplicates, rejected, retry, retryReason):
                     if !stored.isEmpty {
                         do {
-                            try await store.acknowledge(stored, at: SystemClock.now())
+                            try await store.acknowledge(stored, at: SystemClock.now(), synced: false)
+                            acknowledgedUnsynced = true
                         } catch {
                             await releaseAll(batch)
                             throw Stop.end(.deferred(code: NetworkErrorCode.timeout, message: "cannot record acknowledgements"))
@@ -441,8 +442,9 @@ public actor Dispatcher {
 
     /// While a backlog drains, a state that differs from the saved one only in the time of the last
     /// success is written at most this often, counted from the session's start (and when the session
-    /// ends), so an acknowledged batch costs one commit, its acknowledgement, instead of two; a session
-    /// that drains within this time writes its state once.
+    /// ends), so an acknowledged batch costs one commit, its acknowledgement (not synced), instead of two;
+    /// a session that drains within this time writes its state once, and that commit is the one sync of
+    /// all its acknowledgements.
     static let successSaveInterval: Duration = .seconds(1)
 
     private func reportSuccess(sessionEnds: Bool = false) async {
@@ -473,13 +475,20 @@ public actor Dispatcher {
     /// A success time waits to be written (see `successSaveInterval`).
     private var successUnsaved = false
 
-    /// Writes the state unless the store already holds exactly this one.
+    /// Acknowledgements were committed without a sync of their own (`acknowledge(synced: false)`), and no
+    /// synced commit followed yet: the session ends with one, the state's, even when the state is unchanged.
+    /// One sync per session then holds them all, instead of one per batch.
+    private var acknowledgedUnsynced = false
+
+    /// Writes the state unless the store already holds exactly this one (and no acknowledgement waits
+    /// for a synced commit).
     private func save() async {
         successUnsaved = false
-        guard persisted != saved else { return }
+        guard persisted != saved || acknowledgedUnsynced else { return }
         successSavedAt = clock.now
         do {
             try await store.saveDestinationState(persisted)
+            acknowledgedUnsynced = false
             saved = persisted
         } catch {
             logger.debug("cannot save the upload state: \(error)")

@@ -147,6 +147,31 @@ import Testing
         await store.close()
     }
 
+    /// An acknowledgement without a sync of its own asks for `synchronous = NORMAL` for its commit (a
+    /// synced one never does) and leaves the connection at FULL, also after a commit that failed; what it
+    /// committed is there after closing and reopening.
+    @Test func anUnsyncedAcknowledgementLeavesTheConnectionAtFullSync() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await filledStore(dir.database, readings: 3)
+        let items = try await store.claimPending(.nightscout, limit: 3)
+        try #require(items.count == 3)
+        await store.injectFaults([SQLiteFault(.step, sqlContains: "synchronous = NORMAL", code: .ioError)])
+        try await store.acknowledge([items[0].id], at: 7)
+        await #expect(throws: SQLiteError.self) { try await store.acknowledge([items[1].id], at: 8, synced: false) }
+        #expect(try await store.counts(.nightscout) == OutboxCounts(inFlight: 2, acknowledged: 1, oldestUnsent: 5000))
+        try await store.acknowledge([items[1].id], at: 8, synced: false)
+        #expect(try await store.pragmaValuesForTesting()["synchronous"] == "2")
+        await store.injectFaults([SQLiteFault(.step, sqlContains: "COMMIT", code: ResultCode(rawValue: 778))])  // SQLITE_IOERR_WRITE
+        await #expect(throws: SQLiteError.self) { try await store.acknowledge([items[2].id], at: 9, synced: false) }
+        #expect(try await store.pragmaValuesForTesting()["synchronous"] == "2")
+        await store.close()
+
+        let reopened = try SQLiteStore(path: dir.database, builders: [StubBuilder(destination: .nightscout)])
+        #expect(try await reopened.counts(.nightscout) == OutboxCounts(inFlight: 1, acknowledged: 2, oldestUnsent: 5000))
+        await reopened.close()
+    }
+
     /// A connection that cannot be set back to FULL after a claim is closed, never left committing
     /// without fsync.
     @Test func aClaimThatCannotRestoreFullSyncClosesTheConnection() async throws {

@@ -40,6 +40,8 @@ struct NightscoutUploadTests {
         #expect(outcome.uploaded == 1000)
         let saves = await store.stateSaves
         #expect(saves == 1, "saved \(saves) times")
+        // The acknowledgements were not synced each, and that one save is the synced commit after them.
+        #expect(await store.acknowledgedUnsynced.isEmpty)
         let state = try #require(try await store.destinationState(.nightscout))
         #expect(state.state == .ok)
         #expect(state.lastErrorCode == nil)

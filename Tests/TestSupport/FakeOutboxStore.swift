@@ -42,7 +42,12 @@ public actor FakeOutboxStore: OutboxStore {
         return out
     }
 
-    public func acknowledge(_ ids: [Int64], at: UnixMillis) async throws {
+    /// Acknowledged rows whose commit has not yet been followed by a synced one (`acknowledge` with
+    /// `synced` false, then `saveDestinationState`): a power cut now could lose their acknowledgement.
+    public private(set) var acknowledgedUnsynced: Set<Int64> = []
+
+    public func acknowledge(_ ids: [Int64], at: UnixMillis, synced: Bool) async throws {
+        if synced { acknowledgedUnsynced.removeAll() } else { acknowledgedUnsynced.formUnion(ids) }
         for i in rows.indices where ids.contains(rows[i].id) {
             rows[i].state = .acknowledged
             acknowledgedAt[rows[i].id] = at
@@ -102,6 +107,7 @@ public actor FakeOutboxStore: OutboxStore {
 
     public func saveDestinationState(_ state: DestinationState) async throws {
         stateSaves += 1
+        acknowledgedUnsynced.removeAll()
         states[state.destination] = state
     }
 
