@@ -34,7 +34,9 @@ final class DownloadIntake: Sendable {
         /// The last pending record is the latest event and may still get its context.
         var holdLast = false
         var orphanContexts: [UInt16: (GlucoseMeasurementContext, [UInt8])] = [:]
-        var lastActivity: ContinuousClock.Instant
+        private(set) var lastActivity: ContinuousClock.Instant
+        /// How many times the meter was heard from (see `answered(since:)`).
+        private(set) var activityCount = 0
         var lastMeasurementSequence: UInt16?
         var highestSequence: Int?
         var received = 0
@@ -45,6 +47,14 @@ final class DownloadIntake: Sendable {
         var wakeOnEveryValue = false
 
         var committable: Int { holdLast ? pending.count - 1 : pending.count }
+
+        init(lastActivity: ContinuousClock.Instant) { self.lastActivity = lastActivity }
+
+        /// The meter was heard from at `at`.
+        mutating func heard(at: ContinuousClock.Instant) {
+            lastActivity = at
+            activityCount &+= 1
+        }
 
         /// After taking something in: what the session must be told.
         mutating func wakes(batchSize: Int) -> Wake {
@@ -86,10 +96,22 @@ final class DownloadIntake: Sendable {
     func touch(clearHold: Bool) -> Wake {
         let at = clock.now
         return state.withLock {
-            $0.lastActivity = at
+            $0.heard(at: at)
             if clearHold { $0.holdLast = false }
             return $0.wakes(batchSize: batchSize)
         }
+    }
+
+    /// A mark of what has been heard from the meter so far, taken before a request is sent.
+    var activityMark: Int { state.withLock { $0.activityCount } }
+
+    /// The meter answered a request sent at `mark`. Its answer counts as activity only when nothing
+    /// else was heard since: a value that arrived meanwhile came after the answer (a meter acknowledges a
+    /// write before it sends what the write asked for), so the answer must not move the last activity
+    /// past it, however late the session gets to look at the answer.
+    func answered(since mark: Int) {
+        let at = clock.now
+        state.withLock { if $0.activityCount == mark { $0.heard(at: at) } }
     }
 
     /// Takes in a 0x2A18 value.
@@ -97,7 +119,7 @@ final class DownloadIntake: Sendable {
         let arrived = clock.now
         guard let decoded = DecodedMeasurement(bytes) else {
             let wake = state.withLock {
-                $0.lastActivity = arrived
+                $0.heard(at: arrived)
                 $0.holdLast = false
                 $0.malformed += 1
                 return $0.wakes(batchSize: batchSize)
@@ -109,7 +131,7 @@ final class DownloadIntake: Sendable {
         let seq = decoded.measurement.sequenceNumber
         let receivedAt = now()
         let update = state.withLock { s -> (DownloadProgress, Wake)? in
-            s.lastActivity = arrived
+            s.heard(at: arrived)
             s.holdLast = false
             // The same notification twice in a row (seen on real meters) is one record.
             if let last = s.pending.last, last.decoded.raw == bytes { return nil }
@@ -136,7 +158,7 @@ final class DownloadIntake: Sendable {
         let arrived = clock.now
         guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
             let wake = state.withLock {
-                $0.lastActivity = arrived
+                $0.heard(at: arrived)
                 $0.holdLast = false
                 $0.malformed += 1
                 return $0.wakes(batchSize: batchSize)
@@ -146,7 +168,7 @@ final class DownloadIntake: Sendable {
         }
         let seq = context.sequenceNumber
         return state.withLock { s in
-            s.lastActivity = arrived
+            s.heard(at: arrived)
             s.holdLast = false
             if let index = s.pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
                 if s.pending[index].context == nil {

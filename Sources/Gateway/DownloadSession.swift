@@ -321,8 +321,9 @@ final class DownloadSession {
         var transientRetries = 0
         while true {
             do {
+                let mark = intake.activityMark
                 try await link.write(.recordAccessControlPoint, request.encoded())
-                intake.touch(clearHold: false)
+                intake.answered(since: mark)
                 return
             } catch {
                 if error.kind == .disconnected { throw .disconnected(error.message) }

@@ -80,4 +80,32 @@ struct DownloadIntakeTests {
         #expect(intake.timing.lastActivity == start + .seconds(3))
         #expect(intake.timing.oldestCommittable == start + .seconds(2))
     }
+
+    /// A request's answer is activity at the time the session takes it in, unless the meter was heard
+    /// from since the request went out: what the request caused came after its answer, so a session
+    /// that looks at the answer late does not move the inactivity deadline past those values.
+    @Test func aLateTakenAnswerDoesNotMoveTheLastActivityPastValuesThatCameAfterIt() {
+        let clock = ManualClock()
+        let start = clock.now
+        let intake = Self.intake(batchSize: 10, clock: clock)
+        // Nothing heard while the request was out: the answer is the activity, when it is taken in.
+        let quiet = intake.activityMark
+        clock.advance(by: .seconds(5))
+        intake.answered(since: quiet)
+        #expect(intake.timing.lastActivity == start + .seconds(5))
+        // Records arrived after the request went out; the session takes the answer in 20 s later.
+        let busy = intake.activityMark
+        clock.advance(by: .seconds(1))
+        _ = intake.measurement(Self.measurement(1))
+        clock.advance(by: .seconds(20))
+        intake.answered(since: busy)
+        #expect(intake.timing.lastActivity == start + .seconds(6))
+        // Every value counts as activity, even one taken in as a duplicate or as undecodable.
+        let mark = intake.activityMark
+        _ = intake.measurement(Self.measurement(1))
+        #expect(intake.activityMark != mark)
+        let again = intake.activityMark
+        _ = intake.measurement([0x00])
+        #expect(intake.activityMark != again)
+    }
 }
