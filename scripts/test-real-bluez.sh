@@ -70,18 +70,37 @@ fi
 
 passed=0 failed=0 skipped=0
 summary=()
+# What each failed scenario printed as failing, repeated after the summary: a CI log is often read from
+# its end, and a scenario's own lines may be far above it.
+recap=()
+transcript="$(mktemp "${TMPDIR:-/tmp}/test-real-bluez.XXXXXX")"
 child=""
 trap '[[ -n $child ]] && kill -TERM "$child" 2> /dev/null; wait 2> /dev/null; exit 130' INT TERM
+trap 'rm -f "$transcript" "$transcript.tee"' EXIT
 for s in "${run[@]}"; do
     echo "=== scenario $s: $(header "$dir/$s.sh" about)"
     echo "    topology: $(header "$dir/$s.sh" topology)"
     t0=$SECONDS
     # A scenario may ask for a longer limit with "# rb-timeout: SECONDS"; RB_SCENARIO_TIMEOUT wins.
     limit="${RB_SCENARIO_TIMEOUT:-$(header "$dir/$s.sh" timeout)}"
-    RB_SCENARIO="$s" RB_CI="$ci" timeout --kill-after=10 "${limit:-300}" bash "$dir/$s.sh" &
+    RB_SCENARIO="$s" RB_CI="$ci" timeout --kill-after=10 "${limit:-300}" bash "$dir/$s.sh" \
+        > >(echo "$BASHPID" > "$transcript.tee"; exec tee "$transcript") 2>&1 &
     child=$!
     wait "$child"; rc=$?
     child=""
+    # tee ends when the scenario's last writer has closed; give it a moment to write out the rest (an
+    # ended tee this shell has not reaped yet is a zombie, state Z).
+    tee_pid="$(cat "$transcript.tee" 2> /dev/null)"
+    for _ in $(seq 50); do
+        [[ -n $tee_pid ]] && [[ "$(awk '{print $3}' "/proc/$tee_pid/stat" 2> /dev/null)" =~ ^[RSD]$ ]] || break
+        sleep 0.1
+    done
+    if [[ $rc != 0 && $rc != "$RB_SKIP" ]]; then
+        recap+=("--- $s (exit $rc):")
+        while IFS= read -r line; do recap+=("    $line"); done < <(
+            grep -a -E 'FAIL|RB-EXIT-CODE=[1-9]|exit [1-9][0-9]* \(want 0\)|timed out|time limit' "$transcript" | head -n 25)
+        recap+=("    (the whole transcript is above; the VMs' consoles and logs are in the job directory it names)")
+    fi
     took=$((SECONDS - t0))
     if [[ $rc == 0 ]]; then
         verdict=passed; passed=$((passed + 1))
@@ -95,6 +114,10 @@ for s in "${run[@]}"; do
 done
 echo
 printf '%s\n' "${summary[@]}"
+if ((${#recap[@]})); then
+    echo "what the failed scenarios reported as failing:"
+    printf '%s\n' "${recap[@]}"
+fi
 if ((skipped)); then
     echo "$passed passed, $failed failed, $skipped skipped"
 else
