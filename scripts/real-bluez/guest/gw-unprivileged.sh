@@ -1,7 +1,8 @@
 # Gateway VM of the unprivileged scenario: the gateway runs as the system user glucose-gateway (group
 # bluetooth) on a system whose bluetooth.conf lets only root call org.bluez (as hardened images do);
 # the project's D-Bus policy config/glucose-gateway-dbus.conf is what lets it in. The core flow then
-# runs as that user: scan, wrong and right PIN, sync with exact values, incremental sync.
+# runs as that user: scan, wrong and right PIN, sync with exact values, incremental sync, unpair and
+# pair again.
 export RB_GW_USER=glucose-gateway RB_GW_DB=/var/lib/glucose-gateway/gateway.sqlite3
 source "$RB_LIBDIR/guest/gw-lib.sh"
 useradd --system --no-create-home --shell /usr/sbin/nologin --groups bluetooth glucose-gateway
@@ -28,7 +29,15 @@ rb_step "reload the bus policy" 0 reload
 rb_step "scan as glucose-gateway" 0 gw scan --timeout 8 --json
 rb_check "scan lists the meter" grep -q "\"address\": \"$METER\"" <<< "$RB_OUTPUT"
 gw_pair "pair with a wrong PIN" 111111 1
+rb_check "the wrong PIN is reported as such" grep -qi "wrong PIN" <<< "$RB_OUTPUT"
+rb_step "meters after the wrong PIN" 0 gw meters --json
+rb_expect_eq "no meter stored after the wrong PIN" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
 gw_pair "pair with the right PIN" 123456 0
+rb_step "meters" 0 gw meters --json
+rb_check "the meter is stored with its zone" grep -q '"time_zone": "Europe/Berlin"' <<< "$RB_OUTPUT"
+rb_check "the meter's identity was read" grep -q '"model": "GlucoSim 1"' <<< "$RB_OUTPUT"
+rb_step "bluetoothctl info" any bluetoothctl info "$METER"
+rb_check "BlueZ holds a bond" grep -q "Bonded: yes" <<< "$RB_OUTPUT"
 rb_step "sync" 0 gw sync "$METER" --wait 20
 rb_expect_eq "sync reports every record as new" "$METER: 5 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
 gw_check_readings "all 5 records stored once, exact values and times"
@@ -36,4 +45,14 @@ rb_step "second sync" 0 gw sync --wait 20
 gw_check_incremental "the second sync finds nothing new"
 gw_check_readings "still exactly the 5 records"
 rb_expect_eq "the database belongs to the service user, mode 0600" "glucose-gateway 600" "$(stat -c '%U %a' "$RB_GW_DB")"
+# Unpair and pair again, as the service user: the bond goes, the readings stay, and a sync after the new
+# pairing stores nothing twice.
+rb_step "unpair" 0 gw unpair "$METER"
+rb_step "meters after unpair" 0 gw meters --json
+rb_expect_eq "no meter stored after unpair" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
+rb_step "bluetoothctl info after unpair" any bluetoothctl info "$METER"
+rb_check "the bond is gone from BlueZ" bash -c '! grep -q "Bonded: yes" <<< "$1"' _ "$RB_OUTPUT"
+gw_pair "pair again" 123456 0
+rb_step "sync after pairing again" 0 gw sync "$METER" --wait 20
+gw_check_readings "after the new pairing still exactly the 5 records, each once"
 rb_done
