@@ -21,8 +21,14 @@ extension ConnectionCore {
     /// (`awaitsBurst`), another message when some other subscription took it.
     func routeSignal(_ message: OpaquePointer) {
         guard !subscriptions.isEmpty else { return }
-        // Headers first; the body is decoded only when some rule wants the message.
-        var decoded = Marshalling.decodeHeader(message, strings: &decodedStrings)
+        // Headers first; the body is decoded only when some rule wants the message. Read from the wire
+        // bytes where `WireSignal` knows them, else field by field through libdbus.
+        let wire = WireSignal(message, cache: &signalCache)
+        defer { wire?.free() }
+        var decoded = wire?.header ?? Marshalling.decodeHeader(message, strings: &signalCache.strings)
+        func body() -> [DBusValue] {
+            wire?.propertiesChangedBody(&signalCache) ?? Marshalling.decodeBody(message, strings: &signalCache.strings)
+        }
         var bodyDecoded = false
         var plainDelivery = false
         var burstDelivery = false
@@ -34,7 +40,7 @@ extension ConnectionCore {
                     break
                 }
                 if !bodyDecoded {
-                    decoded.body = Marshalling.decodeBody(message, strings: &decodedStrings)
+                    decoded.body = body()
                     bodyDecoded = true
                 }
                 if rule.matches(decoded) {
@@ -44,7 +50,7 @@ extension ConnectionCore {
             }
             guard wanted else { continue }
             if !bodyDecoded {
-                decoded.body = Marshalling.decodeBody(message, strings: &decodedStrings)
+                decoded.body = body()
                 bodyDecoded = true
             }
             if let filter = subscription.filter, !filter(decoded) { continue }

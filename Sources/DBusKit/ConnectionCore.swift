@@ -60,8 +60,8 @@ final class ConnectionCore {
     var subscriptions: [Int: Subscription] = [:]
     /// Subscriptions with an `endOfBatch` that were delivered a message in the current dispatch pass.
     var batched: Set<Int> = []
-    /// The strings of recent signals (see `DecodedStrings`).
-    var decodedStrings: DecodedStrings? = DecodedStrings()
+    /// The strings and the last header of recent signals (see `WireSignalCache`, `DecodedStrings`).
+    var signalCache = WireSignalCache()
     /// What the current dispatch pass delivered (see `BurstWait`).
     var pass = PassCount()
     var disconnectWatchers: [Int: AsyncStream<Void>.Continuation] = [:]

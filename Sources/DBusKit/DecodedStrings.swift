@@ -19,8 +19,13 @@ struct DecodedStrings {
 
     /// `String(cString: pointer)`, from the kept strings when one has the same bytes.
     mutating func string(_ pointer: UnsafePointer<CChar>) -> String {
-        let length = strlen(pointer)
-        guard length <= Self.longest else { return String(cString: pointer) }
+        string(UnsafeRawBufferPointer(start: pointer, count: strlen(pointer)))
+    }
+
+    /// The same for the bytes of a string without its NUL (as a message's wire form holds it).
+    mutating func string(_ text: UnsafeRawBufferPointer) -> String {
+        let length = text.count
+        guard length <= Self.longest, let pointer = text.baseAddress else { return String(decoding: text, as: UTF8.self) }
         for entry in entries where entry.utf8.count == length {
             let same = entry.utf8.withContiguousStorageIfAvailable { bytes in
                 guard let base = bytes.baseAddress else { return length == 0 }
@@ -28,7 +33,7 @@ struct DecodedStrings {
             }
             if same == true { return entry }
         }
-        let decoded = String(cString: pointer)
+        let decoded = String(decoding: text, as: UTF8.self)
         // A string that needed repair (not UTF-8) has other bytes than the message: never kept.
         guard decoded.utf8.count == length else { return decoded }
         if entries.count < Self.capacity {

@@ -1,0 +1,288 @@
+internal import CDBus
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A received signal read from its wire bytes in one pass, instead of one libdbus call per header field
+/// and per value: the path a burst of GATT notifications takes (each one a `PropertiesChanged` whose
+/// header fields and body differ from the last one's only in the value).
+///
+/// libdbus validated every byte before handing the message over (lengths, alignment, padding, UTF-8,
+/// object paths, signatures, booleans), so what is read here is well formed; every read is still bounds
+/// checked, and whatever this reader does not know (big-endian byte order, a header field or a variant
+/// type outside the short list below, a body signature other than `sa{sv}as`) makes it answer nil, and
+/// the caller decodes through libdbus as before. Where it answers, the result is what `decodeHeader` and
+/// `decodeBody` give (the tests hold the two side by side).
+struct WireSignal {
+    private let data: UnsafeMutablePointer<CChar>
+    private let bytes: UnsafeRawBufferPointer
+    /// Where the body starts.
+    private let bodyStart: Int
+    private let isPropertiesChanged: Bool
+    let header: DBusMessage
+
+    /// The wire form of `message` with its header decoded; nil when libdbus cannot copy it out or the
+    /// header holds what this reader leaves to libdbus. The copy is the caller's until ``free()``.
+    init?(_ message: OpaquePointer, cache: inout WireSignalCache) {
+        var raw: UnsafeMutablePointer<CChar>? = nil
+        var length: Int32 = 0
+        guard dbus_message_marshal(message, &raw, &length) != 0, let raw else { return nil }
+        let bytes = UnsafeRawBufferPointer(start: raw, count: Int(max(length, 0)))
+        guard let (header, bodyStart) = Self.readHeader(bytes, &cache) else {
+            dbus_free(raw)
+            return nil
+        }
+        self.data = raw
+        self.bytes = bytes
+        self.bodyStart = bodyStart
+        self.isPropertiesChanged = header.signature == "sa{sv}as"
+        self.header = header
+    }
+
+    /// Gives the wire copy back to libdbus; the value is not used afterwards.
+    func free() { dbus_free(data) }
+
+    /// The body as `Marshalling.decodeBody` gives it; nil when it is not a `PropertiesChanged` whose
+    /// variants all hold types this reader knows.
+    func propertiesChangedBody(_ cache: inout WireSignalCache) -> [DBusValue]? {
+        guard isPropertiesChanged else { return nil }
+        var r = Reader(bytes: bytes, at: bodyStart)
+        guard let interface = r.string(&cache.strings), let changedLength = r.uint32() else { return nil }
+        // The entries start at the next multiple of 8, which the array's length does not count.
+        r.align(8)
+        let changedEnd = r.at + Int(changedLength)
+        guard changedEnd <= bytes.count else { return nil }
+        var entries: [DBusDictEntry] = []
+        while r.at < changedEnd {
+            r.align(8)
+            guard let key = r.string(&cache.strings), let value = r.variant() else { return nil }
+            entries.append(DBusDictEntry(.string(key), .variant(value)))
+        }
+        guard r.at == changedEnd, let namesLength = r.uint32() else { return nil }
+        let namesEnd = r.at + Int(namesLength)
+        guard namesEnd <= bytes.count else { return nil }
+        var invalidated: [DBusValue] = []
+        while r.at < namesEnd {
+            guard let name = r.string(&cache.strings) else { return nil }
+            invalidated.append(.string(name))
+        }
+        guard r.at == namesEnd else { return nil }
+        return [.string(interface), .dictionary(key: "s", value: "v", entries), .array(element: "s", invalidated)]
+    }
+
+    /// The fixed part and the header fields of a little-endian signal. Fields with the same bytes as the
+    /// last signal's (the same path, interface, member, sender and signature) are taken from `cache`.
+    private static func readHeader(_ bytes: UnsafeRawBufferPointer, _ cache: inout WireSignalCache) -> (DBusMessage, Int)? {
+        // Byte order, message type (4: signal), flags, version; body length; serial; the fields' length.
+        guard bytes.count >= 16, bytes[0] == UInt8(ascii: "l"), bytes[1] == 4 else { return nil }
+        var r = Reader(bytes: bytes, at: 8)
+        guard let serial = r.uint32(), let fieldsLength = r.uint32() else { return nil }
+        let fieldsEnd = 16 + Int(fieldsLength)
+        guard fieldsEnd <= bytes.count else { return nil }
+        let fields = UnsafeRawBufferPointer(rebasing: bytes[16..<fieldsEnd])
+        if var message = cache.header(for: fields) {
+            message.serial = serial
+            r.at = fieldsEnd
+            r.align(8)
+            return (message, r.at)
+        }
+        var message = DBusMessage(kind: .signal)
+        message.serial = serial
+        while r.at < fieldsEnd {
+            r.align(8)
+            // A field's code, then its value as a variant: a one-letter signature, then the value.
+            guard let code = r.byte(), let type = r.basicType() else { return nil }
+            switch (code, type) {
+            case (1, UInt8(ascii: "o")): message.path = r.string(&cache.strings)
+            case (2, UInt8(ascii: "s")): message.interface = r.string(&cache.strings)
+            case (3, UInt8(ascii: "s")): message.member = r.string(&cache.strings)
+            case (6, UInt8(ascii: "s")): message.destination = r.string(&cache.strings)
+            case (7, UInt8(ascii: "s")): message.sender = r.string(&cache.strings)
+            case (8, UInt8(ascii: "g")):
+                guard let signature = r.signature(&cache.strings) else { return nil }
+                message.signature = signature
+            default: return nil   // an error name, a reply serial, file descriptors or a field yet to come
+            }
+            // A value cut short: libdbus would not have passed such a message, so leave it to libdbus.
+            if r.failed { return nil }
+        }
+        guard r.at == fieldsEnd, message.path != nil, message.interface != nil, message.member != nil else { return nil }
+        cache.keep(message, for: fields)
+        r.align(8)
+        return (message, r.at)
+    }
+
+    /// Little-endian reads at `at`, each aligned as its type is on the wire (offsets count from the start
+    /// of the message). A read past the end sets `failed` and gives nil.
+    private struct Reader {
+        let bytes: UnsafeRawBufferPointer
+        var at: Int
+        var failed = false
+
+        init(bytes: UnsafeRawBufferPointer, at: Int) {
+            self.bytes = bytes
+            self.at = at
+        }
+
+        mutating func align(_ boundary: Int) {
+            at = (at + boundary - 1) & ~(boundary - 1)
+        }
+
+        private mutating func take(_ count: Int, aligned boundary: Int) -> Int? {
+            align(boundary)
+            guard count >= 0, at <= bytes.count - count else {
+                failed = true
+                return nil
+            }
+            defer { at += count }
+            return at
+        }
+
+        mutating func byte() -> UInt8? { take(1, aligned: 1).map { bytes[$0] } }
+
+        mutating func fixed<T: FixedWidthInteger>(_: T.Type) -> T? {
+            take(MemoryLayout<T>.size, aligned: MemoryLayout<T>.size).map {
+                T(littleEndian: bytes.loadUnaligned(fromByteOffset: $0, as: T.self))
+            }
+        }
+
+        mutating func uint32() -> UInt32? { fixed(UInt32.self) }
+
+        /// A variant's signature when it is one type code (`s`, `u`, ...): that code; nil otherwise.
+        mutating func basicType() -> UInt8? {
+            guard let length = byte(), length == 1, let start = take(2, aligned: 1) else { return nil }
+            return bytes[start]
+        }
+
+        /// `s` or `o`: a length, the bytes, a NUL; its text from `strings` where kept there.
+        mutating func string(_ strings: inout DecodedStrings?) -> String? {
+            guard let length = uint32(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
+            return text(start, Int(length), &strings)
+        }
+
+        /// `s` or `o` as a new string, as `Marshalling.decodeOne` reads it.
+        mutating func string() -> String? {
+            guard let length = uint32(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
+            return String(decoding: slice(start, Int(length)), as: UTF8.self)
+        }
+
+        /// `g`: a one-byte length, the bytes, a NUL; its text from `strings` where kept there.
+        mutating func signature(_ strings: inout DecodedStrings?) -> String? {
+            guard let length = byte(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
+            return text(start, Int(length), &strings)
+        }
+
+        /// `g` as a new string, as `Marshalling.decodeOne` reads it.
+        mutating func signature() -> String? {
+            guard let length = byte(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
+            return String(decoding: slice(start, Int(length)), as: UTF8.self)
+        }
+
+        private func slice(_ start: Int, _ length: Int) -> UnsafeRawBufferPointer {
+            UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
+        }
+
+        private func text(_ start: Int, _ length: Int, _ strings: inout DecodedStrings?) -> String {
+            let text = slice(start, length)
+            return strings?.string(text) ?? String(decoding: text, as: UTF8.self)
+        }
+
+        /// `v` holding `ay` (the value of a GATT characteristic) or a basic type; nil for anything else.
+        mutating func variant() -> DBusValue? {
+            guard let length = byte(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
+            if length == 2, bytes[start] == UInt8(ascii: "a"), bytes[start + 1] == UInt8(ascii: "y") {
+                guard let count = uint32(), let first = take(Int(count), aligned: 1) else { return nil }
+                return .bytes(Array(slice(first, Int(count))))
+            }
+            guard length == 1 else { return nil }
+            switch bytes[start] {
+            case UInt8(ascii: "y"): return byte().map(DBusValue.byte)
+            case UInt8(ascii: "b"): return uint32().map { .bool($0 != 0) }
+            case UInt8(ascii: "n"): return fixed(Int16.self).map(DBusValue.int16)
+            case UInt8(ascii: "q"): return fixed(UInt16.self).map(DBusValue.uint16)
+            case UInt8(ascii: "i"): return fixed(Int32.self).map(DBusValue.int32)
+            case UInt8(ascii: "u"): return uint32().map(DBusValue.uint32)
+            case UInt8(ascii: "x"): return fixed(Int64.self).map(DBusValue.int64)
+            case UInt8(ascii: "t"): return fixed(UInt64.self).map(DBusValue.uint64)
+            case UInt8(ascii: "d"): return fixed(UInt64.self).map { .double(Double(bitPattern: $0)) }
+            case UInt8(ascii: "s"): return string().map(DBusValue.string)
+            case UInt8(ascii: "o"): return string().map(DBusValue.objectPath)
+            case UInt8(ascii: "g"): return signature().map(DBusValue.signature)
+            default: return nil
+            }
+        }
+    }
+}
+
+/// What `WireSignal` keeps from one signal for the next: the strings of recent messages, and the last
+/// header decoded with the bytes of its fields. Confined to the connection's queue.
+struct WireSignalCache {
+    var strings: DecodedStrings? = DecodedStrings()
+    /// Longer field sections are decoded every time.
+    static let longestFields = 512
+    private var fields: [UInt8] = []
+    private var last: DBusMessage?
+
+    /// The last header when `fields` are the same bytes as its fields (the serial is not among them).
+    func header(for fields: UnsafeRawBufferPointer) -> DBusMessage? {
+        guard let last, fields.count > 0, fields.count == self.fields.count, let base = fields.baseAddress else { return nil }
+        let same = self.fields.withUnsafeBytes { kept in kept.baseAddress.map { memcmp($0, base, fields.count) == 0 } ?? false }
+        return same ? last : nil
+    }
+
+    mutating func keep(_ header: DBusMessage, for fields: UnsafeRawBufferPointer) {
+        guard fields.count <= Self.longestFields else {
+            last = nil
+            return
+        }
+        self.fields.removeAll(keepingCapacity: true)
+        self.fields.append(contentsOf: fields)
+        last = header
+    }
+}
+
+// MARK: - For tests: the two decodings side by side
+
+extension WireSignal {
+    /// A signal built by libdbus, as wire bytes (little-endian, as libdbus writes on this machine).
+    static func signalBytes(path: String, interface: String, member: String, sender: String?, destination: String? = nil,
+                            serial: UInt32, body: [DBusValue]) throws(DBusError) -> [UInt8] {
+        try Marshalling.validate(body)
+        guard let message = dbus_message_new_signal(path, interface, member) else { throw DBusError(.noMemory, "out of memory") }
+        defer { dbus_message_unref(message) }
+        dbus_message_set_serial(message, serial)
+        if let sender { _ = dbus_message_set_sender(message, sender) }
+        if let destination { _ = dbus_message_set_destination(message, destination) }
+        guard Marshalling.append(body, to: message) else { throw DBusError(.noMemory, "out of memory") }
+        var buffer: UnsafeMutablePointer<CChar>? = nil
+        var length: Int32 = 0
+        guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else { throw DBusError(.noMemory, "out of memory") }
+        defer { dbus_free(buffer) }
+        return Array(UnsafeRawBufferPointer(start: buffer, count: Int(length)))
+    }
+
+    /// `bytes` (one whole message) parsed and validated by libdbus, then decoded both ways: through
+    /// `WireSignal` (nil where it leaves the message to libdbus; `bodyFromWire` whether it read the body
+    /// too) and field by field through libdbus.
+    static func decodeBothWays(_ bytes: [UInt8], cache: inout WireSignalCache) throws(DBusError)
+        -> (wire: DBusMessage?, libdbus: DBusMessage, bodyFromWire: Bool) {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        let parsed = bytes.withUnsafeBufferPointer { buffer in
+            buffer.baseAddress.flatMap { base in
+                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) { dbus_message_demarshal($0, Int32(buffer.count), &error) }
+            }
+        }
+        guard let parsed else { throw ConnectionCore.takeError(&error, fallback: .failed) }
+        defer { dbus_message_unref(parsed) }
+        var plain: DecodedStrings? = nil
+        var libdbus = Marshalling.decodeHeader(parsed, strings: &plain)
+        libdbus.body = Marshalling.decodeBodyGenerically(parsed)
+        guard let wire = WireSignal(parsed, cache: &cache) else { return (nil, libdbus, false) }
+        defer { wire.free() }
+        var decoded = wire.header
+        let fromWire = wire.propertiesChangedBody(&cache)
+        decoded.body = fromWire ?? Marshalling.decodeBody(parsed, strings: &cache.strings)
+        return (decoded, libdbus, fromWire != nil)
+    }
+}
