@@ -161,6 +161,13 @@ enum SyncVsPeerBenchmark {
               + "wall \(DownloadBenchmark.fmt(median(peerFigures.wall))) s")
         let ratio = peerCPU > 0 ? gatewayCPU / peerCPU : 0
         print("  gateway/peer CPU: \(DownloadBenchmark.fmt(ratio)) (goal <= 0.200); gateway peak RSS goal <= 16.000 MB")
+        // Each round measures both within a second or two, so its ratio is less moved by the machine's
+        // speed drifting over the run than the ratio of the two medians.
+        let rounds = zip(gatewayFigures.cpu, peerFigures.cpu).compactMap { $1 > 0 ? $0 / $1 : nil }
+        if !rounds.isEmpty {
+            print("  gateway/peer CPU round by round: median \(DownloadBenchmark.fmt(median(rounds))), "
+                  + "min \(DownloadBenchmark.fmt(rounds.min() ?? 0)), max \(DownloadBenchmark.fmt(rounds.max() ?? 0)) of \(rounds.count)")
+        }
         if o.has("strace") {
             print("  strace -f -c of one gateway sync:")
             print(read(file: o.string("strace", "")) ?? "(no report)")
