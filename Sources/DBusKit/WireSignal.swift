@@ -156,35 +156,36 @@ struct WireSignal {
 
         /// `s` or `o`: a length, the bytes, a NUL; its text from `strings` where kept there.
         mutating func string(_ strings: inout DecodedStrings?) -> String? {
-            guard let length = uint32(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
-            return text(start, Int(length), &strings)
-        }
-
-        /// `s` or `o` as a new string, as `Marshalling.decodeOne` reads it.
-        mutating func string() -> String? {
-            guard let length = uint32(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
-            return String(decoding: slice(start, Int(length)), as: UTF8.self)
+            guard let length = uint32() else { return nil }
+            return text(Int(length), &strings)
         }
 
         /// `g`: a one-byte length, the bytes, a NUL; its text from `strings` where kept there.
         mutating func signature(_ strings: inout DecodedStrings?) -> String? {
-            guard let length = byte(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
-            return text(start, Int(length), &strings)
+            guard let length = byte() else { return nil }
+            return text(Int(length), &strings)
         }
 
-        /// `g` as a new string, as `Marshalling.decodeOne` reads it.
+        /// `s`, `o` or `g` as a new string, as `Marshalling.decodeOne` reads a variant's.
+        mutating func string() -> String? {
+            var none: DecodedStrings? = nil
+            return string(&none)
+        }
+
         mutating func signature() -> String? {
-            guard let length = byte(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
-            return String(decoding: slice(start, Int(length)), as: UTF8.self)
+            var none: DecodedStrings? = nil
+            return signature(&none)
+        }
+
+        /// `length` bytes of text and the NUL after them.
+        private mutating func text(_ length: Int, _ strings: inout DecodedStrings?) -> String? {
+            guard let start = take(length + 1, aligned: 1) else { return nil }
+            let text = slice(start, length)
+            return strings?.string(text) ?? String(decoding: text, as: UTF8.self)
         }
 
         private func slice(_ start: Int, _ length: Int) -> UnsafeRawBufferPointer {
             UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
-        }
-
-        private func text(_ start: Int, _ length: Int, _ strings: inout DecodedStrings?) -> String {
-            let text = slice(start, length)
-            return strings?.string(text) ?? String(decoding: text, as: UTF8.self)
         }
 
         /// `v` holding `ay` (the value of a GATT characteristic) or a basic type; nil for anything else.

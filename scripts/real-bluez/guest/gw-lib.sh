@@ -48,6 +48,29 @@ gw_check_incremental() {
 gw_pair() {  # gw_pair LABEL PIN WANT
     rb_step "$1" "$3" gw pair "$METER" --pin "$2" --timezone Europe/Berlin --wait 30
 }
+# A wrong PIN (exit 1, said so, nothing stored), then the right one: the meter stored with its zone and
+# identity, BlueZ bonded.
+gw_pair_wrong_then_right() {
+    gw_pair "pair with a wrong PIN" 111111 1
+    rb_check "the wrong PIN is reported as such" grep -qi "wrong PIN" <<< "$RB_OUTPUT"
+    rb_step "meters after the wrong PIN" 0 gw meters --json
+    rb_expect_eq "no meter stored after the wrong PIN" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
+    gw_pair "pair with the right PIN" 123456 0
+    rb_step "meters" 0 gw meters --json
+    rb_check "the meter is stored with its zone" grep -q '"time_zone": "Europe/Berlin"' <<< "$RB_OUTPUT"
+    rb_check "the meter's identity was read" grep -q '"model": "GlucoSim 1"' <<< "$RB_OUTPUT"
+    rb_step "bluetoothctl info" any bluetoothctl info "$METER"
+    rb_check "BlueZ holds a bond" grep -q "Bonded: yes" <<< "$RB_OUTPUT"
+}
+# unpair removes the meter and the bond; pairing again works.
+gw_unpair_and_pair_again() {
+    rb_step "unpair" 0 gw unpair "$METER"
+    rb_step "meters after unpair" 0 gw meters --json
+    rb_expect_eq "no meter stored after unpair" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
+    rb_step "bluetoothctl info after unpair" any bluetoothctl info "$METER"
+    rb_check "the bond is gone from BlueZ" bash -c '! grep -q "Bonded: yes" <<< "$1"' _ "$RB_OUTPUT"
+    gw_pair "pair again" 123456 0
+}
 # Waits up to S seconds until at least N readings are stored.
 gw_wait_count() {
     local n="$1" deadline=$((SECONDS + $2)) c=0

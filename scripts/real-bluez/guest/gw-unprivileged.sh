@@ -28,16 +28,7 @@ rb_step "install the project's D-Bus policy" 0 install -m 0644 "$RB_REPO/config/
 rb_step "reload the bus policy" 0 reload
 rb_step "scan as glucose-gateway" 0 gw scan --timeout 8 --json
 rb_check "scan lists the meter" grep -q "\"address\": \"$METER\"" <<< "$RB_OUTPUT"
-gw_pair "pair with a wrong PIN" 111111 1
-rb_check "the wrong PIN is reported as such" grep -qi "wrong PIN" <<< "$RB_OUTPUT"
-rb_step "meters after the wrong PIN" 0 gw meters --json
-rb_expect_eq "no meter stored after the wrong PIN" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
-gw_pair "pair with the right PIN" 123456 0
-rb_step "meters" 0 gw meters --json
-rb_check "the meter is stored with its zone" grep -q '"time_zone": "Europe/Berlin"' <<< "$RB_OUTPUT"
-rb_check "the meter's identity was read" grep -q '"model": "GlucoSim 1"' <<< "$RB_OUTPUT"
-rb_step "bluetoothctl info" any bluetoothctl info "$METER"
-rb_check "BlueZ holds a bond" grep -q "Bonded: yes" <<< "$RB_OUTPUT"
+gw_pair_wrong_then_right
 rb_step "sync" 0 gw sync "$METER" --wait 20
 rb_expect_eq "sync reports every record as new" "$METER: 5 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
 gw_check_readings "all 5 records stored once, exact values and times"
@@ -47,12 +38,7 @@ gw_check_readings "still exactly the 5 records"
 rb_expect_eq "the database belongs to the service user, mode 0600" "glucose-gateway 600" "$(stat -c '%U %a' "$RB_GW_DB")"
 # Unpair and pair again, as the service user: the bond goes, the readings stay, and a sync after the new
 # pairing stores nothing twice.
-rb_step "unpair" 0 gw unpair "$METER"
-rb_step "meters after unpair" 0 gw meters --json
-rb_expect_eq "no meter stored after unpair" "[]" "$(tr -d ' \n' <<< "$RB_OUTPUT")"
-rb_step "bluetoothctl info after unpair" any bluetoothctl info "$METER"
-rb_check "the bond is gone from BlueZ" bash -c '! grep -q "Bonded: yes" <<< "$1"' _ "$RB_OUTPUT"
-gw_pair "pair again" 123456 0
+gw_unpair_and_pair_again
 rb_step "sync after pairing again" 0 gw sync "$METER" --wait 20
 gw_check_readings "after the new pairing still exactly the 5 records, each once"
 rb_done
