@@ -1,6 +1,7 @@
 import Dispatch
 import Synchronization
 import Testing
+import TestSupport
 @testable import SyncEngine
 #if canImport(Glibc)
 import Glibc
@@ -94,6 +95,8 @@ private final class CannedServer: @unchecked Sendable {
     final class Counts: Sendable {
         let accepted = Atomic<Int>(0)
         let requests = Atomic<Int>(0)
+        /// Connections the server has closed.
+        let closed = Atomic<Int>(0)
     }
     let counts = Counts()
 
@@ -147,6 +150,7 @@ private final class CannedServer: @unchecked Sendable {
                     if closeAfterEach { break }
                 }
                 close(client)
+                counts.closed.add(1, ordering: .relaxed)
             }
         }
     }
@@ -188,6 +192,9 @@ struct PlainHTTPLoopbackTests {
         defer { server.stop() }
         let client = CurlHTTPClient()
         #expect(try await post(client, server.port).get().status == 200)
+        // Only once the server has closed it is the connection closed for the client to see: before that,
+        // a request written on it may have reached the server, which the client must never send twice.
+        #expect(await waitUntil(5) { server.counts.closed.load(ordering: .relaxed) == 1 })
         #expect(try await post(client, server.port).get().status == 200)
         #expect(server.counts.accepted.load(ordering: .relaxed) == 2)
         #expect(server.counts.requests.load(ordering: .relaxed) == 2)
