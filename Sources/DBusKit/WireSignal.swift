@@ -18,16 +18,12 @@ struct WireSignal {
     private let bytes: UnsafeRawBufferPointer
     /// Where the body starts.
     private let bodyStart: Int
-    private let isPropertiesChanged: Bool
     let header: DBusMessage
 
     /// The wire form of `message` with its header decoded; nil when libdbus cannot copy it out or the
     /// header holds what this reader leaves to libdbus. The copy is the caller's until ``free()``.
     init?(_ message: OpaquePointer, cache: inout WireSignalCache) {
-        var raw: UnsafeMutablePointer<CChar>? = nil
-        var length: Int32 = 0
-        guard dbus_message_marshal(message, &raw, &length) != 0, let raw else { return nil }
-        let bytes = UnsafeRawBufferPointer(start: raw, count: Int(max(length, 0)))
+        guard let (raw, bytes) = Self.wireCopy(of: message) else { return nil }
         guard let (header, bodyStart) = Self.readHeader(bytes, &cache) else {
             dbus_free(raw)
             return nil
@@ -35,8 +31,16 @@ struct WireSignal {
         self.data = raw
         self.bytes = bytes
         self.bodyStart = bodyStart
-        self.isPropertiesChanged = header.signature == "sa{sv}as"
         self.header = header
+    }
+
+    /// libdbus's copy of the whole message (fixed part, header fields, body), to be given back with
+    /// `dbus_free`; nil when libdbus could not make it.
+    private static func wireCopy(of message: OpaquePointer) -> (UnsafeMutablePointer<CChar>, UnsafeRawBufferPointer)? {
+        var raw: UnsafeMutablePointer<CChar>? = nil
+        var length: Int32 = 0
+        guard dbus_message_marshal(message, &raw, &length) != 0, let raw else { return nil }
+        return (raw, UnsafeRawBufferPointer(start: raw, count: Int(max(length, 0))))
     }
 
     /// Gives the wire copy back to libdbus; the value is not used afterwards.
@@ -45,7 +49,7 @@ struct WireSignal {
     /// The body as `Marshalling.decodeBody` gives it; nil when it is not a `PropertiesChanged` whose
     /// variants all hold types this reader knows.
     func propertiesChangedBody(_ cache: inout WireSignalCache) -> [DBusValue]? {
-        guard isPropertiesChanged else { return nil }
+        guard header.signature == "sa{sv}as" else { return nil }
         var r = Reader(bytes: bytes, at: bodyStart)
         guard let interface = r.string(&cache.strings), let changedLength = r.uint32() else { return nil }
         // The entries start at the next multiple of 8, which the array's length does not count.
@@ -254,12 +258,11 @@ extension WireSignal {
         dbus_message_set_serial(message, serial)
         if let sender { _ = dbus_message_set_sender(message, sender) }
         if let destination { _ = dbus_message_set_destination(message, destination) }
-        guard Marshalling.append(body, to: message) else { throw DBusError(.noMemory, "out of memory") }
-        var buffer: UnsafeMutablePointer<CChar>? = nil
-        var length: Int32 = 0
-        guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else { throw DBusError(.noMemory, "out of memory") }
-        defer { dbus_free(buffer) }
-        return Array(UnsafeRawBufferPointer(start: buffer, count: Int(length)))
+        guard Marshalling.append(body, to: message), let (raw, bytes) = wireCopy(of: message) else {
+            throw DBusError(.noMemory, "out of memory")
+        }
+        defer { dbus_free(raw) }
+        return Array(bytes)
     }
 
     /// `bytes` (one whole message) parsed and validated by libdbus, then decoded both ways: through
