@@ -93,6 +93,9 @@ public protocol OutboxStore: Sendable {
     /// In-flight rows return to pending (at start-up: a crash may have left some).
     func requeueInFlight() async throws -> Int
     func counts(_ destination: DestinationName) async throws -> OutboxCounts
+    /// As `counts` without the acknowledged rows (`acknowledged` is 0): what a sync, an upload and the
+    /// upload service need after every session, at a cost that does not grow with the history.
+    func unsentCounts(_ destination: DestinationName) async throws -> OutboxCounts
     /// Records per-destination state (last error code/message, last success) for `status`.
     func saveDestinationState(_ state: DestinationState) async throws
     func destinationState(_ destination: DestinationName) async throws -> DestinationState?

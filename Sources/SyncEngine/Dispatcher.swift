@@ -511,7 +511,7 @@ public actor Dispatcher {
         default: logger.error("error \(label): \(message)")
         }
         if let command = settings.onNetworkError {
-            let counts = try? await store.counts(name)
+            let counts = try? await store.unsentCounts(name)
             let pending = (counts?.pending ?? 0) + (counts?.inFlight ?? 0)
             AlertCommand(command: command).run(code: code, message: message, pending: pending)
         }

@@ -127,7 +127,7 @@ public final class Uploader: DaemonUploads, Sendable {
         var pending = 0
         var quarantined = 0
         for d in dispatchers {
-            if let c = try? await store.counts(d.name) {
+            if let c = try? await store.unsentCounts(d.name) {
                 pending += c.pending + c.inFlight
                 quarantined += c.quarantined
             }
@@ -230,7 +230,7 @@ public final class Uploader: DaemonUploads, Sendable {
 
     private func serve(_ d: Dispatcher, idleCheck: Duration) async {
         while !Task.isCancelled {
-            let counts = try? await store.counts(d.name)
+            let counts = try? await store.unsentCounts(d.name)
             let hasWork = (counts?.pending ?? 0) > 0
             let notBefore = await d.nextAttemptAt
             if hasWork, notBefore.map({ clock.now >= $0 }) ?? true {

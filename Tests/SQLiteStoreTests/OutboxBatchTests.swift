@@ -109,6 +109,13 @@ import Testing
         let plans = try await store.outboxUpdatePlansForTesting()
         let inFlight = try #require(plans["in_flight"])
         #expect(inFlight.contains { $0.contains("outbox_pending") }, "plan: \(inFlight)")
+        // Requeueing what was left in flight and the unsent counts read the indexes of the rows not yet
+        // acknowledged, never the whole table (a SCAN of a partial index reads only its rows).
+        let requeue = try #require(plans["requeue"])
+        #expect(requeue == ["SCAN outbox USING INDEX outbox_held"], "requeue: \(requeue)")
+        let counts = try #require(plans["unsent counts"])
+        #expect(counts.contains("SCAN outbox USING INDEX outbox_pending") && counts.contains("SCAN outbox USING INDEX outbox_held")
+                && !counts.contains("SCAN outbox"), "unsent counts: \(counts)")
         for name in ["acknowledge", "release"] {
             let plan = try #require(plans[name])
             #expect(plan.contains { $0.contains("SEARCH outbox USING INTEGER PRIMARY KEY") }, "\(name): \(plan)")

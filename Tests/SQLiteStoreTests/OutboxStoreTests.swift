@@ -84,10 +84,15 @@ import Testing
         try await store.release([items[3].id])
         #expect(try await store.counts(.nightscout)
                 == OutboxCounts(pending: 3, inFlight: 1, acknowledged: 1, quarantined: 1, oldestUnsent: 3000))
+        // The unsent counts are the same but for the acknowledged rows, which they do not read.
+        #expect(try await store.unsentCounts(.nightscout) == OutboxCounts(pending: 3, inFlight: 1, quarantined: 1, oldestUnsent: 3000))
         #expect(try await store.counts(.fhir) == OutboxCounts(pending: 6, oldestUnsent: 1000))
+        #expect(try await store.unsentCounts(.fhir) == OutboxCounts(pending: 6, oldestUnsent: 1000))
         let rest = try await store.claimPending(.nightscout, limit: 10)
         try await store.acknowledge(rest.map(\.id) + [items[2].id], at: 9100)
         #expect(try await store.counts(.nightscout) == OutboxCounts(acknowledged: 5, quarantined: 1))
+        #expect(try await store.unsentCounts(.nightscout) == OutboxCounts(quarantined: 1))
+        #expect(try await store.unsentCounts(DestinationName(rawValue: "elsewhere")) == OutboxCounts())
         await store.close()
     }
 

@@ -86,6 +86,12 @@ public actor FakeOutboxStore: OutboxStore {
         return n
     }
 
+    public func unsentCounts(_ destination: DestinationName) async throws -> OutboxCounts {
+        var c = try await counts(destination)
+        c.acknowledged = 0
+        return c
+    }
+
     public func counts(_ destination: DestinationName) async throws -> OutboxCounts {
         var c = OutboxCounts()
         for row in rows where row.destination == destination {
