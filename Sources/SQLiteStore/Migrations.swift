@@ -209,11 +209,11 @@ enum Schema {
             """),
         Migration(name: "7-outbox-held-index", sql: """
             -- The rows in flight or quarantined, by id: with the pending rows' index, every row not yet
-            -- acknowledged is reached through an index, so the counts a sync, an upload and the daemon take
-            -- after every session, and the requeue of rows left in flight, read those rows only, however
-            -- much acknowledged history accumulates. Both states are rare and short-lived; the id as the
-            -- key keeps a claim's inserts at the index's right edge. The OR of comparisons, not IN: a
-            -- query's `state = 'in_flight'` implies it.
+            -- acknowledged is reached through an index, so the counts a sync, an upload and the upload
+            -- service take after every session, and the requeue of rows left in flight, read those rows
+            -- only, however much acknowledged history accumulates. Both states are rare and short-lived;
+            -- the id as the key keeps a claim's inserts at the index's right edge. The OR of comparisons,
+            -- not IN: a query's `state = 'in_flight'` implies it.
             CREATE INDEX outbox_held ON outbox (id) WHERE state = 'in_flight' OR state = 'quarantined';
             """),
     ]

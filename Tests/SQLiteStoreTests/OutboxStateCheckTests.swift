@@ -53,6 +53,10 @@ import Testing
         #expect(try await store.integrityCheck() == ["ok"])
         // The queue is read through its index again, and claims what was pending.
         #expect(try await store.claimQueryPlanForTesting().contains { $0.contains("outbox_pending") })
+        // The rows already in flight or quarantined are in the index migration 7 built over them.
+        #expect(try await store.unsentCounts(.fhir) == OutboxCounts(inFlight: 1, oldestUnsent: 1700000000002))
+        #expect(try await store.unsentCounts(DestinationName(rawValue: "other")) == OutboxCounts(quarantined: 1))
+        #expect(try await store.unsentCounts(DestinationName(rawValue: "mqtt")) == OutboxCounts())
         #expect(try await store.claimPending(.nightscout, limit: 10).map(\.key) == ["k-pending"])
         // The CHECK still refuses a state that is none of the four.
         await #expect(throws: SQLiteError.self) {
