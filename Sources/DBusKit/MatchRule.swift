@@ -93,10 +93,13 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
 
 extension String {
     fileprivate func replacingQuotes() -> String {
-        var out = ""
-        for ch in self {
-            if ch == "'" { out += "'\\''" } else { out.append(ch) }
+        // Bytes, not characters: a quote is one byte in UTF-8, and most values have none.
+        guard utf8.contains(UInt8(ascii: "'")) else { return self }
+        var out: [UInt8] = []
+        out.reserveCapacity(utf8.count + 8)
+        for byte in utf8 {
+            if byte == UInt8(ascii: "'") { out += "'\\''".utf8 } else { out.append(byte) }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 }
