@@ -342,7 +342,21 @@ final class ConnectionCore {
         guard isOpen, !dispatching else { return false }
         dispatching = true
         defer { dispatching = false }
-        while isOpen && dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS {}
+        while isOpen, let message = dbus_connection_borrow_message(raw) {
+            // A signal is taken off the queue and routed here, in its place in the order of arrival:
+            // libdbus's dispatch would only copy its filter list to call the filter, which routes it the
+            // same way. Everything else (replies, whose pending calls libdbus completes, method calls, the
+            // local Disconnected) goes back to the head of the queue for dispatch.
+            if dbus_message_get_type(message) == DBUS_MESSAGE_TYPE_SIGNAL,
+               dbus_message_is_signal(message, "org.freedesktop.DBus.Local", "Disconnected") == 0 {
+                dbus_connection_steal_borrowed_message(raw, message)
+                routeSignal(message)
+                dbus_message_unref(message)
+            } else {
+                dbus_connection_return_message(raw, message)
+                guard isOpen, dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS else { break }
+            }
+        }
         return true
     }
 
