@@ -343,14 +343,14 @@ final class ConnectionCore {
         dispatching = true
         defer { dispatching = false }
         while isOpen, let message = dbus_connection_borrow_message(raw) {
-            // A signal is taken off the queue and routed here, in its place in the order of arrival:
-            // libdbus's dispatch would only copy its filter list to call the filter, which routes it the
-            // same way. Everything else (replies, whose pending calls libdbus completes, method calls, the
-            // local Disconnected) goes back to the head of the queue for dispatch.
+            // A signal is taken off the queue and handed to the filter here, in its place in the order
+            // of arrival: libdbus's dispatch would only copy its filter list to call it. Everything else
+            // (replies, whose pending calls libdbus completes, method calls, the local Disconnected) goes
+            // back to the head of the queue for dispatch.
             if dbus_message_get_type(message) == DBUS_MESSAGE_TYPE_SIGNAL,
                dbus_message_is_signal(message, "org.freedesktop.DBus.Local", "Disconnected") == 0 {
                 dbus_connection_steal_borrowed_message(raw, message)
-                routeSignal(message)
+                _ = handle(message)
                 dbus_message_unref(message)
             } else {
                 dbus_connection_return_message(raw, message)
@@ -362,7 +362,8 @@ final class ConnectionCore {
 
     // MARK: - Incoming messages
 
-    /// The connection's only filter. No object path is registered with libdbus (exported objects are
+    /// The connection's only filter, also called by the drain for the signals it takes off the queue
+    /// itself, so what each kind of message does is decided here alone. No object path is registered with libdbus (exported objects are
     /// served here), so for a signal nothing after the filter would act: answering HANDLED spares libdbus
     /// its object-tree dispatch, which splits the message's path into a freshly allocated array of
     /// components and frees it again for every signal. Method calls are answered here too; other messages
