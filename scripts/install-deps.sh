@@ -37,7 +37,7 @@ if [[ $want_test == 1 ]]; then
     if [[ ! -x "$venv/bin/python" ]]; then
         python3 -m venv "$venv"
     fi
-    if ! "$venv/bin/python" -c 'import bleak, bluezoo, fhir.resources, pytest' 2>/dev/null; then
+    if ! "$venv/bin/python" -c 'import bleak, bluezoo, fhir.resources, pytest, xdist' 2>/dev/null; then
         "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/SystemTests/requirements.txt"
     fi
 fi

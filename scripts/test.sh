@@ -44,7 +44,7 @@ if [[ -n $chroot_job ]]; then
 fi
 export GLUCOSE_GATEWAY_BIN="$here/.build/debug/glucose-gateway"
 set +e
-"$here/.venv/bin/python" -m pytest -q -p no:cacheprovider SystemTests
+"$here/.venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile SystemTests
 py_status=$?
 set -e
 [[ $py_status == 5 ]] && py_status=0   # no system test collected yet is not a failure of the build
