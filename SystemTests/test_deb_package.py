@@ -117,6 +117,19 @@ def test_binary_needs_no_swift_runtime(debs):
     assert "libcurl" not in " ".join(needed)
     assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
     assert "BIND_NOW" in dynamic
+    assert_constants_read_only(sh("readelf", "-lW", str(path)).stdout)
+
+
+def assert_constants_read_only(program_headers):
+    """`.rodata` lies in a loaded segment without write permission (the compiler's few writable sections
+    of that name are linked apart, see packaging/text-order.ld); the segments after the mapping line up
+    with the LOAD and other headers in order."""
+    headers = re.findall(r"^[ \t]+([A-Z_]+)[ \t]+(?:0x[0-9a-f]+[ \t]+){5}([RWE ]+?)[ \t]+(?:0x[0-9a-f]+|0)$", program_headers, re.M)
+    mapping = re.findall(r"^[ \t]+\d\d[ \t]*(.*)$", program_headers.split("Section to Segment mapping:")[1], re.M)
+    assert headers and len(headers) == len(mapping), program_headers
+    holding = [header for header, sections in zip(headers, mapping) if ".rodata" in sections.split()]
+    assert holding and all(kind != "LOAD" or "W" not in flags for kind, flags in holding), holding
+    assert any(kind == "LOAD" for kind, _ in holding), holding
 
 
 def test_lintian_reports_no_errors(debs):
