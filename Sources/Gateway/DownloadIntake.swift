@@ -190,8 +190,16 @@ final class DownloadIntake: Sendable {
         state.withLock { s in
             let available = final ? s.pending.count : s.committable
             let count = min(max(0, available), limit)
-            let taken = Array(s.pending.prefix(count))
-            s.pending.removeFirst(count)
+            let taken: [PendingRecord]
+            if count == s.pending.count {
+                // All of them (the usual case): hand the array over. A copy of its prefix would share its
+                // storage, and removing that prefix would then allocate a second array as large.
+                taken = s.pending
+                s.pending = []
+            } else {
+                taken = Array(s.pending.prefix(count))
+                s.pending.removeFirst(count)
+            }
             if s.committable < batchSize { s.batchSignalled = false }
             if s.committable <= 0 { s.waitingSignalled = false }
             return taken

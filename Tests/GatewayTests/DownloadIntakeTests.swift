@@ -45,6 +45,22 @@ struct DownloadIntakeTests {
         #expect(intake.measurement(Self.measurement(4)) == .batchFull)
     }
 
+    @Test func recordsAreTakenInArrivalOrderWholeOrInPartAndTheRestStays() {
+        let intake = Self.intake(batchSize: 10)
+        for seq: UInt16 in 1...5 { _ = intake.measurement(Self.measurement(seq)) }
+        // Part: the first three, the other two kept in order.
+        #expect(intake.take(final: true, limit: 3).map(\.decoded.measurement.sequenceNumber) == [1, 2, 3])
+        #expect(intake.snapshot.pending.map(\.decoded.measurement.sequenceNumber) == [4, 5])
+        // All that is left: handed over whole, nothing stays behind.
+        #expect(intake.take(final: true, limit: 10).map(\.decoded.measurement.sequenceNumber) == [4, 5])
+        #expect(intake.snapshot.pending.isEmpty)
+        // Records after that start a new list; one repeated notification is still one record.
+        _ = intake.measurement(Self.measurement(6))
+        _ = intake.measurement(Self.measurement(6))
+        _ = intake.measurement(Self.measurement(7))
+        #expect(intake.take(final: true, limit: 10).map(\.decoded.measurement.sequenceNumber) == [6, 7])
+    }
+
     @Test func aRecordAwaitingItsContextIsNotCommittableUntilTheNextEvent() {
         let intake = Self.intake(batchSize: 10)
         #expect(intake.measurement(Self.measurement(1, contextFollows: true)) == [])
