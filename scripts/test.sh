@@ -44,6 +44,8 @@ if [[ -n $chroot_job ]]; then
 fi
 export GLUCOSE_GATEWAY_BIN="$here/.build/debug/glucose-gateway"
 set +e
+# Two test files at a time (pytest-xdist): they mostly wait on servers, kills and compressed hours; a
+# file's tests stay together on one worker, and the shared package and chroot caches are locked.
 "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile SystemTests
 py_status=$?
 set -e
