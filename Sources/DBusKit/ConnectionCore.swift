@@ -363,11 +363,12 @@ final class ConnectionCore {
     // MARK: - Incoming messages
 
     /// The connection's only filter, also called by the drain for the signals it takes off the queue
-    /// itself, so what each kind of message does is decided here alone. No object path is registered with libdbus (exported objects are
-    /// served here), so for a signal nothing after the filter would act: answering HANDLED spares libdbus
-    /// its object-tree dispatch, which splits the message's path into a freshly allocated array of
-    /// components and frees it again for every signal. Method calls are answered here too; other messages
-    /// (replies nobody waits for) are left to libdbus, which drops them.
+    /// itself, so what each kind of message does is decided here alone. No object path is registered
+    /// with libdbus (exported objects are served here), so for a signal nothing after the filter would
+    /// act: answering HANDLED spares libdbus its object-tree dispatch, which splits the message's path
+    /// into a freshly allocated array of components and frees it again for every signal. Method calls
+    /// are answered here too; other messages (replies nobody waits for) are left to libdbus, which drops
+    /// them.
     private func handle(_ message: OpaquePointer) -> DBusHandlerResult {
         switch dbus_message_get_type(message) {
         case DBUS_MESSAGE_TYPE_SIGNAL:
