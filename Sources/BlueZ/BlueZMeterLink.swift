@@ -99,6 +99,7 @@ extension BlueZClient {
             subscription = try await connection.subscribe(
                 BlueZMeterLink.rules(devicePath: path),
                 onMessage: { core.handle($0) },
+                onPropertyBytes: { core.handle($0, $1) },
                 onBatchEnd: { core.flush() },
                 awaitsBurst: { core.isReporting },
                 onEnd: { core.end("the connection to the bus was lost") })
@@ -282,20 +283,7 @@ final class LinkCore: Sendable {
         guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path else { return }
         if interface == BlueZNames.gattCharacteristic {
             guard let value = message.body[1].property("Value")?.bytes else { return }
-            state.withLock { state in
-                guard !state.ended else { return }
-                let uuid: GATTUUID
-                if let last = state.lastValue, last.path == path {
-                    uuid = last.uuid
-                } else {
-                    guard let known = state.uuidByPath[path] else { return }
-                    uuid = known
-                    state.lastValue = (path, known)
-                }
-                guard state.subscribed.contains(uuid) else { return }
-                if uuid == .recordAccessControlPoint { state.reporting = false }
-                state.batch.append(.value(uuid, value))
-            }
+            take(value, from: path)
             return
         }
         if interface == BlueZNames.device, path == devicePath, let connected = message.body[1].property("Connected")?.bool {
@@ -304,6 +292,33 @@ final class LinkCore: Sendable {
                 if connected { state.upAt = at } else if state.downAt == nil { state.downAt = at }
             }
             if !connected { end("the meter disconnected") }
+        }
+    }
+
+    /// One signal of the `PropertyBytes` shape, on the connection's queue: a notification or indication
+    /// of a characteristic is taken straight from the bytes; anything else goes to `handle(_:)`.
+    func handle(_ header: DBusMessage, _ property: PropertyBytes) -> PropertyBytesOutcome {
+        guard BlueZClient.isNotification(property) else { return .asMessage }
+        guard header.sender == owner, let path = header.path else { return .skipped }
+        take(Array(property.value), from: path)
+        return .took
+    }
+
+    /// A characteristic's new value: queued for the link when its characteristic is subscribed.
+    private func take(_ value: [UInt8], from path: String) {
+        state.withLock { state in
+            guard !state.ended else { return }
+            let uuid: GATTUUID
+            if let last = state.lastValue, last.path == path {
+                uuid = last.uuid
+            } else {
+                guard let known = state.uuidByPath[path] else { return }
+                uuid = known
+                state.lastValue = (path, known)
+            }
+            guard state.subscribed.contains(uuid) else { return }
+            if uuid == .recordAccessControlPoint { state.reporting = false }
+            state.batch.append(.value(uuid, value))
         }
     }
 

@@ -3,6 +3,28 @@ internal import CDBus
 import Glibc
 #endif
 
+/// A `PropertiesChanged` signal that changes one property to a byte array and invalidates none: the shape
+/// of every GATT notification. A subscription can take it in this form (see `DBusConnection.subscribe`)
+/// and skip decoding the body into values.
+public struct PropertyBytes {
+    /// The interface whose property changed (the signal's first argument).
+    public let interface: String
+    /// The property's name.
+    public let name: String
+    /// The new value: valid only during the call it is handed to.
+    public let value: UnsafeRawBufferPointer
+}
+
+/// What a subscriber did with a `PropertyBytes` signal.
+public enum PropertyBytesOutcome: Sendable {
+    /// Taken in: it counts as delivered to this subscription.
+    case took
+    /// Not wanted: as if the subscription's filter had rejected it.
+    case skipped
+    /// Wanted as any other message: decoded and delivered through the subscription's filter and callback.
+    case asMessage
+}
+
 /// A received signal read from its wire bytes in one pass, instead of one libdbus call per header field
 /// and per value: the path a burst of GATT notifications takes (each one a `PropertiesChanged` whose
 /// header fields and body differ from the last one's only in the value).
@@ -72,6 +94,20 @@ struct WireSignal {
         }
         guard r.at == namesEnd else { return nil }
         return [.string(interface), .dictionary(key: "s", value: "v", entries), .array(element: "s", invalidated)]
+    }
+
+    /// The body when it is a `PropertiesChanged` that changes one property to an `ay` value and invalidates
+    /// none (a GATT notification), read in place: the bytes are this wire copy's, valid until ``free()``.
+    /// nil for any other body, which `propertiesChangedBody` or libdbus then decode.
+    func singleBytesProperty(_ cache: inout WireSignalCache) -> PropertyBytes? {
+        guard header.signature == "sa{sv}as" else { return nil }
+        var r = Reader(bytes: bytes, at: bodyStart)
+        guard let interface = r.string(&cache.strings), let changedLength = r.uint32() else { return nil }
+        r.align(8)
+        let changedEnd = r.at + Int(changedLength)
+        guard changedEnd <= bytes.count, let name = r.string(&cache.strings), let value = r.byteArrayVariant(),
+              r.at == changedEnd, let namesLength = r.uint32(), namesLength == 0 else { return nil }
+        return PropertyBytes(interface: interface, name: name, value: value)
     }
 
     /// The fixed part and the header fields of a little-endian signal. Fields with the same bytes as the
@@ -192,6 +228,15 @@ struct WireSignal {
             UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
         }
 
+        /// `v` holding `ay`: its bytes in place; nil for any other variant (nothing is read then but the
+        /// signature).
+        mutating func byteArrayVariant() -> UnsafeRawBufferPointer? {
+            guard let length = byte(), length == 2, let start = take(3, aligned: 1),
+                  bytes[start] == UInt8(ascii: "a"), bytes[start + 1] == UInt8(ascii: "y"),
+                  let count = uint32(), let first = take(Int(count), aligned: 1) else { return nil }
+            return slice(first, Int(count))
+        }
+
         /// `v` holding `ay` (the value of a GATT characteristic) or a basic type; nil for anything else.
         mutating func variant() -> DBusValue? {
             guard let length = byte(), let start = take(Int(length) + 1, aligned: 1) else { return nil }
@@ -263,6 +308,24 @@ extension WireSignal {
         }
         defer { dbus_free(raw) }
         return Array(bytes)
+    }
+
+    /// `bytes` (one whole message) parsed and validated by libdbus, then read as `PropertyBytes` (the
+    /// value copied out); nil where `singleBytesProperty` leaves it to the full decoding.
+    static func propertyBytes(of bytes: [UInt8]) throws(DBusError) -> (interface: String, name: String, value: [UInt8])? {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        let parsed = bytes.withUnsafeBufferPointer { buffer in
+            buffer.baseAddress.flatMap { base in
+                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) { dbus_message_demarshal($0, Int32(buffer.count), &error) }
+            }
+        }
+        guard let parsed else { throw ConnectionCore.takeError(&error, fallback: .failed) }
+        defer { dbus_message_unref(parsed) }
+        var cache = WireSignalCache()
+        guard let wire = WireSignal(parsed, cache: &cache) else { return nil }
+        defer { wire.free() }
+        return wire.singleBytesProperty(&cache).map { ($0.interface, $0.name, Array($0.value)) }
     }
 
     /// `bytes` (one whole message) parsed and validated by libdbus, then decoded both ways: through

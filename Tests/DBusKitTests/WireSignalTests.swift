@@ -131,4 +131,27 @@ import TestSupport
             #expect(!bodyFromWire)
         }
     }
+
+    /// One property changed to a byte array, none invalidated: read in place, and the same interface, name
+    /// and bytes as the full decoding gives. Every other body is left to the full decoding.
+    @Test(arguments: PropertiesChangedDecodingTests.bodies + [
+        [.string("org.bluez.GattCharacteristic1"), .vardict(["Value": .bytes([1])]), .strings(["Value"])],
+        [.string("org.bluez.GattCharacteristic1"), .vardict(["Notifying": .bool(true)]), .strings([])],
+        [.string("org.bluez.GattCharacteristic1"), .vardict(["Value": .bytes(Array(0...255))]), .strings([])],
+        [.string("org.bluez.GattDescriptor1"), .vardict(["Value": .bytes([0x01, 0x00])]), .strings([])],
+        [.string("org.bluez.GattCharacteristic1"), .vardict(["Value": .array(element: "q", [.uint16(1)])]), .strings([])],
+    ] as [[DBusValue]])
+    func aSingleByteArrayPropertyIsReadInPlaceAndNothingElseIs(_ body: [DBusValue]) throws {
+        let read = try WireSignal.propertyBytes(of: try Self.bytes(body))
+        var expected: (String, String, [UInt8])?
+        if body.count == 3, case .string(let interface) = body[0], let entries = body[1].dictionaryEntries, entries.count == 1,
+           case .string(let name) = entries[0].key, case .variant(.bytes(let value)) = entries[0].value,
+           body[2].stringArray?.isEmpty == true {
+            expected = (interface, name, value)
+        }
+        #expect(read?.interface == expected?.0)
+        #expect(read?.name == expected?.1)
+        #expect(read?.value == expected?.2)
+        #expect((read == nil) == (expected == nil))
+    }
 }
