@@ -47,6 +47,7 @@ import TestSupport
         var rng = SplitMix(seed: 0x5157_4952_4531)
         var cache = WireSignalCache()
         var bodiesFromTheWire = 0
+        var singleByteArrays = 0
         for round in 0..<400 {
             var entries: [DBusDictEntry] = []
             var onlyKnownTypes = true
@@ -75,12 +76,23 @@ import TestSupport
             let invalidated = (0..<Int(rng.next() % 3)).map { DBusValue.string("I\($0)") }
             let body: [DBusValue] = [.string("org.example.I\(round % 3)"), .dictionary(key: "s", value: "v", entries),
                                      .array(element: "s", invalidated)]
-            let (wire, libdbus, bodyFromWire) = try WireSignal.decodeBothWays(try Self.bytes(body, serial: UInt32(round + 1)), cache: &cache)
+            let message = try Self.bytes(body, serial: UInt32(round + 1))
+            let (wire, libdbus, bodyFromWire) = try WireSignal.decodeBothWays(message, cache: &cache)
             #expect(wire == libdbus, "round \(round)")
             #expect(libdbus.body == body, "round \(round)")
             #expect(bodyFromWire == onlyKnownTypes, "round \(round)")
             if bodyFromWire { bodiesFromTheWire += 1 }
+            // Read in place only when it is one byte array and no invalidated name, and then the same.
+            let property = try WireSignal.propertyBytes(of: message)
+            if entries.count == 1, invalidated.isEmpty, case .variant(.bytes(let value)) = entries[0].value {
+                #expect(property?.name == "K0" && property?.value == value && property?.interface == "org.example.I\(round % 3)",
+                        "round \(round)")
+                singleByteArrays += 1
+            } else {
+                #expect(property == nil, "round \(round)")
+            }
         }
+        #expect(singleByteArrays >= 1)
         // Most bodies hold only types the wire reader knows; the rest went to libdbus and came back the same.
         #expect(bodiesFromTheWire > 200)
     }
