@@ -310,9 +310,8 @@ extension WireSignal {
         return Array(bytes)
     }
 
-    /// `bytes` (one whole message) parsed and validated by libdbus, then read as `PropertyBytes` (the
-    /// value copied out); nil where `singleBytesProperty` leaves it to the full decoding.
-    static func propertyBytes(of bytes: [UInt8]) throws(DBusError) -> (interface: String, name: String, value: [UInt8])? {
+    /// `bytes` (one whole message) parsed and validated by libdbus; the caller unrefs the message.
+    private static func demarshal(_ bytes: [UInt8]) throws(DBusError) -> OpaquePointer {
         var error = CDBus.DBusError()
         dbus_error_init(&error)
         let parsed = bytes.withUnsafeBufferPointer { buffer in
@@ -321,6 +320,13 @@ extension WireSignal {
             }
         }
         guard let parsed else { throw ConnectionCore.takeError(&error, fallback: .failed) }
+        return parsed
+    }
+
+    /// `bytes` (one whole message) parsed and validated by libdbus, then read as `PropertyBytes` (the
+    /// value copied out); nil where `singleBytesProperty` leaves it to the full decoding.
+    static func propertyBytes(of bytes: [UInt8]) throws(DBusError) -> (interface: String, name: String, value: [UInt8])? {
+        let parsed = try demarshal(bytes)
         defer { dbus_message_unref(parsed) }
         var cache = WireSignalCache()
         guard let wire = WireSignal(parsed, cache: &cache) else { return nil }
@@ -333,14 +339,7 @@ extension WireSignal {
     /// too) and field by field through libdbus.
     static func decodeBothWays(_ bytes: [UInt8], cache: inout WireSignalCache) throws(DBusError)
         -> (wire: DBusMessage?, libdbus: DBusMessage, bodyFromWire: Bool) {
-        var error = CDBus.DBusError()
-        dbus_error_init(&error)
-        let parsed = bytes.withUnsafeBufferPointer { buffer in
-            buffer.baseAddress.flatMap { base in
-                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) { dbus_message_demarshal($0, Int32(buffer.count), &error) }
-            }
-        }
-        guard let parsed else { throw ConnectionCore.takeError(&error, fallback: .failed) }
+        let parsed = try demarshal(bytes)
         defer { dbus_message_unref(parsed) }
         var plain: DecodedStrings? = nil
         var libdbus = Marshalling.decodeHeader(parsed, strings: &plain)
