@@ -46,6 +46,12 @@ public actor BlueZClient {
     /// Default timeout of ordinary calls (properties, discovery, GATT operations).
     public var callTimeout: Duration = .seconds(15)
 
+    /// Whether a meter link takes notifications through `AcquireNotify` sockets where bluetoothd offers
+    /// them (else, and where an acquisition fails, through `StartNotify` and the bus).
+    public var acquiresNotifications = true
+
+    public func setAcquiresNotifications(_ on: Bool) { acquiresNotifications = on }
+
     init(connection: DBusConnection, logger: Logger, ownsConnection: Bool) {
         self.connection = connection
         self.logger = logger

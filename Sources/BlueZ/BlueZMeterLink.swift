@@ -93,7 +93,7 @@ extension BlueZClient {
         guard let currentOwner = owner else { throw BlueZError(.disconnected, "bluetoothd is not running") }
         // Subscribe before connecting, so no notification or disconnection can slip between. Signals are
         // handled on the connection's queue and go straight into the link's event stream.
-        let core = LinkCore(devicePath: path, owner: currentOwner)
+        let core = LinkCore(devicePath: path, owner: currentOwner, logger: logger)
         let subscription: DBusSubscription
         do {
             subscription = try await connection.subscribe(
@@ -155,7 +155,9 @@ extension BlueZClient {
         guard owner == currentOwner else { throw BlueZError(.disconnected, "bluetoothd went away") }
         handedOver = true
         return BlueZMeterLink(client: self, address: device.address, devicePath: path, core: core,
-                              characteristics: characteristics(of: path), subscription: subscription)
+                              characteristics: characteristics(of: path),
+                              acquirable: acquiresNotifications ? acquirableCharacteristics(of: path) : [],
+                              subscription: subscription)
     }
 }
 
@@ -186,203 +188,17 @@ extension BlueZClient {
     }
 }
 
-/// The part of a meter link that signal delivery touches: runs on the D-Bus connection's queue (and from
-/// the link's methods), so its state sits behind a mutex.
-///
-/// Values are collected while the connection dispatches what one wake-up read and handed to `events`
-/// together at the end of that pass (``flush()``), as one group, so the consumer wakes once per pass, not
-/// once per notification. Everything is handed on under the mutex, so the order (values, then the end)
-/// holds whichever thread ends the link.
-final class LinkCore: Sendable {
-    let devicePath: String
-    let owner: String
-    let channel = MeterLinkEventChannel()
-    private struct State {
-        var uuidByPath: [String: GATTUUID] = [:]
-        /// The characteristic of the last notification: a burst comes from one or two, and comparing the
-        /// path costs less than hashing it.
-        var lastValue: (path: String, uuid: GATTUUID)?
-        var subscribed: Set<GATTUUID> = []
-        var ended = false
-        /// A request to report records was written and no RACP indication has come since: the meter is
-        /// sending a burst of records, so the connection may gather them (`isReporting`).
-        var reporting = false
-        /// Values of the current dispatch pass, not yet yielded.
-        var batch: [MeterLinkEvent] = []
-        /// When this link was signalled up and down, and the reason bluetoothd gave (5.83+).
-        var upAt: ContinuousClock.Instant?
-        var downAt: ContinuousClock.Instant?
-        var disconnectReason: String?
-    }
-    private let state = Mutex(State())
-
-    init(devicePath: String, owner: String) {
-        self.devicePath = devicePath
-        self.owner = owner
-    }
-
-    func setCharacteristics(_ paths: [String: String]) {
-        var byPath: [String: GATTUUID] = [:]
-        for (uuid, path) in paths {
-            if let known = GATTUUID(string: uuid) ?? GATTUUID(vendor: uuid) { byPath[path] = known }
-        }
-        state.withLock { state in
-            state.uuidByPath = byPath
-            state.lastValue = nil
-        }
-    }
-
-    func setSubscribed(_ uuid: GATTUUID, _ on: Bool) {
-        state.withLock { state in
-            if on { state.subscribed.insert(uuid) } else { state.subscribed.remove(uuid) }
-        }
-    }
-
-    func takeSubscriptions() -> Set<GATTUUID> {
-        state.withLock { state in
-            let all = state.subscribed
-            state.subscribed.removeAll()
-            return all
-        }
-    }
-
-    var isEnded: Bool { state.withLock { $0.ended } }
-
-    /// Whether the meter is sending the records of a report (see `State.reporting`): the connection may
-    /// then pause a moment to take in more of them per wake-up. The report's RACP response ends it, so
-    /// that response waits at most one such pause.
-    var isReporting: Bool { state.withLock { $0.reporting && !$0.ended } }
-
-    /// Notes an RACP request about to be written (`writing`) or that failed (`!writing`).
-    func racpRequest(_ value: [UInt8], writing: Bool) {
-        // Op code 0x01: Report Stored Records. Every other request is answered by one indication.
-        guard value.first == 0x01 else { return }
-        state.withLock { $0.reporting = writing }
-    }
-
-    /// One signal, on the connection's queue.
-    func handle(_ message: DBusMessage) {
-        if message.interface == DBusNames.bus {
-            guard message.body.count == 3, let new = message.body[2].string, new != owner else { return }
-            end(new.isEmpty ? "bluetoothd stopped" : "bluetoothd restarted")
-            return
-        }
-        guard message.sender == owner else { return }
-        if message.member == "InterfacesRemoved" {
-            guard message.body.count == 2, message.body[0].objectPath == devicePath,
-                  message.body[1].stringArray?.contains(BlueZNames.device) == true else { return }
-            end("the meter's device object was removed")
-            return
-        }
-        if message.interface == BlueZNames.device, message.member == "Disconnected" {
-            // Device1.Disconnected(s reason, s message), BlueZ 5.83+: sent before Connected=false.
-            guard message.path == devicePath, let reason = message.body.first?.string else { return }
-            state.withLock { $0.disconnectReason = reason }
-            return
-        }
-        guard message.body.count >= 2, let interface = message.body[0].string, let path = message.path else { return }
-        if interface == BlueZNames.gattCharacteristic {
-            guard let value = message.body[1].property("Value")?.bytes else { return }
-            take(value, from: path)
-            return
-        }
-        if interface == BlueZNames.device, path == devicePath, let connected = message.body[1].property("Connected")?.bool {
-            let at = ContinuousClock.now
-            state.withLock { state in
-                if connected { state.upAt = at } else if state.downAt == nil { state.downAt = at }
-            }
-            if !connected { end("the meter disconnected") }
-        }
-    }
-
-    /// One signal of the `PropertyBytes` shape, on the connection's queue: a notification or indication
-    /// of a characteristic is taken straight from the bytes; anything else goes to `handle(_:)`.
-    func handle(_ header: DBusMessage, _ property: PropertyBytes) -> PropertyBytesOutcome {
-        guard BlueZClient.isNotification(property) else { return .asMessage }
-        guard header.sender == owner, let path = header.path else { return .skipped }
-        take(Array(property.value), from: path)
-        return .took
-    }
-
-    /// A characteristic's new value: queued for the link when its characteristic is subscribed.
-    private func take(_ value: [UInt8], from path: String) {
-        state.withLock { state in
-            guard !state.ended else { return }
-            let uuid: GATTUUID
-            if let last = state.lastValue, last.path == path {
-                uuid = last.uuid
-            } else {
-                guard let known = state.uuidByPath[path] else { return }
-                uuid = known
-                state.lastValue = (path, known)
-            }
-            guard state.subscribed.contains(uuid) else { return }
-            if uuid == .recordAccessControlPoint { state.reporting = false }
-            state.batch.append(.value(uuid, value))
-        }
-    }
-
-    /// Why this failed attempt looks like the meter refusing the encryption with the stored key, or nil.
-    ///
-    /// What the stack says when the meter forgot the bond (seen on BlueZ 5.66 with Linux 6.1: the
-    /// bond-loss real-stack scenario): the kernel starts encryption with the stored key, the meter answers
-    /// with a negative LTK reply, the controller reports Encryption Change with status 0x06 (PIN or Key
-    /// Missing), and the kernel disconnects with 0x05 (Authentication Failure); mgmt reports Device
-    /// Disconnected with reason 4 (authentication failure). bluetoothd keeps the key: `Paired` and
-    /// `Bonded` stay true, and nothing is retried at ATT level (no 0x05/0x0F ATT errors: no request
-    /// got that far). On D-Bus, 5.66 shows only `Connected` going true and false again within some
-    /// 20-80 ms, with `ServicesResolved` never true; `Connect` itself either succeeds (bluetoothd
-    /// attached ATT before raising security: "Elevating security level since LTK is available") or
-    /// fails with `org.bluez.Error.Failed` "le-connection-abort-by-local" (the same text as any other
-    /// local abort). BlueZ 5.83 added `Device1.Disconnected(reason, message)`; the reason is then
-    /// `org.bluez.Reason.Authentication`, which the kernel reports only for that failure. bluetoothd's
-    /// own reconnection (a GATT profile's auto-connect) is not re-armed by 5.66 when the ATT channel ends
-    /// with EACCES, as it did on the emulated controller (`att_disconnected_cb` re-arms on ETIMEDOUT,
-    /// ECONNRESET, ECONNABORTED); a controller that reports the local disconnect as 0x16 gives
-    /// ECONNABORTED, which would re-arm it; 5.86+ retries after 1, 2 and 4 s, then stops. So: where
-    /// bluetoothd gave a reason, only `Authentication` counts; where it gave none, a link that came up
-    /// and was dropped within `within` (`ConnectRetry.refusedWithin`), before its services were
-    /// resolved, does: encryption is the first thing a central does on a link to a bonded device. One
-    /// such attempt proves nothing (a link can fail to establish, 0x3E); `connectMeter` wants three in a row.
-    func authenticationFailure(within: Duration, now: ContinuousClock.Instant = .now) -> String? {
-        let s = state.withLock { $0 }
-        if let reason = s.disconnectReason {
-            return reason == "org.bluez.Reason.Authentication" ? "bluetoothd: disconnected, reason \(reason)" : nil
-        }
-        guard let up = s.upAt else { return nil }
-        let lasted = up.duration(to: s.downAt ?? now)
-        guard lasted <= within else { return nil }
-        return "the link was dropped \(lasted.wholeMilliseconds) ms after it came up, before its services were resolved"
-    }
-
-    /// Hands on the values of the dispatch pass that just ended.
-    func flush() {
-        state.withLock { state in
-            guard !state.batch.isEmpty else { return }
-            let group = state.batch
-            state.batch = []
-            channel.yield(group)
-        }
-    }
-
-    func end(_ reason: String) {
-        state.withLock { state in
-            guard !state.ended else { return }
-            state.ended = true
-            // Values that arrived before the end go first.
-            var group = state.batch
-            state.batch = []
-            group.append(.disconnected(reason: reason))
-            channel.finish(after: group)
-        }
-    }
-}
-
 /// A connected meter with resolved services, over BlueZ.
 ///
 /// `events` merges the values of every subscribed characteristic, in the order bluetoothd sent them (one
-/// `PropertiesChanged` per notification), and ends with `.disconnected(reason:)` when the meter
-/// disconnects, its object vanishes, bluetoothd stops, the bus is lost, or ``disconnect()`` is called.
+/// `PropertiesChanged` per notification, or one packet on the socket of an `AcquireNotify`: see
+/// `LinkCore`), and ends with `.disconnected(reason:)` when the meter disconnects, its object vanishes,
+/// bluetoothd stops, the bus is lost, or ``disconnect()`` is called.
+///
+/// A characteristic that notifies is subscribed with `AcquireNotify` where bluetoothd offers it: its values
+/// then come through a socket of their own, one packet each, and never cross the bus. Where the
+/// acquisition fails (another client of bluetoothd subscribed the characteristic first: `InProgress`;
+/// `NotSupported`; `NotPermitted`), `StartNotify` is used as for a characteristic that indicates.
 public final class BlueZMeterLink: MeterLink {
     public let address: String
     public let devicePath: String
@@ -391,6 +207,8 @@ public final class BlueZMeterLink: MeterLink {
     public var eventGroups: AsyncStream<[MeterLinkEvent]> { core.channel.eventGroups }
     /// Characteristic paths by lower-case 128-bit UUID.
     public let characteristicPaths: [String: String]
+    /// Paths of the characteristics whose notifications can be acquired (see `BlueZClient.acquirableCharacteristics`).
+    let acquirable: Set<String>
     /// Timeout of GATT reads, writes and notification changes.
     public let operationTimeout: Duration
 
@@ -410,13 +228,14 @@ public final class BlueZMeterLink: MeterLink {
     }
 
     init(client: BlueZClient, address: String, devicePath: String, core: LinkCore,
-         characteristics: [String: String], subscription: DBusSubscription,
+         characteristics: [String: String], acquirable: Set<String> = [], subscription: DBusSubscription,
          operationTimeout: Duration = .seconds(15)) {
         self.client = client
         self.address = address
         self.devicePath = devicePath
         self.core = core
         self.characteristicPaths = characteristics
+        self.acquirable = acquirable
         self.subscription = subscription
         self.operationTimeout = operationTimeout
         core.setCharacteristics(characteristics)
@@ -469,15 +288,8 @@ public final class BlueZMeterLink: MeterLink {
     }
 
     public func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) {
-        let path = try path(of: uuid)
-        // Mark first: the first value can arrive right behind StartNotify's reply.
-        core.setSubscribed(uuid, true)
-        do {
-            _ = try await call(path, "StartNotify", [])
-        } catch {
-            core.setSubscribed(uuid, false)
-            throw error
-        }
+        _ = try path(of: uuid)
+        if case .failure(let error) = await subscribe([uuid]).first { throw error }
     }
 
     /// Every `ReadValue` sent at once and the replies awaited together (bluetoothd queues the ATT reads
@@ -493,16 +305,47 @@ public final class BlueZMeterLink: MeterLink {
         }
     }
 
-    /// Every `StartNotify` sent at once and the replies awaited together; each characteristic is marked
-    /// subscribed before, as by `subscribe`, and unmarked when its call fails.
+    /// Subscribes to each of `uuids` in two rounds at most: every `AcquireNotify` at once, then every
+    /// `StartNotify` (for the rest, and for those whose acquisition failed), the replies of each round
+    /// awaited together. Each characteristic is marked subscribed before (its first value can arrive right
+    /// behind the reply) and unmarked when it could not be subscribed.
     public func subscribe(_ uuids: [GATTUUID]) async -> [Result<Void, MeterLinkError>] {
         for uuid in uuids where characteristicPaths[uuid.uuidString] != nil { core.setSubscribed(uuid, true) }
-        let results = await callTogether(uuids, "StartNotify", [])
-        return zip(uuids, results).map { uuid, result in
-            result.map { _ in () }.mapError { error in
-                if characteristicPaths[uuid.uuidString] != nil { core.setSubscribed(uuid, false) }
-                return error
+        var results = [Result<Void, MeterLinkError>?](repeating: nil, count: uuids.count)
+        let acquiring = uuids.indices.filter { index in
+            characteristicPaths[uuids[index].uuidString].map(acquirable.contains) == true
+        }
+        if !acquiring.isEmpty {
+            let replies = await callTogether(acquiring.map { uuids[$0] }, "AcquireNotify", [.vardict([:])])
+            for (index, reply) in zip(acquiring, replies) {
+                switch reply {
+                case .success(let values):
+                    guard case .unixFD(let descriptor)? = values.first, descriptor >= 0 else {
+                        client.logger.info("bluez: AcquireNotify of \(uuids[index]) on \(address) returned no socket; using StartNotify")
+                        continue
+                    }
+                    results[index] = core.attach(uuids[index], descriptor: descriptor)
+                        ? .success(())
+                        : .failure(MeterLinkError(.disconnected, "the link to \(address) is closed"))
+                case .failure(let error) where error.kind == .disconnected:
+                    results[index] = .failure(error)
+                case .failure(let error):
+                    client.logger.info("bluez: AcquireNotify of \(uuids[index]) on \(address) failed (\(error.message)); using StartNotify")
+                }
             }
+        }
+        let starting = uuids.indices.filter { results[$0] == nil }
+        if !starting.isEmpty {
+            let replies = await callTogether(starting.map { uuids[$0] }, "StartNotify", [])
+            for (index, reply) in zip(starting, replies) { results[index] = reply.map { _ in () } }
+        }
+        return zip(uuids, results).map { uuid, result in
+            let result = result ?? .failure(MeterLinkError(.disconnected, "the link to \(address) is closed"))
+            if case .failure = result, characteristicPaths[uuid.uuidString] != nil {
+                core.setSubscribed(uuid, false)
+                core.detach(uuid)
+            }
+            return result
         }
     }
 
@@ -531,23 +374,25 @@ public final class BlueZMeterLink: MeterLink {
     }
 
     public func unsubscribe(_ uuid: GATTUUID) async {
-        guard let path = characteristicPaths[uuid.uuidString] else { return }
-        core.setSubscribed(uuid, false)
-        _ = try? await call(path, "StopNotify", [])
+        await unsubscribe([uuid])
     }
 
-    /// Every `StopNotify` sent at once and the replies awaited together.
+    /// Closes the socket of each acquired one (bluetoothd then stops its notifications); every other
+    /// `StopNotify` sent at once and the replies awaited together.
     public func unsubscribe(_ uuids: [GATTUUID]) async {
         let known = uuids.filter { characteristicPaths[$0.uuidString] != nil }
         for uuid in known { core.setSubscribed(uuid, false) }
-        _ = await callTogether(known, "StopNotify", [])
+        let started = known.filter { !core.detach($0) }
+        if !started.isEmpty { _ = await callTogether(started, "StopNotify", []) }
     }
 
     /// Stops every notification (BlueZ keeps notify sessions across reconnects otherwise), in one round
-    /// whose answers are in before `Disconnect`, then disconnects. The events end with `.disconnected`.
+    /// whose answers are in before `Disconnect`, then disconnects. The events end with `.disconnected`;
+    /// ending them closes the acquired sockets.
     public func disconnect() async {
         let subscribed = core.takeSubscriptions()
-        let known = subscribed.sorted(by: { $0.rawValue < $1.rawValue }).filter { characteristicPaths[$0.uuidString] != nil }
+        let known = subscribed.sorted(by: { $0.rawValue < $1.rawValue })
+            .filter { characteristicPaths[$0.uuidString] != nil && !core.isAcquired($0) }
         if !known.isEmpty { _ = await callTogether(known, "StopNotify", []) }
         let wasUp = !core.isEnded
         // End first, so that the Connected=false this causes is not reported as the meter leaving.

@@ -206,6 +206,18 @@ extension BlueZClient {
         return out
     }
 
+    /// Paths of the characteristics under a device whose notifications bluetoothd can hand over through a
+    /// socket (`AcquireNotify`): those with a `NotifyAcquired` property, which bluetoothd gives a
+    /// characteristic that notifies (not one that only indicates).
+    public func acquirableCharacteristics(of devicePath: String) -> Set<String> {
+        let prefix = devicePath + "/"
+        var out: Set<String> = []
+        for (path, interfaces) in objects where path.hasPrefix(prefix) {
+            if interfaces[BlueZNames.gattCharacteristic]?["NotifyAcquired"] != nil { out.insert(path) }
+        }
+        return out
+    }
+
     /// Paths of the GATT services under a device, by UUID.
     public func services(of devicePath: String) -> [String: String] {
         var out: [String: String] = [:]

@@ -169,7 +169,6 @@ final class DownloadIntake: Sendable {
         let seq = context.sequenceNumber
         return state.withLock { s in
             s.heard(at: arrived)
-            s.holdLast = false
             if let index = s.pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
                 if s.pending[index].context == nil {
                     s.pending[index].context = context
@@ -180,6 +179,10 @@ final class DownloadIntake: Sendable {
                 // measurement follows; counted as unmatched at the end otherwise.
                 s.orphanContexts[seq] = (context, bytes)
             }
+            // The last record stays held while its own context is still to come: notifications that come
+            // through sockets of their own (`AcquireNotify`) can bring an earlier record's context after
+            // a later measurement.
+            s.holdLast = s.holdLast && s.pending.last?.awaitingContext == true
             return s.wakes(batchSize: batchSize)
         }
     }

@@ -33,6 +33,10 @@ final class DownloadSession {
     var interpreter: ReadingInterpreter
     let intake: DownloadIntake
     var subscribed: [GATTUUID] = []
+    /// The highest stored sequence when the procedure started, and whether records the meter announced
+    /// did not arrive (see `saveBookkeeping`).
+    var highestAtStart: Int?
+    var recordsMissing = false
     var hasContextCharacteristic = false
     /// What this meter needs beyond the profile, from its identity as read in this session (`MeterHandling`).
     var handling = MeterHandling(kinds: [])
@@ -275,6 +279,7 @@ final class DownloadSession {
             return
         }
         let highest = try await highestStoredSequence()
+        highestAtStart = highest
         var racp = RACPProcedure()
         var actions = racp.start(highestStored: highest)
         var receivedBefore = 0
@@ -399,6 +404,7 @@ final class DownloadSession {
             now = state()
             if isOver(now, at: clock.now) {
                 if let expected, now.received < expected {
+                    recordsMissing = true
                     logger.warning("meter \(meter.address): \(expected - now.received) of \(expected) announced records did not arrive; the next sync asks again")
                 }
                 return
@@ -610,6 +616,13 @@ final class DownloadSession {
             // (Not on a meter that numbers newest first: its procedure sets the highest position itself.)
             if report.outcome == .completed, wentBack, !handling.contains(.reversedSequence), let last = taken.lastMeasurementSequence {
                 try await download.store.resetHighestSequence(meter.address, to: Int(last))
+            }
+            // Records the meter counted but did not send may lie anywhere in the range (a value lost on
+            // the way, e.g. a full notification socket), below records that did arrive: the next download
+            // asks for the whole range again, as it was asked now (everything, after a counter reset).
+            // What arrived twice is stored once.
+            if report.outcome == .completed, recordsMissing, !handling.contains(.reversedSequence) {
+                try await download.store.resetHighestSequence(meter.address, to: wentBack ? nil : highestAtStart)
             }
         } catch {
             logger.warning("meter \(meter.address): cannot save sync bookkeeping: \(error)")

@@ -138,9 +138,11 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
 
         await link.disconnect()
         let log = try await rig.callLog()
+        // The measurements come through an acquired socket, the RACP's indications over the bus.
+        #expect(log.contains { $0.hasPrefix("org.bluez.GattCharacteristic1.AcquireNotify ") })
         let stops = log.indices.filter { log[$0].hasPrefix("org.bluez.GattCharacteristic1.StopNotify") }
         let disconnect = try #require(log.lastIndex { $0.hasPrefix("org.bluez.Device1.Disconnect") })
-        #expect(stops.count >= 2)
+        #expect(stops.count >= 1)
         #expect(stops.allSatisfy { $0 < disconnect })
         #expect(log.contains { $0.hasPrefix("org.bluez.Adapter1.SetDiscoveryFilter") })
         #expect(log.contains("org.bluez.AgentManager1.RegisterAgent /org/bluez"))

@@ -42,8 +42,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --time-scale X          run simulated time X times faster (delays, new records, bursts, expiry)
       --state FILE            (--standin) keep bonds in FILE (mode 0600) across processes
       --temporary-timeout S   (--standin) seconds before an unpaired, unconnected device expires (30)
-      --acquire-notify        (--standin) offer AcquireNotify on notify characteristics, as BlueZ does (off by
-                              default: socket notifications are not ordered with the RACP indication)
+      --no-acquire-notify     (--standin) do not offer AcquireNotify on notify characteristics (BlueZ does,
+                              and so does the stand-in by default; --acquire-notify is accepted as well)
       --adapter hciN          (--bluez) adapter to register on; (--standin) name of the simulated adapter
       --display-passkey       (--bluez) show a kernel-chosen passkey instead of imposing the meter's PIN
       --adapter-address A     (--standin) address of the simulated adapter
@@ -93,7 +93,7 @@ enum SimulateMeterCommand: GatewayCommand {
             "--fail-after", "--notify-delay-ms", "--clock", "--clock-skew", "--clock-utc-offset", "--profile",
         ],
         flags: [
-            "--standin", "--bluez", "--acquire-notify", "--display-passkey", "--no-bonding", "--with-context",
+            "--standin", "--bluez", "--acquire-notify", "--no-acquire-notify", "--display-passkey", "--no-bonding", "--with-context",
             "--no-context-characteristic", "--context-before", "--zero-count-as-no-records", "--clock-read-only", "--list-profiles",
         ],
         repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
@@ -121,7 +121,8 @@ enum SimulateMeterCommand: GatewayCommand {
         let temporaryTimeout = try arguments.secondsOption("--temporary-timeout")
         let adapter = try arguments.option("--adapter")
         let adapterAddress = try arguments.option("--adapter-address")
-        let acquireNotify = arguments.flag("--acquire-notify")
+        let offersAcquire = arguments.flag("--acquire-notify")
+        let acquireNotify = offersAcquire || !arguments.flag("--no-acquire-notify")
         let displayPasskey = arguments.flag("--display-passkey")
         var meters: [MeterDescription] = []
         for path in files { meters.append(try loadMeter(path)) }

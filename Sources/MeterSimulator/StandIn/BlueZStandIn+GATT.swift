@@ -244,7 +244,7 @@ extension BlueZStandIn {
         try checkAccess(address, uuid, run)
         guard acquired[path] == nil else { throw bluezError("NotPermitted", "Notify acquired") }
         guard (notifySessions[path] ?? []).isEmpty else { throw bluezError("InProgress", "In Progress") }
-        let session = try AcquiredNotify.open { [weak self] in
+        let session = try AcquiredNotify.open(sendBuffer: options.acquiredSocketBuffer) { [weak self] in
             Task { await self?.releaseAcquired(path) }
         }
         acquired[path] = session
@@ -307,6 +307,30 @@ extension BlueZStandIn {
         }
     }
 
+    /// One value into an acquired socket. bluetoothd drops a value that finds the socket full; on a real
+    /// link the radio is slower than any reader, so that takes a reader stalled for hundreds of values.
+    /// The stand-in sends as fast as it can, so it waits for room instead, as long as the radio would
+    /// have taken (up to 2 s), unless `acquiredSocketDrops` asks it to drop the value as bluetoothd does.
+    private func send(_ bytes: [UInt8], through session: AcquiredNotify, of path: String) async {
+        let patience = ContinuousClock.now + .seconds(2)
+        while true {
+            switch session.send(bytes) {
+            case .sent:
+                return
+            case .gone:
+                await releaseAcquired(path)
+                return
+            case .full:
+                if options.acquiredSocketDrops || ContinuousClock.now >= patience {
+                    droppedValues += 1
+                    logger.warning("notification socket of \(path) is full: value dropped")
+                    return
+                }
+                try? await Task.sleep(for: .milliseconds(1))
+            }
+        }
+    }
+
     /// Sends one notification or indication as bluetoothd shows it: `Value` changing on the characteristic
     /// (or through the socket of an `AcquireNotify`).
     private func deliver(_ address: String, _ uuid: GATTUUID, _ bytes: [UInt8]) async {
@@ -316,7 +340,7 @@ extension BlueZStandIn {
                 let path = charPath(address, s, ch)
                 if let session = acquired[path] {
                     // An acquired notification goes through the socket only; Value is not updated.
-                    if !session.send(bytes) { await releaseAcquired(path) }
+                    await send(bytes, through: session, of: path)
                     continue
                 }
                 await c.setProperties(path: path, interface: "org.bluez.GattCharacteristic1", ["Value": .bytes(bytes)])

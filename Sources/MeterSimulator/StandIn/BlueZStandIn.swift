@@ -20,8 +20,15 @@ public struct StandInOptions: Sendable {
     public var statePath: String?
     public var clock: SimulationClock = SimulationClock()
     /// Offer `AcquireNotify` (and the `NotifyAcquired` property) on notify characteristics, as BlueZ does.
-    /// Off by default: notifications through the socket are not ordered with the RACP indication on D-Bus.
-    public var offerAcquireNotify = false
+    /// A value goes into the socket the moment the meter sends it, while signals go out through the bus
+    /// later, as with bluetoothd.
+    public var offerAcquireNotify = true
+    /// Drop a value that finds its acquired socket full, as bluetoothd does, instead of waiting for room
+    /// as a radio link slower than the reader would (see `send(_:through:of:)`); dropped values are
+    /// counted in `droppedValues`.
+    public var acquiredSocketDrops = false
+    /// The send buffer of each acquired socket, in bytes (nil: the system's default).
+    public var acquiredSocketBuffer: Int?
 
     public init(busAddress: String) {
         self.busAddress = busAddress
@@ -157,6 +164,8 @@ public actor BlueZStandIn {
     var notifySessions: [String: Set<String>] = [:]
     /// Characteristic path -> the socket of an `AcquireNotify`.
     var acquired: [String: AcquiredNotify] = [:]
+    /// Values lost because an acquired socket was full.
+    public internal(set) var droppedValues = 0
     private var runTasks: [Task<Void, Never>] = []
     /// Senders with a registered GATT application holding a `GattProfile1` for the Glucose Service, and
     /// the application paths: bonded meters are then connected as soon as they advertise.
