@@ -243,6 +243,7 @@ public final class BlueZMeterLink: MeterLink {
 
     deinit {
         subscription.cancel()
+        core.closeSockets()
     }
 
     private func path(of uuid: GATTUUID) throws(MeterLinkError) -> String {
@@ -324,9 +325,12 @@ public final class BlueZMeterLink: MeterLink {
                         client.logger.info("bluez: AcquireNotify of \(uuids[index]) on \(address) returned no socket; using StartNotify")
                         continue
                     }
-                    results[index] = core.attach(uuids[index], descriptor: descriptor)
-                        ? .success(())
-                        : .failure(MeterLinkError(.disconnected, "the link to \(address) is closed"))
+                    guard core.attach(uuids[index], descriptor: descriptor) else {
+                        results[index] = .failure(MeterLinkError(.disconnected, "the link to \(address) is closed"))
+                        continue
+                    }
+                    results[index] = .success(())
+                    client.logger.debug("bluez: \(uuids[index]) of \(address) notifies through an acquired socket")
                 case .failure(let error) where error.kind == .disconnected:
                     results[index] = .failure(error)
                 case .failure(let error):

@@ -19,8 +19,9 @@ import Glibc
 /// to the socket the moment it handles it, while a value it sends on the bus goes out later, from its
 /// D-Bus queue: so every value that came before a signal is already in the socket when the signal
 /// arrives, and the sockets are read dry before any value or end that comes over the bus is taken. The
-/// order of the link's events is then the meter's, except between two sockets, which are read in order of
-/// UUID (a Glucose Measurement before its context: the context is sent after it).
+/// order of the link's events is then the meter's, except between two sockets: bluetoothd writes while
+/// the link reads, so a measurement's context can come before or after it (the download pairs them by
+/// sequence number).
 final class LinkCore: Sendable {
     let devicePath: String
     let owner: String
@@ -274,6 +275,15 @@ final class LinkCore: Sendable {
         return socket != nil
     }
 
+    /// Closes every acquired socket: the link is going away.
+    func closeSockets() {
+        let all = state.withLock { state -> [AcquiredSocket] in
+            defer { state.acquired = [] }
+            return state.acquired
+        }
+        release(all, hungUp: false)
+    }
+
     /// Whether `uuid`'s notifications come through a socket.
     func isAcquired(_ uuid: GATTUUID) -> Bool {
         state.withLock { $0.acquired.contains { $0.uuid == uuid } }
@@ -316,8 +326,8 @@ final class LinkCore: Sendable {
         while nanosleep(&time, &left) != 0 && errno == EINTR { time = left }
     }
 
-    /// Takes every packet waiting in the acquired sockets into the batch, socket by socket in order of
-    /// UUID; returns, and forgets, the sockets bluetoothd closed. Values of a characteristic no longer
+    /// Takes every packet waiting in the acquired sockets into the batch, socket by socket (in order of
+    /// UUID); returns, and forgets, the sockets bluetoothd closed. Values of a characteristic no longer
     /// subscribed, or of an ended link, are read and dropped. A packet longer than any attribute value
     /// is dropped and logged: it cannot be a value as the meter sent it.
     private func drain(_ state: inout State) -> [AcquiredSocket] {
@@ -340,8 +350,9 @@ final class LinkCore: Sendable {
                         continue
                     }
                     if n == 0 {
-                        // An empty packet, or the end of the stream: only the latter sets a hang-up.
-                        guard Self.hungUp(socket.descriptor) else { continue }
+                        // An empty packet, or the end of the stream: the end when bluetoothd hung up and
+                        // no bytes are left to read (empty packets left behind carry nothing).
+                        guard Self.hungUp(socket.descriptor), Self.bytesQueued(socket.descriptor) == 0 else { continue }
                         hungUp = true
                         break
                     }
@@ -364,6 +375,13 @@ final class LinkCore: Sendable {
         var entry = pollfd(fd: descriptor, events: pollReadHangUp, revents: 0)
         guard poll(&entry, 1, 0) == 1 else { return false }
         return entry.revents & (pollReadHangUp | Int16(POLLHUP) | Int16(POLLERR)) != 0
+    }
+
+    /// The bytes waiting in `descriptor`'s receive queue, all packets together (`SIOCINQ`).
+    private static func bytesQueued(_ descriptor: Int32) -> Int32 {
+        var count: Int32 = 0
+        guard ioctl(descriptor, UInt(FIONREAD), &count) == 0 else { return 0 }
+        return count
     }
 
     /// Cancels the read sources of sockets taken out of the link (closing them); `hungUp`: bluetoothd closed them.

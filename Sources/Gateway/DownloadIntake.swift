@@ -31,8 +31,11 @@ final class DownloadIntake: Sendable {
 
     struct State {
         var pending: [PendingRecord] = []
-        /// The last pending record is the latest event and may still get its context.
-        var holdLast = false
+        /// Records whose context is still to come stay uncommitted (see `committable`), until the report's
+        /// end or an undecodable value clears this.
+        var holding = false
+        /// How many pending records await their context.
+        var awaiting = 0
         var orphanContexts: [UInt16: (GlucoseMeasurementContext, [UInt8])] = [:]
         private(set) var lastActivity: ContinuousClock.Instant
         /// How many times the meter was heard from (see `answered(since:)`).
@@ -46,7 +49,18 @@ final class DownloadIntake: Sendable {
         var waitingSignalled = false
         var wakeOnEveryValue = false
 
-        var committable: Int { holdLast ? pending.count - 1 : pending.count }
+        /// How many records, oldest first, may be committed: those before the oldest record that still
+        /// awaits its context among the newest `contextLag`. Over the bus a context comes right behind its
+        /// measurement, so only the last record can wait for one; through two `AcquireNotify` sockets
+        /// the context can also come after a few later measurements, or before its own.
+        var committable: Int {
+            guard holding, awaiting > 0 else { return pending.count }
+            let start = max(0, pending.count - DownloadIntake.contextLag)
+            return pending[start...].firstIndex(where: \.awaitingContext) ?? pending.count
+        }
+
+        /// Whether records wait for their contexts.
+        var holdsRecords: Bool { committable < pending.count }
 
         init(lastActivity: ContinuousClock.Instant) { self.lastActivity = lastActivity }
 
@@ -71,6 +85,10 @@ final class DownloadIntake: Sendable {
             return wake
         }
     }
+
+    /// How many later measurements a record still waits behind for its context (see `State.committable`);
+    /// one that waited longer is committed without it (a context that comes later is counted unmatched).
+    static let contextLag = 64
 
     let state: Mutex<State>
     let batchSize: Int
@@ -97,7 +115,7 @@ final class DownloadIntake: Sendable {
         let at = clock.now
         return state.withLock {
             $0.heard(at: at)
-            if clearHold { $0.holdLast = false }
+            if clearHold { $0.holding = false }
             return $0.wakes(batchSize: batchSize)
         }
     }
@@ -120,7 +138,7 @@ final class DownloadIntake: Sendable {
         guard let decoded = DecodedMeasurement(bytes) else {
             let wake = state.withLock {
                 $0.heard(at: arrived)
-                $0.holdLast = false
+                $0.holding = false
                 $0.malformed += 1
                 return $0.wakes(batchSize: batchSize)
             }
@@ -132,7 +150,6 @@ final class DownloadIntake: Sendable {
         let receivedAt = now()
         let update = state.withLock { s -> (DownloadProgress, Wake)? in
             s.heard(at: arrived)
-            s.holdLast = false
             // The same notification twice in a row (seen on real meters) is one record.
             if let last = s.pending.last, last.decoded.raw == bytes { return nil }
             var record = PendingRecord(decoded: decoded, context: nil, rawContext: nil, receivedAt: receivedAt, arrived: arrived)
@@ -141,7 +158,8 @@ final class DownloadIntake: Sendable {
                 record.rawContext = raw
             }
             s.pending.append(record)
-            s.holdLast = record.awaitingContext
+            s.holding = true
+            if record.awaitingContext { s.awaiting += 1 }
             s.lastMeasurementSequence = seq
             s.received += 1
             s.highestSequence = max(s.highestSequence ?? Int(seq), Int(seq))
@@ -159,7 +177,7 @@ final class DownloadIntake: Sendable {
         guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
             let wake = state.withLock {
                 $0.heard(at: arrived)
-                $0.holdLast = false
+                $0.holding = false
                 $0.malformed += 1
                 return $0.wakes(batchSize: batchSize)
             }
@@ -171,6 +189,7 @@ final class DownloadIntake: Sendable {
             s.heard(at: arrived)
             if let index = s.pending.lastIndex(where: { $0.decoded.measurement.sequenceNumber == seq }) {
                 if s.pending[index].context == nil {
+                    if s.pending[index].awaitingContext { s.awaiting -= 1 }
                     s.pending[index].context = context
                     s.pending[index].rawContext = bytes
                 }
@@ -179,10 +198,6 @@ final class DownloadIntake: Sendable {
                 // measurement follows; counted as unmatched at the end otherwise.
                 s.orphanContexts[seq] = (context, bytes)
             }
-            // The last record stays held while its own context is still to come: notifications that come
-            // through sockets of their own (`AcquireNotify`) can bring an earlier record's context after
-            // a later measurement.
-            s.holdLast = s.holdLast && s.pending.last?.awaitingContext == true
             return s.wakes(batchSize: batchSize)
         }
     }
@@ -203,6 +218,7 @@ final class DownloadIntake: Sendable {
                 taken = Array(s.pending.prefix(count))
                 s.pending.removeFirst(count)
             }
+            if s.awaiting > 0 { s.awaiting -= taken.reduce(0) { $0 + ($1.awaitingContext ? 1 : 0) } }
             if s.committable < batchSize { s.batchSignalled = false }
             if s.committable <= 0 { s.waitingSignalled = false }
             return taken

@@ -384,7 +384,7 @@ final class DownloadSession {
         let respondedAt = clock.now
         func state() -> (received: Int, lastValueAt: ContinuousClock.Instant, awaitingContext: Bool) {
             let s = intake.snapshot
-            return (s.received + s.malformed - receivedBefore, s.lastActivity, s.holdLast)
+            return (s.received + s.malformed - receivedBefore, s.lastActivity, s.holdsRecords)
         }
         func isOver(_ s: (received: Int, lastValueAt: ContinuousClock.Instant, awaitingContext: Bool), at now: ContinuousClock.Instant) -> Bool {
             wait.isOver(respondedAt: respondedAt, lastValueAt: s.lastValueAt, now: now, received: s.received,

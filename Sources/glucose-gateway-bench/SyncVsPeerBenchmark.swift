@@ -10,11 +10,13 @@ import Glibc
 /// `glucose-gateway sync` on a fresh database with `[nightscout]` set (CPU user+sys from `wait4`, peak RSS
 /// as `VmHWM`); the same sync under `/usr/bin/time -f "%U %S %M"`; and the peer doing the same job on a
 /// fresh database. Every one must leave all N readings on the server. `--strace PATH` adds one sync
-/// under `strace -f -c -o PATH`. Run from the repository root (or pass `--server`, `--peer`, `--python`).
+/// under `strace -f -c -o PATH`; `--peer-notify acquire` has the peer take measurements and contexts
+/// through `AcquireNotify` sockets too (`start`, bleak's default: `StartNotify`). Run from the repository root (or pass
+/// `--server`, `--peer`, `--python`).
 /// Only processes it started are stopped, by pid.
 enum SyncVsPeerBenchmark {
     static let address = "C0:26:DA:0B:E4:02"
-    static let usage = "sync-vs-peer [--records N] [--runs K] [--gateway PATH] [--python PATH] [--peer PATH] [--server PATH] [--strace PATH]"
+    static let usage = "sync-vs-peer [--records N] [--runs K] [--gateway PATH] [--python PATH] [--peer PATH] [--server PATH] [--strace PATH] [--peer-notify start|acquire]"
 
     struct Figures {
         var cpu: [Double] = []
@@ -23,16 +25,18 @@ enum SyncVsPeerBenchmark {
     }
 
     static func run(_ args: [String]) async -> Int32 {
-        guard let o = BenchArguments(args, names: ["records", "runs", "gateway", "python", "peer", "server", "strace"], usage: usage) else { return 64 }
+        guard let o = BenchArguments(args, names: ["records", "runs", "gateway", "python", "peer", "server", "strace", "peer-notify"], usage: usage) else { return 64 }
         let records = o.int("records", 1000)
         let runs = o.int("runs", 5)
         let gateway = o.string("gateway", DownloadBenchmark.siblingExecutable("glucose-gateway"))
         let python = o.string("python", ".venv/bin/python")
         let peer = o.string("peer", "scripts/bench/bleak_peer.py")
         let script = o.string("server", "SystemTests/fake_nightscout.py")
+        let peerNotify = o.string("peer-notify", "start")
+        let peerAcquires = peerNotify == "acquire"
         guard (1...65_000).contains(records), (1...100).contains(runs), access(gateway, X_OK) == 0,
-              access(python, X_OK) == 0, access(peer, R_OK) == 0 else {
-            print("sync-vs-peer: need 1...65000 records, 1...100 runs, an executable gateway (\(gateway)), "
+              access(python, X_OK) == 0, access(peer, R_OK) == 0, ["start", "acquire"].contains(peerNotify) else {
+            print("sync-vs-peer: need 1...65000 records, 1...100 runs, --peer-notify start or acquire, an executable gateway (\(gateway)), "
                   + "python with bleak (\(python): `source scripts/install-deps.sh --test`) and the peer (\(peer))")
             return 64
         }
@@ -132,7 +136,8 @@ enum SyncVsPeerBenchmark {
                     guard (try? await server.control(#"{"mode": "ok"}"#)) != nil, (try? await server.reset()) != nil else { return fail("server reset failed") }
                     setup += 1
                     if let failure = await measure([python, peer, "--address", address, "--database", dir + "/peer\(setup).sqlite3",
-                                                    "--url", server.url, "--secret", Server.secret], into: &peerFigures,
+                                                    "--url", server.url, "--secret", Server.secret] + (peerAcquires ? ["--acquire"] : []),
+                                                   into: &peerFigures,
                                                    what: "the peer", uploader: "the peer", hint: " (run it by hand to see why)") {
                         return fail(failure)
                     }
@@ -156,7 +161,7 @@ enum SyncVsPeerBenchmark {
               + "max \(DownloadBenchmark.fmt(gatewayFigures.cpu.max() ?? 0))), peak RSS \(mb(median(gatewayFigures.rss))) MB (max \(mb(gatewayFigures.rss.max() ?? 0))), "
               + "wall \(DownloadBenchmark.fmt(median(gatewayFigures.wall))) s")
         print("  gateway (/usr/bin/time):  CPU \(DownloadBenchmark.fmt(median(timedFigures.cpu))) s, peak RSS \(mb(median(timedFigures.rss))) MB")
-        print("  bleak peer (wait4):       CPU \(DownloadBenchmark.fmt(peerCPU)) s (min \(DownloadBenchmark.fmt(peerFigures.cpu.min() ?? 0)), "
+        print("  bleak peer\(peerAcquires ? ", AcquireNotify" : "") (wait4): CPU \(DownloadBenchmark.fmt(peerCPU)) s (min \(DownloadBenchmark.fmt(peerFigures.cpu.min() ?? 0)), "
               + "max \(DownloadBenchmark.fmt(peerFigures.cpu.max() ?? 0))), peak RSS \(mb(median(peerFigures.rss))) MB (max \(mb(peerFigures.rss.max() ?? 0))), "
               + "wall \(DownloadBenchmark.fmt(median(peerFigures.wall))) s")
         let ratio = peerCPU > 0 ? gatewayCPU / peerCPU : 0

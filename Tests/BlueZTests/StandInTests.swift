@@ -15,14 +15,16 @@ final class StandInRig: Sendable {
     let standIn: BlueZStandIn
     let client: BlueZClient
 
-    init(records: Int = 50, faults: MeterFaults = MeterFaults()) async throws {
+    init(records: Int = 50, withContext: Bool = false, faults: MeterFaults = MeterFaults(),
+         configure: (inout StandInOptions) -> Void = { _ in }) async throws {
         bus = try await PrivateBus.start()
         var options = StandInOptions(busAddress: bus.address)
         options.clock = SimulationClock(scale: 20)
+        configure(&options)
         let meter = MeterDescription(
             address: Self.address, name: "GlucoSim", passkey: Self.passkey,
             records: MeterSeries.records(count: records, firstSequence: 1, start: nil, intervalMinutes: 60,
-                                         timeOffset: nil, unit: .kilogramPerLitre),
+                                         timeOffset: nil, unit: .kilogramPerLitre, withContext: withContext),
             faults: faults)
         standIn = BlueZStandIn(meters: [meter], options: options, logger: .silent)
         try await standIn.start()
@@ -330,6 +332,132 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         }
         let log = try await rig.callLog()
         #expect(log.filter { $0.hasPrefix("org.bluez.Adapter1.StartDiscovery") }.count >= 3)
+        await rig.close()
+    }
+}
+
+/// Notifications through `AcquireNotify` sockets, against the stand-in (which offers them as bluetoothd does).
+@Suite(.timeLimit(.minutes(1))) struct AcquiredNotificationTests {
+    /// Subscribes as a download does, asks for every record and collects the events up to the RACP's answer.
+    static func report(_ link: BlueZMeterLink) async throws -> [MeterLinkEvent] {
+        let results = await link.subscribe([.glucoseMeasurement, .glucoseMeasurementContext, .recordAccessControlPoint])
+        for result in results { try result.get() }
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        return try await withTimeout(20) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                if case .value(.recordAccessControlPoint, _) = event { break }
+            }
+            return out
+        }
+    }
+
+    static func connect(_ rig: StandInRig) async throws -> BlueZMeterLink {
+        _ = try await rig.discover()
+        try await rig.client.pair(address: StandInRig.address, pin: StandInRig.passkey, timeout: .seconds(20))
+        return try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20))
+    }
+
+    static func sequences(_ events: [MeterLinkEvent], _ uuid: GATTUUID) -> [Int] {
+        events.compactMap { event -> Int? in
+            guard case .value(let from, let bytes) = event, from == uuid else { return nil }
+            return sequenceNumber(bytes)
+        }
+    }
+
+    static func calls(_ log: [String], _ member: String) -> [String] {
+        log.filter { $0.hasPrefix("org.bluez.GattCharacteristic1.\(member) ") }
+    }
+
+    @Test func measurementsAndContextsComeThroughSocketsAndTheReportEndsAfterThem() async throws {
+        let rig = try await StandInRig(records: 120, withContext: true)
+        let link = try await Self.connect(rig)
+        let events = try await Self.report(link)
+        #expect(Self.sequences(events, .glucoseMeasurement) == Array(1...120))
+        // Each socket in its order (between the two, a context may come before or after its measurement).
+        #expect(Self.sequences(events, .glucoseMeasurementContext) == Array(1...120))
+        #expect(events.last == .value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]))
+        let paths = link.characteristicPaths
+        let measurementPath = try #require(paths[GATTUUID.glucoseMeasurement.uuidString])
+        let contextPath = try #require(paths[GATTUUID.glucoseMeasurementContext.uuidString])
+        let racpPath = try #require(paths[GATTUUID.recordAccessControlPoint.uuidString])
+        var log = try await rig.callLog()
+        // The two that notify are acquired; the RACP indicates, so it is started over the bus.
+        #expect(Set(Self.calls(log, "AcquireNotify")) == ["org.bluez.GattCharacteristic1.AcquireNotify \(measurementPath)",
+                                                         "org.bluez.GattCharacteristic1.AcquireNotify \(contextPath)"])
+        #expect(Self.calls(log, "StartNotify") == ["org.bluez.GattCharacteristic1.StartNotify \(racpPath)"])
+        // Giving the subscriptions up closes the sockets: bluetoothd releases them (NotifyAcquired false).
+        await link.unsubscribe([.glucoseMeasurement, .glucoseMeasurementContext, .recordAccessControlPoint])
+        let released = try await rig.client.wait(timeout: .seconds(5), for: "the sockets to be released") { objects, _ in
+            [measurementPath, contextPath].allSatisfy {
+                objects[$0]?["org.bluez.GattCharacteristic1"]?["NotifyAcquired"]?.bool == false
+            } ? true : nil
+        }
+        #expect(released)
+        log = try await rig.callLog()
+        #expect(Self.calls(log, "StopNotify") == ["org.bluez.GattCharacteristic1.StopNotify \(racpPath)"])
+        await link.disconnect()
+        await rig.close()
+    }
+
+    @Test func aCharacteristicAnotherClientStartedFallsBackToStartNotify() async throws {
+        let rig = try await StandInRig(records: 30)
+        let link = try await Self.connect(rig)
+        let measurementPath = try #require(link.characteristicPaths[GATTUUID.glucoseMeasurement.uuidString])
+        // Another program on the bus subscribed first: bluetoothd answers AcquireNotify with InProgress.
+        let other = try await BlueZClient.connect(bus: rig.bus.address)
+        _ = try await other.connection.call(destination: "org.bluez", path: measurementPath,
+                                            interface: "org.bluez.GattCharacteristic1", member: "StartNotify",
+                                            timeout: .seconds(5))
+        let events = try await Self.report(link)
+        #expect(Self.sequences(events, .glucoseMeasurement) == Array(1...30))
+        let log = try await rig.callLog()
+        #expect(Self.calls(log, "AcquireNotify").contains("org.bluez.GattCharacteristic1.AcquireNotify \(measurementPath)"))
+        #expect(Self.calls(log, "StartNotify").filter { $0.hasSuffix(measurementPath) }.count == 2)
+        await link.disconnect()
+        await other.close()
+        await rig.close()
+    }
+
+    /// bluetoothd drops what finds a socket full (the quirk plays it for two values): the link delivers
+    /// what came, in order, and the report's end still comes last.
+    @Test func valuesDroppedAtAFullSocketAreMissingAndNothingElseIs() async throws {
+        let rig = try await StandInRig(records: 12)
+        let link = try await Self.connect(rig)
+        try await rig.standIn.setQuirks(StandInRig.address, [.fullSocket])
+        let events = try await Self.report(link)
+        #expect(Self.sequences(events, .glucoseMeasurement) == [1, 2, 3, 4] + Array(7...12))
+        #expect(events.last == .value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]))
+        #expect(await rig.standIn.droppedValues == 2)
+        // The quirk is over: the next report brings everything.
+        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
+        let again = try await withTimeout(20) { () -> [MeterLinkEvent] in
+            var out: [MeterLinkEvent] = []
+            for await event in link.events {
+                out.append(event)
+                if case .value(.recordAccessControlPoint, _) = event { break }
+            }
+            return out
+        }
+        #expect(Self.sequences(again, .glucoseMeasurement) == Array(1...12))
+        await link.disconnect()
+        await rig.close()
+    }
+
+    /// The gateway told not to acquire (with bluetoothd offering it), or bluetoothd not offering it.
+    @Test(arguments: [true, false]) func withoutSocketsEverythingComesOverTheBus(standInOffers: Bool) async throws {
+        let rig = try await StandInRig(records: 30, withContext: true) { $0.offerAcquireNotify = standInOffers }
+        if standInOffers { await rig.client.setAcquiresNotifications(false) }
+        let link = try await Self.connect(rig)
+        let events = try await Self.report(link)
+        #expect(Self.sequences(events, .glucoseMeasurement) == Array(1...30))
+        #expect(Self.sequences(events, .glucoseMeasurementContext) == Array(1...30))
+        #expect(events.last == .value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]))
+        let log = try await rig.callLog()
+        #expect(Self.calls(log, "AcquireNotify").isEmpty)
+        #expect(Self.calls(log, "StartNotify").count == 3)
+        await link.disconnect()
         await rig.close()
     }
 }

@@ -72,6 +72,49 @@ struct DownloadIntakeTests {
         #expect(taken.first?.context?.meal == 1)
     }
 
+    /// Through two `AcquireNotify` sockets a context can come behind later measurements: its record
+    /// waits for it, and so does everything after it, until it comes.
+    @Test func aContextBehindLaterMeasurementsStillFindsItsRecordUncommitted() {
+        let intake = Self.intake(batchSize: 10)
+        for seq: UInt16 in 1...3 { _ = intake.measurement(Self.measurement(seq, contextFollows: true)) }
+        #expect(intake.take(final: false, limit: 10).isEmpty)
+        _ = intake.context(Self.context(1))
+        _ = intake.context(Self.context(2))
+        let first = intake.take(final: false, limit: 10)
+        #expect(first.map(\.decoded.measurement.sequenceNumber) == [1, 2])
+        #expect(first.allSatisfy { $0.context?.meal == 1 })
+        // A context before its own measurement waits for it.
+        _ = intake.context(Self.context(4))
+        _ = intake.measurement(Self.measurement(4, contextFollows: true))
+        #expect(intake.take(final: false, limit: 10).isEmpty)
+        _ = intake.context(Self.context(3))
+        let second = intake.take(final: false, limit: 10)
+        #expect(second.map(\.decoded.measurement.sequenceNumber) == [3, 4])
+        #expect(second.allSatisfy { $0.context?.meal == 1 })
+    }
+
+    @Test func aContextThatNeverComesHoldsItsRecordForALimitedNumberOfLaterOnes() {
+        let intake = Self.intake(batchSize: 1000)
+        _ = intake.measurement(Self.measurement(1, contextFollows: true))
+        for seq in 2...UInt16(DownloadIntake.contextLag) { _ = intake.measurement(Self.measurement(seq)) }
+        #expect(intake.take(final: false, limit: 1000).isEmpty)
+        // One more later measurement: the record has waited long enough and goes without a context.
+        _ = intake.measurement(Self.measurement(UInt16(DownloadIntake.contextLag) + 1))
+        let taken = intake.take(final: false, limit: 1000)
+        #expect(taken.count == DownloadIntake.contextLag + 1)
+        #expect(taken.first?.context == nil)
+    }
+
+    @Test func theReportsEndReleasesEveryRecordStillWaitingForItsContext() {
+        let intake = Self.intake(batchSize: 10)
+        _ = intake.measurement(Self.measurement(1, contextFollows: true))
+        _ = intake.measurement(Self.measurement(2, contextFollows: true))
+        #expect(intake.snapshot.holdsRecords)
+        _ = intake.touch(clearHold: true)
+        #expect(!intake.snapshot.holdsRecords)
+        #expect(intake.take(final: false, limit: 10).count == 2)
+    }
+
     @Test func whileLateRecordsAreAwaitedEveryValueWakesTheSession() {
         let intake = Self.intake(batchSize: 10)
         _ = intake.measurement(Self.measurement(1))

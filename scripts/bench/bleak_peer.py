@@ -9,8 +9,11 @@ SFLOAT concentration), store each one with its raw bytes in SQLite (WAL, synchro
 200 records and at the end), then POST them to Nightscout (`/api/v1/entries`, batches of 200 like the gateway, SHA-1 of
 the API secret, one kept-alive connection) and check that the server returned every entry.
 
+Notifications come the way bleak takes them by default (StartNotify, each value a D-Bus signal); with
+--acquire, 0x2A18 and 0x2A34 come through AcquireNotify sockets, as the gateway takes them.
+
 Runs with bleak from the test virtual environment; the bus is $DBUS_SYSTEM_BUS_ADDRESS.
-Usage: bleak_peer.py --address AA:BB:.. --database PATH --url http://127.0.0.1:PORT --secret S
+Usage: bleak_peer.py --address AA:BB:.. --database PATH --url http://127.0.0.1:PORT --secret S [--acquire]
 Prints "stored N uploaded M" and exits 0, or one line on stderr and exits 1.
 """
 import argparse
@@ -64,12 +67,13 @@ def decode(m):
     return seq, when.isoformat(), mgdl
 
 
-async def download(address):
+async def download(address, acquire):
     measurements, contexts = [], []
     responses = asyncio.Queue()
+    sockets = {"bluez": {"use_start_notify": False}} if acquire else {}
     async with BleakClient(address, timeout=20) as client:
-        await client.start_notify(GM, lambda _, d: measurements.append(bytes(d)))
-        await client.start_notify(GMC, lambda _, d: contexts.append(bytes(d)))
+        await client.start_notify(GM, lambda _, d: measurements.append(bytes(d)), **sockets)
+        await client.start_notify(GMC, lambda _, d: contexts.append(bytes(d)), **sockets)
         await client.start_notify(RACP, lambda _, d: responses.put_nowait(bytes(d)))
         await client.write_gatt_char(RACP, b"\x04\x01", response=True)
         count_answer = await asyncio.wait_for(responses.get(), 20)
@@ -143,9 +147,10 @@ def main():
     parser.add_argument("--database", required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--secret", required=True)
+    parser.add_argument("--acquire", action="store_true", help="measurement and context through AcquireNotify")
     args = parser.parse_args()
     try:
-        measurements, _ = asyncio.run(download(args.address))
+        measurements, _ = asyncio.run(download(args.address, args.acquire))
         db, rows = store(args.database, measurements)
         uploaded = upload(db, rows, args.url, args.secret, args.address)
         db.close()

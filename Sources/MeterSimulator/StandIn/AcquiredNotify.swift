@@ -21,16 +21,12 @@ final class AcquiredNotify {
         var description: String
     }
 
-    /// `onHangUp` runs (on a global queue) when the client closes its end; `sendBuffer` sets our end's
-    /// send buffer (nil: the system's default).
-    static func open(sendBuffer: Int? = nil, onHangUp: @escaping @Sendable () -> Void) throws -> AcquiredNotify {
+    /// `onHangUp` runs (on a global queue) when the client closes its end.
+    static func open(onHangUp: @escaping @Sendable () -> Void) throws -> AcquiredNotify {
         var fds: [Int32] = [-1, -1]
         let kind = Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         guard socketpair(AF_UNIX, kind, 0, &fds) == 0 else {
             throw bluezError("Failed", "socketpair failed: errno \(errno)")
-        }
-        if var size = sendBuffer.map(Int32.init(clamping:)) {
-            _ = setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
         let session = AcquiredNotify(descriptor: fds[0], peer: fds[1])
         let source = DispatchSource.makeReadSource(fileDescriptor: fds[0], queue: .global())

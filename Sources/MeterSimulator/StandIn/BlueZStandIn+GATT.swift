@@ -244,7 +244,7 @@ extension BlueZStandIn {
         try checkAccess(address, uuid, run)
         guard acquired[path] == nil else { throw bluezError("NotPermitted", "Notify acquired") }
         guard (notifySessions[path] ?? []).isEmpty else { throw bluezError("InProgress", "In Progress") }
-        let session = try AcquiredNotify.open(sendBuffer: options.acquiredSocketBuffer) { [weak self] in
+        let session = try AcquiredNotify.open { [weak self] in
             Task { await self?.releaseAcquired(path) }
         }
         acquired[path] = session
@@ -309,8 +309,8 @@ extension BlueZStandIn {
 
     /// One value into an acquired socket. bluetoothd drops a value that finds the socket full; on a real
     /// link the radio is slower than any reader, so that takes a reader stalled for hundreds of values.
-    /// The stand-in sends as fast as it can, so it waits for room instead, as long as the radio would
-    /// have taken (up to 2 s), unless `acquiredSocketDrops` asks it to drop the value as bluetoothd does.
+    /// The stand-in sends as fast as it can, so it waits for room instead, as long as a radio might have
+    /// taken (up to 2 s), then drops the value as bluetoothd does (the quirk `full-socket` drops two at once).
     private func send(_ bytes: [UInt8], through session: AcquiredNotify, of path: String) async {
         let patience = ContinuousClock.now + .seconds(2)
         while true {
@@ -321,7 +321,7 @@ extension BlueZStandIn {
                 await releaseAcquired(path)
                 return
             case .full:
-                if options.acquiredSocketDrops || ContinuousClock.now >= patience {
+                if ContinuousClock.now >= patience {
                     droppedValues += 1
                     logger.warning("notification socket of \(path) is full: value dropped")
                     return
@@ -340,6 +340,19 @@ extension BlueZStandIn {
                 let path = charPath(address, s, ch)
                 if let session = acquired[path] {
                     // An acquired notification goes through the socket only; Value is not updated.
+                    if uuid == .glucoseMeasurement, quirks[address]?.contains(.fullSocket) == true {
+                        let count = fullSocketCount[address, default: 0] + 1
+                        fullSocketCount[address] = count
+                        if count == 6 {
+                            quirks[address]?.remove(.fullSocket)
+                            fullSocketCount[address] = nil
+                        }
+                        if count == 5 || count == 6 {
+                            droppedValues += 1
+                            logger.warning("notification socket of \(path) is full: value dropped (quirk full-socket)")
+                            continue
+                        }
+                    }
                     await send(bytes, through: session, of: path)
                     continue
                 }

@@ -41,7 +41,9 @@ enum ControlInterface {
                                                            signal, BlueZ 5.66), response-before-records
                                                            (the RACP response overtakes the records),
                                                            pairing-stalls (Pair ends AuthenticationCanceled
-                                                           after the passkey was given)
+                                                           after the passkey was given), full-socket (the
+                                                           5th and 6th measurement sent through an
+                                                           acquired socket are dropped, once)
       StopAnswering(d seconds)                            keep org.bluez but answer no call for that long
                                                            (real seconds; 0: for good), as a hung bluetoothd
       CallLog() -> as / ClearCallLog()                    "Interface.Method /path" of every BlueZ call

@@ -3,8 +3,10 @@
 source "$RB_LIBDIR/guest/gw-lib.sh"
 gw_wait_meter
 gw_pair "pair" 123456 0
-rb_step "sync" 0 gw sync "$METER" --wait 20
+rb_step "sync (--verbose)" 0 gw --verbose sync "$METER" --wait 20
 rb_expect_eq "sync reports every record as new" "$METER: 5 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
+# bluetoothd offers AcquireNotify on the characteristics that notify: the records came through its socket.
+rb_check "the measurements came through an AcquireNotify socket" grep -q "0x2a18 of $METER notifies through an acquired socket" <<< "$RB_OUTPUT"
 gw_check_readings "all 5 records stored once, exact values and times"
 cp "$GW_DIR/readings.json" "$GW_DIR/readings-1.json"
 rb_step "second sync (sync --wait 20, all meters)" 0 gw sync --wait 20
