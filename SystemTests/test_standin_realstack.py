@@ -169,3 +169,26 @@ def test_daemon_discovers_again_after_bluetoothd_was_killed(private_bus, standin
         wait_until("the new record", lambda: daemon.sequences(ADDRESS) == [1, 2, 3, 4, 5, 6], timeout=20)
     finally:
         daemon.stop()
+
+
+def test_values_bluetoothd_dropped_at_a_full_socket_are_asked_for_again(private_bus, standin, meter_file, tmp_path):
+    # bluetoothd drops a notification that finds its AcquireNotify socket full. The meter counted 20
+    # records and sent them all; two never reached the gateway, below records that did.
+    standin("--meter", meter_file(meter(records_list=records(1, 20))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    control(private_bus, "SetQuirks", "sas", [ADDRESS, ["full-socket"]])
+    first = gw.sync(ADDRESS)
+    assert ADDRESS + ": 18 new readings" in first.stdout
+    assert "2 of 20 announced records did not arrive; the next sync asks again" in first.stderr
+    assert gw.sequences() == [1, 2, 3, 4] + list(range(7, 21))
+    log = control(private_bus, "CallLog")[0]
+    assert any(line.startswith("org.bluez.GattCharacteristic1.AcquireNotify ") for line in log)
+    # The next sync asks for the same range again: the two arrive, nothing is stored twice.
+    second = gw.sync(ADDRESS)
+    assert ADDRESS + ": 2 new readings" in second.stdout
+    assert gw.sequences() == list(range(1, 21))
+    assert gw.query("SELECT count(*) FROM reading")[0][0] == 20
+    # Complete now: the sync after that asks only for what is new.
+    third = gw.sync(ADDRESS)
+    assert ADDRESS + ": 0 new readings" in third.stdout

@@ -195,10 +195,12 @@ extension BlueZClient {
 /// `LinkCore`), and ends with `.disconnected(reason:)` when the meter disconnects, its object vanishes,
 /// bluetoothd stops, the bus is lost, or ``disconnect()`` is called.
 ///
-/// A characteristic that notifies is subscribed with `AcquireNotify` where bluetoothd offers it: its values
-/// then come through a socket of their own, one packet each, and never cross the bus. Where the
-/// acquisition fails (another client of bluetoothd subscribed the characteristic first: `InProgress`;
-/// `NotSupported`; `NotPermitted`), `StartNotify` is used as for a characteristic that indicates.
+/// The two characteristics that carry a report's records, Glucose Measurement and its context, are
+/// subscribed with `AcquireNotify` where bluetoothd offers it: their values then come through a socket of
+/// their own, one packet each, and never cross the bus. Where the acquisition fails (another client of
+/// bluetoothd subscribed the characteristic first: `InProgress`; `NotSupported`; `NotPermitted`), and
+/// for every other characteristic (the RACP, which indicates; a vendor clock's one answer),
+/// `StartNotify` is used.
 public final class BlueZMeterLink: MeterLink {
     public let address: String
     public let devicePath: String
@@ -209,6 +211,8 @@ public final class BlueZMeterLink: MeterLink {
     public let characteristicPaths: [String: String]
     /// Paths of the characteristics whose notifications can be acquired (see `BlueZClient.acquirableCharacteristics`).
     let acquirable: Set<String>
+    /// The characteristics subscribed through `AcquireNotify` where it is offered.
+    static let acquired: Set<GATTUUID> = [.glucoseMeasurement, .glucoseMeasurementContext]
     /// Timeout of GATT reads, writes and notification changes.
     public let operationTimeout: Duration
 
@@ -314,7 +318,8 @@ public final class BlueZMeterLink: MeterLink {
         for uuid in uuids where characteristicPaths[uuid.uuidString] != nil { core.setSubscribed(uuid, true) }
         var results = [Result<Void, MeterLinkError>?](repeating: nil, count: uuids.count)
         let acquiring = uuids.indices.filter { index in
-            characteristicPaths[uuids[index].uuidString].map(acquirable.contains) == true
+            Self.acquired.contains(uuids[index])
+                && characteristicPaths[uuids[index].uuidString].map(acquirable.contains) == true
         }
         if !acquiring.isEmpty {
             let replies = await callTogether(acquiring.map { uuids[$0] }, "AcquireNotify", [.vardict([:])])

@@ -619,10 +619,12 @@ final class DownloadSession {
             }
             // Records the meter counted but did not send may lie anywhere in the range (a value lost on
             // the way, e.g. a full notification socket), below records that did arrive: the next download
-            // asks for the whole range again, as it was asked now (everything, after a counter reset).
-            // What arrived twice is stored once.
+            // asks for the whole range again, as it was asked now. Where that was everything (a first
+            // download, or one after a counter reset) the highest sequence becomes -1, so that the next
+            // one reports from sequence 0 (an unset one would be taken from the stored readings).
+            // What arrives twice is stored once.
             if report.outcome == .completed, recordsMissing, !handling.contains(.reversedSequence) {
-                try await download.store.resetHighestSequence(meter.address, to: wentBack ? nil : highestAtStart)
+                try await download.store.resetHighestSequence(meter.address, to: (wentBack ? nil : highestAtStart) ?? -1)
             }
         } catch {
             logger.warning("meter \(meter.address): cannot save sync bookkeeping: \(error)")

@@ -54,7 +54,8 @@ enum MeterColumns {
         info.firmware = row.optionalText(5)
         info.features = row.optionalInt(6)
         info.pairedAt = row.optionalInt64(8)
-        info.highestSequence = row.optionalInt(10)
+        // -1 asks the next download for every record (see `DownloadSession.saveBookkeeping`): no sequence seen.
+        info.highestSequence = row.optionalInt(10).flatMap { $0 >= 0 ? $0 : nil }
         info.lastSync = row.optionalInt64(11)
         info.lastSeen = row.optionalInt64(12)
         info.lastClockSkewSeconds = row.optionalInt(13)

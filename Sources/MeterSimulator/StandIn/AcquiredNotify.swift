@@ -10,11 +10,15 @@ import Glibc
 final class AcquiredNotify {
     let descriptor: Int32
     private(set) var peerDescriptor: Int32
+    /// The bus name of the client that acquired it: bluetoothd releases the socket when that client
+    /// leaves the bus, as it ends a `StartNotify` session.
+    let owner: String
     private var source: (any DispatchSourceRead)?
 
-    private init(descriptor: Int32, peer: Int32) {
+    private init(descriptor: Int32, peer: Int32, owner: String) {
         self.descriptor = descriptor
         self.peerDescriptor = peer
+        self.owner = owner
     }
 
     struct OpenError: Error, CustomStringConvertible {
@@ -22,13 +26,13 @@ final class AcquiredNotify {
     }
 
     /// `onHangUp` runs (on a global queue) when the client closes its end.
-    static func open(onHangUp: @escaping @Sendable () -> Void) throws -> AcquiredNotify {
+    static func open(owner: String, onHangUp: @escaping @Sendable () -> Void) throws -> AcquiredNotify {
         var fds: [Int32] = [-1, -1]
         let kind = Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         guard socketpair(AF_UNIX, kind, 0, &fds) == 0 else {
             throw bluezError("Failed", "socketpair failed: errno \(errno)")
         }
-        let session = AcquiredNotify(descriptor: fds[0], peer: fds[1])
+        let session = AcquiredNotify(descriptor: fds[0], peer: fds[1], owner: owner)
         let source = DispatchSource.makeReadSource(fileDescriptor: fds[0], queue: .global())
         let fd = fds[0]
         source.setEventHandler {

@@ -66,8 +66,8 @@ extension BlueZStandIn {
         defaultAgentSender = call.sender
     }
 
-    /// A client left the bus: its agent, discovery session and notify sessions end with it, and a
-    /// pairing it started is cancelled. Its discovery ends last, so a client that sees `Discovering` go
+    /// A client left the bus: its agent, discovery session and notify sessions (acquired sockets too) end
+    /// with it, and a pairing it started is cancelled. Its discovery ends last, so a client that sees `Discovering` go
     /// false after the last discoverer left knows the rest is done.
     func senderLeft(_ sender: String, _ run: BluetoothdRun) async {
         guard !run.isOver else { return }
@@ -83,6 +83,7 @@ extension BlueZStandIn {
                 notifySessions[path] = sessions
             }
         }
+        for (path, session) in acquired where session.owner == sender { await releaseAcquired(path) }
         for d in devices.values where d.pairAgent?.sender == sender || d.pairCaller == sender {
             d.pairTask?.cancel()
         }

@@ -244,7 +244,7 @@ extension BlueZStandIn {
         try checkAccess(address, uuid, run)
         guard acquired[path] == nil else { throw bluezError("NotPermitted", "Notify acquired") }
         guard (notifySessions[path] ?? []).isEmpty else { throw bluezError("InProgress", "In Progress") }
-        let session = try AcquiredNotify.open { [weak self] in
+        let session = try AcquiredNotify.open(owner: call.sender) { [weak self] in
             Task { await self?.releaseAcquired(path) }
         }
         acquired[path] = session
