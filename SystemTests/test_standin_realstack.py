@@ -182,6 +182,9 @@ def test_values_bluetoothd_dropped_at_a_full_socket_are_asked_for_again(private_
     assert ADDRESS + ": 18 new readings" in first.stdout
     assert "2 of 20 announced records did not arrive; the next sync asks again" in first.stderr
     assert gw.sequences() == [1, 2, 3, 4] + list(range(7, 21))
+    # The first download asked for everything: so will the next (-1: from sequence 0), shown as none.
+    assert gw.query("SELECT highest_sequence FROM meter")[0][0] == -1
+    assert "highest sequence none" in gw.run("status").stdout
     log = control(private_bus, "CallLog")[0]
     assert any(line.startswith("org.bluez.GattCharacteristic1.AcquireNotify ") for line in log)
     # The next sync asks for the same range again: the two arrive, nothing is stored twice.
@@ -192,3 +195,13 @@ def test_values_bluetoothd_dropped_at_a_full_socket_are_asked_for_again(private_
     # Complete now: the sync after that asks only for what is new.
     third = gw.sync(ADDRESS)
     assert ADDRESS + ": 0 new readings" in third.stdout
+    # Missing records in an incremental download: the next one asks again from where this one started.
+    for minute in range(10):
+        control(private_bus, "AddRecord", "ss", [ADDRESS, '{"time": "2024-03-06T09:%02d:00", "mgdl": 123}' % minute])
+    control(private_bus, "SetQuirks", "sas", [ADDRESS, ["full-socket"]])
+    fourth = gw.sync(ADDRESS)
+    assert ADDRESS + ": 8 new readings" in fourth.stdout
+    assert gw.query("SELECT highest_sequence FROM meter")[0][0] == 20
+    fifth = gw.sync(ADDRESS)
+    assert ADDRESS + ": 2 new readings" in fifth.stdout
+    assert gw.sequences() == list(range(1, 31))
