@@ -28,7 +28,9 @@ let package = Package(
         .target(name: "GlucoseProfile", swiftSettings: strict),
         .target(name: "GatewayCore", dependencies: ["GlucoseProfile"], swiftSettings: strict),
         .target(name: "DBusKit", dependencies: ["CDBus"], swiftSettings: strict),
-        .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore"], swiftSettings: strict),
+        // recvmmsg, which the Swift importer's view of the C library does not show (see packet_socket.c).
+        .target(name: "CPacketSocket"),
+        .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "CPacketSocket"], swiftSettings: strict),
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto"], swiftSettings: strict),
         .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),

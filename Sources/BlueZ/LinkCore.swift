@@ -1,3 +1,4 @@
+import CPacketSocket
 import DBusKit
 import Dispatch
 import GatewayCore
@@ -327,41 +328,59 @@ final class LinkCore: Sendable {
     }
 
     /// Takes every packet waiting in the acquired sockets into the batch, socket by socket (in order of
-    /// UUID); returns, and forgets, the sockets bluetoothd closed. Values of a characteristic no longer
-    /// subscribed, or of an ended link, are read and dropped. A packet longer than any attribute value
-    /// is dropped and logged: it cannot be a value as the meter sent it.
+    /// UUID), up to `GG_PACKETS_PER_CALL` packets per system call; returns, and forgets, the sockets
+    /// bluetoothd closed. Values of a characteristic no longer subscribed, or of an ended link, are read
+    /// and dropped. A packet longer than any attribute value is dropped and logged: it cannot be a value
+    /// as the meter sent it.
     private func drain(_ state: inout State) -> [AcquiredSocket] {
         guard !state.acquired.isEmpty else { return [] }
         var closed: [AcquiredSocket] = []
-        withUnsafeTemporaryAllocation(byteCount: Self.largestValue, alignment: 1) { buffer in
-            var index = 0
-            while index < state.acquired.count {
-                let socket = state.acquired[index]
-                var hungUp = false
-                while true {
-                    let n = recv(socket.descriptor, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT) | Int32(MSG_TRUNC))
-                    if n > 0 {
-                        guard n <= buffer.count else {
-                            logger.warning("bluez: a \(n)-byte notification of \(socket.uuid) is longer than any attribute value; dropped")
-                            continue
+        let slots = Int(GG_PACKETS_PER_CALL)
+        let slot = Self.largestValue
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: slots * slot) { buffer in
+            withUnsafeTemporaryAllocation(of: Int.self, capacity: slots) { lengths in
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: slots) { truncated in
+                    guard let data = buffer.baseAddress, let lengthAt = lengths.baseAddress,
+                          let truncatedAt = truncated.baseAddress else { return }
+                    var index = 0
+                    while index < state.acquired.count {
+                        let socket = state.acquired[index]
+                        var hungUp = false
+                        while true {
+                            let taken = gg_receive_packets(socket.descriptor, data, slot, UInt32(slots), lengthAt, truncatedAt)
+                            if taken < 0 {
+                                let error = errno
+                                if error == EINTR { continue }
+                                hungUp = error != EAGAIN && error != EWOULDBLOCK
+                                break
+                            }
+                            var empty = false
+                            for i in 0..<Int(taken) {
+                                let length = lengths[i]
+                                if truncated[i] != 0 {
+                                    logger.warning("bluez: a \(length)-byte notification of \(socket.uuid) is longer than any attribute value; dropped")
+                                    continue
+                                }
+                                guard length > 0 else {
+                                    empty = true
+                                    continue
+                                }
+                                guard !state.ended, state.subscribed.contains(socket.uuid) else { continue }
+                                state.batch.append(.value(socket.uuid, Array(UnsafeBufferPointer(start: data + i * slot, count: length))))
+                            }
+                            // A zero length is an empty packet, or the end of the stream: the end when
+                            // bluetoothd hung up and no bytes are left to read (empty packets left behind
+                            // carry nothing).
+                            if empty, Self.hungUp(socket.descriptor), Self.bytesQueued(socket.descriptor) == 0 {
+                                hungUp = true
+                                break
+                            }
+                            // Fewer than asked for: the socket was empty when the call returned.
+                            if Int(taken) < slots { break }
                         }
-                        guard !state.ended, state.subscribed.contains(socket.uuid) else { continue }
-                        state.batch.append(.value(socket.uuid, Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))))
-                        continue
+                        if hungUp { closed.append(state.acquired.remove(at: index)) } else { index += 1 }
                     }
-                    if n == 0 {
-                        // An empty packet, or the end of the stream: the end when bluetoothd hung up and
-                        // no bytes are left to read (empty packets left behind carry nothing).
-                        guard Self.hungUp(socket.descriptor), Self.bytesQueued(socket.descriptor) == 0 else { continue }
-                        hungUp = true
-                        break
-                    }
-                    let error = errno
-                    if error == EINTR { continue }
-                    hungUp = error != EAGAIN && error != EWOULDBLOCK
-                    break
                 }
-                if hungUp { closed.append(state.acquired.remove(at: index)) } else { index += 1 }
             }
         }
         return closed
