@@ -160,6 +160,47 @@ import Glibc
         await client.close()
     }
 
+    /// bluezoo offers `AcquireNotify` on the characteristics that notify, as bluetoothd does, and hands it to
+    /// the peripheral's GATT application, which (the simulator's front end, as most applications) does not
+    /// implement it: the gateway's acquisition is refused, and the download falls back to `StartNotify`.
+    @Test(.timeLimit(.minutes(1))) func aRefusedAcquisitionUnderBluezooFallsBackToStartNotify() async throws {
+        let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
+        let bus = try await PrivateBus.start()
+        defer { bus.close() }
+        let bluezoo = try BlueZClientAgainstSimulatorTests.startBluezoo(zoo, bus: bus.address, scanInterval: 1)
+        defer { bluezoo.stop() }
+        let log = MemoryLogSink()
+        let client = try await BlueZClient.connect(bus: bus.address, logger: Logger(label: "bluez", sink: log))
+        let frontEnd = BlueZPeripheralFrontEnd(
+            meter: Self.meter(bonding: false, count: 40),
+            options: .init(busAddress: bus.address, adapterName: "hci1"), logger: .silent)
+        do {
+            _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
+            try await frontEnd.start()
+            try await client.startDiscovery(adapterName: "hci0")
+            _ = try await client.waitForDevice(address: "00:00:00:02:00:00", timeout: .seconds(15))
+            try await client.stopDiscovery(adapterName: "hci0")
+            let link = try await client.connectMeter(address: "00:00:00:02:00:00", timeout: .seconds(20))
+            let measurementPath = try #require(link.characteristicPaths[GATTUUID.glucoseMeasurement.uuidString])
+            #expect(await client.objects[measurementPath]?["org.bluez.GattCharacteristic1"]?["NotifyAcquired"] != nil,
+                    "bluezoo no longer offers AcquireNotify: the fall-back goes untested here")
+            let results = await link.subscribe([.glucoseMeasurement, .glucoseMeasurementContext, .recordAccessControlPoint])
+            for result in results { try result.get() }
+            try await link.write(.recordAccessControlPoint, RACPRequest.reportAll.encoded())
+            let (gm, ctx, racp) = try await Self.collect(link)
+            #expect(gm == Array(4...43))
+            #expect(Set(ctx) == Set(4...43))
+            #expect(racp == [[0x06, 0x00, 0x01, 0x01]])
+            #expect(await client.objects[measurementPath]?["org.bluez.GattCharacteristic1"]?["NotifyAcquired"]?.bool != true)
+            #expect(log.entries.contains { $0.contains("AcquireNotify of 0x2a18 on 00:00:00:02:00:00 failed") && $0.hasSuffix("using StartNotify") })
+            await link.disconnect()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await frontEnd.stop()
+        await client.close()
+    }
+
     static func alias(_ client: BlueZClient, _ adapter: String) async throws -> String? {
         try await client.connection.call(destination: "org.bluez", path: "/org/bluez/" + adapter, interface: "org.freedesktop.DBus.Properties",
                                          member: "Get", arguments: [.string("org.bluez.Adapter1"), .string("Alias")],
