@@ -205,3 +205,17 @@ def test_values_bluetoothd_dropped_at_a_full_socket_are_asked_for_again(private_
     fifth = gw.sync(ADDRESS)
     assert ADDRESS + ": 2 new readings" in fifth.stdout
     assert gw.sequences() == list(range(1, 31))
+
+
+def test_without_acquire_notify_the_records_come_over_the_bus(private_bus, standin, meter_file, tmp_path):
+    # A stand-in that does not offer AcquireNotify (as an old bluetoothd would not): StartNotify for all.
+    standin("--no-acquire-notify", "--meter", meter_file(meter(records_list=records(1, 8))))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(ADDRESS)
+    control(private_bus, "ClearCallLog")
+    result = gw.sync(ADDRESS)
+    assert ADDRESS + ": 8 new readings" in result.stdout
+    assert gw.sequences() == list(range(1, 9))
+    log = control(private_bus, "CallLog")[0]
+    assert not any(line.startswith("org.bluez.GattCharacteristic1.AcquireNotify ") for line in log)
+    assert len([line for line in log if line.startswith("org.bluez.GattCharacteristic1.StartNotify ")]) >= 2
