@@ -67,8 +67,8 @@ extension BlueZStandIn {
     }
 
     /// A client left the bus: its agent, discovery session and notify sessions (acquired sockets too) end
-    /// with it, and a pairing it started is cancelled. Its discovery ends last, so a client that sees `Discovering` go
-    /// false after the last discoverer left knows the rest is done.
+    /// with it, and a pairing it started is cancelled. Its discovery ends last, so a client that sees
+    /// `Discovering` go false after the last discoverer left knows the rest is done.
     func senderLeft(_ sender: String, _ run: BluetoothdRun) async {
         guard !run.isOver else { return }
         agents.removeValue(forKey: sender)
