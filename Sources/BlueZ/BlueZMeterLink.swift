@@ -293,6 +293,7 @@ public final class BlueZMeterLink: MeterLink {
     }
 
     public func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) {
+        // An unknown characteristic is named as such, also on a link that has ended.
         _ = try path(of: uuid)
         if case .failure(let error) = await subscribe([uuid]).first { throw error }
     }

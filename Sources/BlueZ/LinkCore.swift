@@ -309,12 +309,7 @@ final class LinkCore: Sendable {
             guard more, ContinuousClock.now - start + Self.burstWindow <= Self.burstBudget else { break }
             Self.pause(Self.burstWindow)
         }
-        state.withLock { state in
-            guard !state.batch.isEmpty else { return }
-            let group = state.batch
-            state.batch = []
-            channel.yield(group)
-        }
+        flush()
         release(closed, hungUp: true)
     }
 

@@ -342,6 +342,11 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
     static func report(_ link: BlueZMeterLink) async throws -> [MeterLinkEvent] {
         let results = await link.subscribe([.glucoseMeasurement, .glucoseMeasurementContext, .recordAccessControlPoint])
         for result in results { try result.get() }
+        return try await reportAgain(link)
+    }
+
+    /// Asks for every record on a link already subscribed and collects the events up to the RACP's answer.
+    static func reportAgain(_ link: BlueZMeterLink) async throws -> [MeterLinkEvent] {
         try await link.write(.recordAccessControlPoint, [0x01, 0x01])
         return try await withTimeout(20) { () -> [MeterLinkEvent] in
             var out: [MeterLinkEvent] = []
@@ -431,15 +436,7 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         #expect(events.last == .value(.recordAccessControlPoint, [0x06, 0x00, 0x01, 0x01]))
         #expect(await rig.standIn.droppedValues == 2)
         // The quirk is over: the next report brings everything.
-        try await link.write(.recordAccessControlPoint, [0x01, 0x01])
-        let again = try await withTimeout(20) { () -> [MeterLinkEvent] in
-            var out: [MeterLinkEvent] = []
-            for await event in link.events {
-                out.append(event)
-                if case .value(.recordAccessControlPoint, _) = event { break }
-            }
-            return out
-        }
+        let again = try await Self.reportAgain(link)
         #expect(Self.sequences(again, .glucoseMeasurement) == Array(1...12))
         await link.disconnect()
         await rig.close()

@@ -105,15 +105,19 @@ import Glibc
         return FileManager.default.isExecutableFile(atPath: path) ? path : nil
     }
 
-    @Test(.timeLimit(.minutes(1))) func downloadsFromTheRealBlueZFrontEndUnderBluezoo() async throws {
+    /// bluezoo with two adapters, the real-BlueZ front end on `hci1` playing a meter of `count` records, and
+    /// our client on `hci0` (logging to `logger`): runs `body` with the client, the meter as discovered and
+    /// a link to it, then stops everything.
+    static func withBluezooMeter(count: Int, logger: Logger = .silent,
+                                 _ body: (BlueZClient, DiscoveredDevice, BlueZMeterLink) async throws -> Void) async throws {
         let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
         let bus = try await PrivateBus.start()
         defer { bus.close() }
         let bluezoo = try BlueZClientAgainstSimulatorTests.startBluezoo(zoo, bus: bus.address, scanInterval: 1)
         defer { bluezoo.stop() }
-        let client = try await BlueZClient.connect(bus: bus.address)
+        let client = try await BlueZClient.connect(bus: bus.address, logger: logger)
         let frontEnd = BlueZPeripheralFrontEnd(
-            meter: Self.meter(bonding: false, count: 6),
+            meter: Self.meter(bonding: false, count: count),
             options: .init(busAddress: bus.address, adapterName: "hci1"), logger: .silent)
         do {
             _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
@@ -121,9 +125,20 @@ import Glibc
             try await client.startDiscovery(adapterName: "hci0")
             // The meter appears under the address of the adapter it runs on.
             let device = try await client.waitForDevice(address: "00:00:00:02:00:00", timeout: .seconds(15))
-            #expect(device.uuids.contains(GATTUUID.glucoseService.uuidString))
             try await client.stopDiscovery(adapterName: "hci0")
             let link = try await client.connectMeter(address: "00:00:00:02:00:00", timeout: .seconds(20))
+            try await body(client, device, link)
+            await link.disconnect()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await frontEnd.stop()
+        await client.close()
+    }
+
+    @Test(.timeLimit(.minutes(1))) func downloadsFromTheRealBlueZFrontEndUnderBluezoo() async throws {
+        try await Self.withBluezooMeter(count: 6) { _, device, link in
+            #expect(device.uuids.contains(GATTUUID.glucoseService.uuidString))
             #expect(try await link.read(.glucoseFeature) == [0x20, 0x04])
             try await link.subscribe(.glucoseMeasurement)
             try await link.subscribe(.recordAccessControlPoint)
@@ -152,35 +167,15 @@ import Glibc
             if let lastRecordAt, let responseAt {
                 #expect(responseAt - lastRecordAt >= .milliseconds(40))
             }
-            await link.disconnect()
-        } catch {
-            Issue.record("\(error)")
         }
-        await frontEnd.stop()
-        await client.close()
     }
 
     /// bluezoo offers `AcquireNotify` on the characteristics that notify, as bluetoothd does, and hands it to
     /// the peripheral's GATT application, which (the simulator's front end, as most applications) does not
     /// implement it: the gateway's acquisition is refused, and the download falls back to `StartNotify`.
     @Test(.timeLimit(.minutes(1))) func aRefusedAcquisitionUnderBluezooFallsBackToStartNotify() async throws {
-        let zoo = try #require(Self.bluezooPath(), "bluezoo is not installed: run scripts/test.sh (it fills .venv)")
-        let bus = try await PrivateBus.start()
-        defer { bus.close() }
-        let bluezoo = try BlueZClientAgainstSimulatorTests.startBluezoo(zoo, bus: bus.address, scanInterval: 1)
-        defer { bluezoo.stop() }
         let log = MemoryLogSink()
-        let client = try await BlueZClient.connect(bus: bus.address, logger: Logger(label: "bluez", sink: log))
-        let frontEnd = BlueZPeripheralFrontEnd(
-            meter: Self.meter(bonding: false, count: 40),
-            options: .init(busAddress: bus.address, adapterName: "hci1"), logger: .silent)
-        do {
-            _ = try await client.waitForAdapter(named: "hci1", timeout: .seconds(15))
-            try await frontEnd.start()
-            try await client.startDiscovery(adapterName: "hci0")
-            _ = try await client.waitForDevice(address: "00:00:00:02:00:00", timeout: .seconds(15))
-            try await client.stopDiscovery(adapterName: "hci0")
-            let link = try await client.connectMeter(address: "00:00:00:02:00:00", timeout: .seconds(20))
+        try await Self.withBluezooMeter(count: 40, logger: Logger(label: "bluez", sink: log)) { client, _, link in
             let measurementPath = try #require(link.characteristicPaths[GATTUUID.glucoseMeasurement.uuidString])
             #expect(await client.objects[measurementPath]?["org.bluez.GattCharacteristic1"]?["NotifyAcquired"] != nil,
                     "bluezoo no longer offers AcquireNotify: the fall-back goes untested here")
@@ -193,12 +188,7 @@ import Glibc
             #expect(racp == [[0x06, 0x00, 0x01, 0x01]])
             #expect(await client.objects[measurementPath]?["org.bluez.GattCharacteristic1"]?["NotifyAcquired"]?.bool != true)
             #expect(log.entries.contains { $0.contains("AcquireNotify of 0x2a18 on 00:00:00:02:00:00 failed") && $0.hasSuffix("using StartNotify") })
-            await link.disconnect()
-        } catch {
-            Issue.record("\(error)")
         }
-        await frontEnd.stop()
-        await client.close()
     }
 
     static func alias(_ client: BlueZClient, _ adapter: String) async throws -> String? {
