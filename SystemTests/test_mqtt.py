@@ -397,29 +397,43 @@ def test_sync_and_upload_publish_the_events_without_the_daemon(private_bus, stan
     assert PREFIX + "/status" not in broker.retained(PREFIX + "/status")
 
 
-def make_certificates(directory, names):
-    """A test CA and a server certificate for `names` (subjectAltName), with openssl."""
+def make_certificates(directory, names, expired=False):
+    """A test CA and a server certificate for `names` (subjectAltName), with openssl; `expired`: one that
+    ended in 2020 (`openssl ca` sets the dates)."""
     d = Path(directory)
     run = lambda *a: subprocess.run(["openssl"] + list(a), check=True, capture_output=True, cwd=d)
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=gg test CA")
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=" + names[0])
     (d / "ext.cnf").write_text("subjectAltName=" + ",".join(("IP:" if n[0].isdigit() else "DNS:") + n for n in names) + "\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
-        "-days", "2", "-extfile", "ext.cnf")
+    if expired:
+        (d / "db").mkdir()
+        (d / "db" / "index.txt").write_text("")
+        (d / "db" / "serial").write_text("01\n")
+        (d / "ca.cnf").write_text("[ca]\ndefault_ca = test\n[test]\ndatabase = db/index.txt\nserial = db/serial\nnew_certs_dir = db\n"
+                                  "default_md = sha256\npolicy = any\n[any]\ncommonName = supplied\n")
+        run("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.pem", "-keyfile", "ca.key", "-in", "server.csr", "-out", "server.pem",
+            "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-extfile", "ext.cnf")
+    else:
+        run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
+            "-days", "2", "-extfile", "ext.cnf")
     return d / "ca.pem"
 
 
-@pytest.mark.parametrize("names,with_ca,accepted", [
-    (["localhost"], True, True),
-    (["localhost"], False, False),            # the test CA is not in the system store
-    (["elsewhere.example"], True, False),     # the host name is verified
-], ids=["verified", "unknown-ca", "wrong-name"])
-def test_mqtts_verifies_the_broker(tmp_path, names, with_ca, accepted):
-    ca = make_certificates(tmp_path, names)
+@pytest.mark.parametrize("names,with_ca,tls,expired,words", [
+    (["localhost"], True, True, False, None),
+    (["localhost"], False, True, False, "unknown CA"),            # the test CA is not in the system store
+    (["elsewhere.example"], True, True, False, "not for this host name"),  # the host name is verified
+    (["localhost"], True, True, True, "has expired"),
+    (["localhost"], True, False, False, "did not answer with TLS"),  # a plain MQTT port
+], ids=["verified", "unknown-ca", "wrong-name", "expired", "not-tls"])
+def test_mqtts_verifies_the_broker_and_names_the_cause(tmp_path, names, with_ca, tls, expired, words):
+    ca = make_certificates(tmp_path, names, expired=expired)
     port = free_port()
     conf = tmp_path / "tls.conf"
-    conf.write_text("listener %d 127.0.0.1\nallow_anonymous true\ncafile %s\ncertfile %s\nkeyfile %s\nuser %s\n"
-                    % (port, ca, tmp_path / "server.pem", tmp_path / "server.key", getpass.getuser()))
+    listener = "listener %d 127.0.0.1\nallow_anonymous true\nuser %s\n" % (port, getpass.getuser())
+    if tls:
+        listener += "cafile %s\ncertfile %s\nkeyfile %s\n" % (ca, tmp_path / "server.pem", tmp_path / "server.key")
+    conf.write_text(listener)
     broker = subprocess.Popen(["/usr/sbin/mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def listening():
@@ -433,11 +447,45 @@ def test_mqtts_verifies_the_broker(tmp_path, names, with_ca, accepted):
         config.write_text('[gateway]\ndatabase = "%s"\n[mqtt]\nurl = "mqtts://localhost:%d"\n%s'
                           % (tmp_path / "db.sqlite3", port, 'ca_file = "%s"\n' % ca if with_ca else ""))
         out = subprocess.run([gateway_binary(), "--config", str(config), "upload", "--check"], capture_output=True, text=True, timeout=60)
-        if accepted:
+        if words is None:
             assert out.returncode == 0, out.stdout + out.stderr
             assert "mqtt: credentials accepted" in out.stdout
         else:
             assert out.returncode == 75, out.stdout + out.stderr
             assert "TLS" in out.stdout + out.stderr
+            assert words in out.stdout + out.stderr, out.stdout + out.stderr
+            assert str(ca) not in out.stdout + out.stderr
     finally:
         stop_process(broker)
+
+
+def test_a_hi_replaces_the_last_number_and_unpair_clears_the_meter(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    records = [{"sequence": 1, "time": "2024-03-05T06:00:00", "timeOffset": 0, "mgdl": 121},
+               {"sequence": 2, "time": "2024-03-05T06:10:00", "timeOffset": 0, "result": "high"}]
+    standin("--time-scale", "20", "--meter", meter_file(dict(meter(), records=records)))
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    gw.start()
+    control(private_bus, "Advertise", A, 20.0)
+    topic = lambda key: "%s/%s/%s" % (PREFIX, METER_ID, key)
+
+    def shown():
+        s = broker.retained("homeassistant/#", PREFIX + "/#")
+        return s if s.get(topic("glucose_result")) == "HI" else None
+    s = wait_until("the HI shown", shown, timeout=40)
+    assert s[topic("glucose_mgdl")] == "None" and s[topic("glucose_mmol")] == "None"  # unknown in Home Assistant, not 121
+    assert s[topic("glucose_time")] == "2024-03-05T06:10:00.000+00:00"
+    assert json.loads(s[topic("glucose_attributes")])["result"] == "HI"
+    assert "121" not in [v for k, v in s.items() if k.startswith(PREFIX + "/" + METER_ID)]
+    assert json.loads(s["homeassistant/sensor/%s/glucose_result/config" % METER_ID])["device_class"] == "enum"
+
+    gw.command("unpair", A)
+    mine = lambda r: sorted(k for k in r if METER_ID in k)
+    wait_until("the meter's retained topics cleared", lambda: not mine(broker.retained("homeassistant/#", PREFIX + "/#")), timeout=30)
+    assert gw.stop() == 0
+    gw.start()
+    wait_until("online", lambda: broker.retained(PREFIX + "/status").get(PREFIX + "/status") == "online", timeout=20)
+    time.sleep(2)  # the daemon's first refresh
+    after = broker.retained("homeassistant/#", PREFIX + "/#")
+    assert not mine(after), mine(after)
+    assert PREFIX + "/gateway/pending" in after
+    assert gw.stop() == 0
