@@ -271,8 +271,14 @@ def test_discovery_states_and_reading_events(private_bus, standin, meter_file, t
     assert config["state_topic"] == "%s/%s/glucose_mgdl" % (PREFIX, METER_ID)
     assert config["availability_topic"] == PREFIX + "/status"
     assert config["device"]["identifiers"] == ["glucose_gateway_" + METER_ID]
-    for key in ("glucose_mmol", "glucose_time", "pending", "network_state"):
+    for key in ("glucose_mmol", "glucose_time", "glucose_result"):
         assert "homeassistant/sensor/%s/%s/config" % (METER_ID, key) in s
+    # The gateway-wide sensors once, on the gateway's device, which each meter's device names as via_device.
+    for key in ("pending", "network_state"):
+        gateway_config = json.loads(s["homeassistant/sensor/%s/%s/config" % (PREFIX, key)])
+        assert gateway_config["device"]["identifiers"] == ["glucose_gateway_" + PREFIX]
+        assert "homeassistant/sensor/%s/%s/config" % (METER_ID, key) not in s
+    assert config["device"]["via_device"] == "glucose_gateway_" + PREFIX
     assert json.loads(s["homeassistant/binary_sensor/%s/battery_low/config" % METER_ID])["device_class"] == "battery"
     status = gw.status()
     assert any(d["name"] == "mqtt" and d["pending"] == 0 for d in status["destinations"])
@@ -489,3 +495,22 @@ def test_a_hi_replaces_the_last_number_and_unpair_clears_the_meter(private_bus, 
     assert not mine(after), mine(after)
     assert PREFIX + "/gateway/pending" in after
     assert gw.stop() == 0
+
+
+def test_an_unsolicited_publish_from_the_broker_is_refused(private_bus, standin, meter_file, tmp_path, gateways):
+    """A broker that answers CONNACK and then sends a PUBLISH announcing 60 MB: the gateway subscribes to
+    nothing, so it closes the connection before libmosquitto reads the message (the memory figures are the
+    benchmark's, SystemTests/bench_mqtt_hostile.py)."""
+    standin("--time-scale", "20", "--meter", meter_file(meter(count=1)))
+    hostile = subprocess.Popen(["/usr/bin/python3", str(Path(__file__).resolve().parent / "hostile_broker.py"), "--mode", "publish"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(hostile.stdout.readline())["port"]
+        gw = Gateway(tmp_path, private_bus, extra_config='[mqtt]\nurl = "mqtt://127.0.0.1:%d"\n' % port, args=("--quiet-after", "0.3"))
+        gateways.append(gw)
+        gw.start()
+        wait_until("the PUBLISH refused", lambda: "unsolicited PUBLISH (62914560 bytes announced)" in gw.log(), timeout=30)
+        assert gw.process.poll() is None
+        assert gw.stop() == 0
+    finally:
+        stop_process(hostile)
