@@ -271,8 +271,14 @@ def test_discovery_states_and_reading_events(private_bus, standin, meter_file, t
     assert config["state_topic"] == "%s/%s/glucose_mgdl" % (PREFIX, METER_ID)
     assert config["availability_topic"] == PREFIX + "/status"
     assert config["device"]["identifiers"] == ["glucose_gateway_" + METER_ID]
-    for key in ("glucose_mmol", "glucose_time", "pending", "network_state"):
+    for key in ("glucose_mmol", "glucose_time", "glucose_result"):
         assert "homeassistant/sensor/%s/%s/config" % (METER_ID, key) in s
+    # The gateway-wide sensors once, on the gateway's device, which each meter's device names as via_device.
+    for key in ("pending", "network_state"):
+        gateway_config = json.loads(s["homeassistant/sensor/%s/%s/config" % (PREFIX, key)])
+        assert gateway_config["device"]["identifiers"] == ["glucose_gateway_" + PREFIX]
+        assert "homeassistant/sensor/%s/%s/config" % (METER_ID, key) not in s
+    assert config["device"]["via_device"] == "glucose_gateway_" + PREFIX
     assert json.loads(s["homeassistant/binary_sensor/%s/battery_low/config" % METER_ID])["device_class"] == "battery"
     status = gw.status()
     assert any(d["name"] == "mqtt" and d["pending"] == 0 for d in status["destinations"])
@@ -397,29 +403,43 @@ def test_sync_and_upload_publish_the_events_without_the_daemon(private_bus, stan
     assert PREFIX + "/status" not in broker.retained(PREFIX + "/status")
 
 
-def make_certificates(directory, names):
-    """A test CA and a server certificate for `names` (subjectAltName), with openssl."""
+def make_certificates(directory, names, expired=False):
+    """A test CA and a server certificate for `names` (subjectAltName), with openssl; `expired`: one that
+    ended in 2020 (`openssl ca` sets the dates)."""
     d = Path(directory)
     run = lambda *a: subprocess.run(["openssl"] + list(a), check=True, capture_output=True, cwd=d)
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=gg test CA")
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=" + names[0])
     (d / "ext.cnf").write_text("subjectAltName=" + ",".join(("IP:" if n[0].isdigit() else "DNS:") + n for n in names) + "\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
-        "-days", "2", "-extfile", "ext.cnf")
+    if expired:
+        (d / "db").mkdir()
+        (d / "db" / "index.txt").write_text("")
+        (d / "db" / "serial").write_text("01\n")
+        (d / "ca.cnf").write_text("[ca]\ndefault_ca = test\n[test]\ndatabase = db/index.txt\nserial = db/serial\nnew_certs_dir = db\n"
+                                  "default_md = sha256\npolicy = any\n[any]\ncommonName = supplied\n")
+        run("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.pem", "-keyfile", "ca.key", "-in", "server.csr", "-out", "server.pem",
+            "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-extfile", "ext.cnf")
+    else:
+        run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
+            "-days", "2", "-extfile", "ext.cnf")
     return d / "ca.pem"
 
 
-@pytest.mark.parametrize("names,with_ca,accepted", [
-    (["localhost"], True, True),
-    (["localhost"], False, False),            # the test CA is not in the system store
-    (["elsewhere.example"], True, False),     # the host name is verified
-], ids=["verified", "unknown-ca", "wrong-name"])
-def test_mqtts_verifies_the_broker(tmp_path, names, with_ca, accepted):
-    ca = make_certificates(tmp_path, names)
+@pytest.mark.parametrize("names,with_ca,tls,expired,words", [
+    (["localhost"], True, True, False, None),
+    (["localhost"], False, True, False, "unknown CA"),            # the test CA is not in the system store
+    (["elsewhere.example"], True, True, False, "not for this host name"),  # the host name is verified
+    (["localhost"], True, True, True, "has expired"),
+    (["localhost"], True, False, False, "did not answer with TLS"),  # a plain MQTT port
+], ids=["verified", "unknown-ca", "wrong-name", "expired", "not-tls"])
+def test_mqtts_verifies_the_broker_and_names_the_cause(tmp_path, names, with_ca, tls, expired, words):
+    ca = make_certificates(tmp_path, names, expired=expired)
     port = free_port()
     conf = tmp_path / "tls.conf"
-    conf.write_text("listener %d 127.0.0.1\nallow_anonymous true\ncafile %s\ncertfile %s\nkeyfile %s\nuser %s\n"
-                    % (port, ca, tmp_path / "server.pem", tmp_path / "server.key", getpass.getuser()))
+    listener = "listener %d 127.0.0.1\nallow_anonymous true\nuser %s\n" % (port, getpass.getuser())
+    if tls:
+        listener += "cafile %s\ncertfile %s\nkeyfile %s\n" % (ca, tmp_path / "server.pem", tmp_path / "server.key")
+    conf.write_text(listener)
     broker = subprocess.Popen(["/usr/sbin/mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def listening():
@@ -433,11 +453,64 @@ def test_mqtts_verifies_the_broker(tmp_path, names, with_ca, accepted):
         config.write_text('[gateway]\ndatabase = "%s"\n[mqtt]\nurl = "mqtts://localhost:%d"\n%s'
                           % (tmp_path / "db.sqlite3", port, 'ca_file = "%s"\n' % ca if with_ca else ""))
         out = subprocess.run([gateway_binary(), "--config", str(config), "upload", "--check"], capture_output=True, text=True, timeout=60)
-        if accepted:
+        if words is None:
             assert out.returncode == 0, out.stdout + out.stderr
             assert "mqtt: credentials accepted" in out.stdout
         else:
             assert out.returncode == 75, out.stdout + out.stderr
             assert "TLS" in out.stdout + out.stderr
+            assert words in out.stdout + out.stderr, out.stdout + out.stderr
+            assert str(ca) not in out.stdout + out.stderr
     finally:
         stop_process(broker)
+
+
+def test_a_hi_replaces_the_last_number_and_unpair_clears_the_meter(private_bus, standin, meter_file, tmp_path, gateways, broker):
+    records = [{"sequence": 1, "time": "2024-03-05T06:00:00", "timeOffset": 0, "mgdl": 121},
+               {"sequence": 2, "time": "2024-03-05T06:10:00", "timeOffset": 0, "result": "high"}]
+    standin("--time-scale", "20", "--meter", meter_file(dict(meter(), records=records)))
+    gw = mqtt_gateway(tmp_path, private_bus, broker, gateways)
+    gw.start()
+    control(private_bus, "Advertise", A, 20.0)
+    topic = lambda key: "%s/%s/%s" % (PREFIX, METER_ID, key)
+
+    def shown():
+        s = broker.retained("homeassistant/#", PREFIX + "/#")
+        return s if s.get(topic("glucose_result")) == "HI" else None
+    s = wait_until("the HI shown", shown, timeout=40)
+    assert s[topic("glucose_mgdl")] == "None" and s[topic("glucose_mmol")] == "None"  # unknown in Home Assistant, not 121
+    assert s[topic("glucose_time")] == "2024-03-05T06:10:00.000+00:00"
+    assert json.loads(s[topic("glucose_attributes")])["result"] == "HI"
+    assert "121" not in [v for k, v in s.items() if k.startswith(PREFIX + "/" + METER_ID)]
+    assert json.loads(s["homeassistant/sensor/%s/glucose_result/config" % METER_ID])["device_class"] == "enum"
+
+    gw.command("unpair", A)
+    mine = lambda r: sorted(k for k in r if METER_ID in k)
+    wait_until("the meter's retained topics cleared", lambda: not mine(broker.retained("homeassistant/#", PREFIX + "/#")), timeout=30)
+    assert gw.stop() == 0
+    gw.start()
+    wait_until("online", lambda: broker.retained(PREFIX + "/status").get(PREFIX + "/status") == "online", timeout=20)
+    time.sleep(2)  # the daemon's first refresh
+    after = broker.retained("homeassistant/#", PREFIX + "/#")
+    assert not mine(after), mine(after)
+    assert PREFIX + "/gateway/pending" in after
+    assert gw.stop() == 0
+
+
+def test_an_unsolicited_publish_from_the_broker_is_refused(private_bus, standin, meter_file, tmp_path, gateways):
+    """A broker that answers CONNACK and then sends a PUBLISH announcing 60 MB: the gateway subscribes to
+    nothing, so it closes the connection before libmosquitto reads the message (the memory figures are the
+    benchmark's, SystemTests/bench_mqtt_hostile.py)."""
+    standin("--time-scale", "20", "--meter", meter_file(meter(count=1)))
+    hostile = subprocess.Popen(["/usr/bin/python3", str(Path(__file__).resolve().parent / "hostile_broker.py"), "--mode", "publish"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(hostile.stdout.readline())["port"]
+        gw = Gateway(tmp_path, private_bus, extra_config='[mqtt]\nurl = "mqtt://127.0.0.1:%d"\n' % port, args=("--quiet-after", "0.3"))
+        gateways.append(gw)
+        gw.start()
+        wait_until("the PUBLISH refused", lambda: "unsolicited PUBLISH (62914560 bytes announced)" in gw.log(), timeout=30)
+        assert gw.process.poll() is None
+        assert gw.stop() == 0
+    finally:
+        stop_process(hostile)

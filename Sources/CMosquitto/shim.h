@@ -32,6 +32,13 @@ struct gg_mosq_api {
     void (*publish_callback_set)(struct mosquitto *, void (*)(struct mosquitto *, void *, int));
     const char *(*strerror)(int);
     const char *(*connack_string)(int);
+    int (*reinitialise)(struct mosquitto *, const char *, bool, void *);
+    int (*socket)(struct mosquitto *);
+    void (*log_callback_set)(struct mosquitto *, void (*)(struct mosquitto *, void *, int, const char *));
+    void *(*ssl_get)(struct mosquitto *);
+    bool (*want_write)(struct mosquitto *);
+    // From the libssl libmosquitto already loaded; NULL when it is not there (a build without TLS).
+    long (*ssl_get_verify_result)(const void *);
 };
 
 static inline struct gg_mosq_api *gg_mosq(void) {
@@ -64,10 +71,19 @@ static inline int gg_mosq_load(void) {
     *(void **)&a->publish_callback_set = dlsym(lib, "mosquitto_publish_callback_set");
     *(void **)&a->strerror = dlsym(lib, "mosquitto_strerror");
     *(void **)&a->connack_string = dlsym(lib, "mosquitto_connack_string");
+    *(void **)&a->reinitialise = dlsym(lib, "mosquitto_reinitialise");
+    *(void **)&a->socket = dlsym(lib, "mosquitto_socket");
+    *(void **)&a->log_callback_set = dlsym(lib, "mosquitto_log_callback_set");
+    *(void **)&a->ssl_get = dlsym(lib, "mosquitto_ssl_get");
+    *(void **)&a->want_write = dlsym(lib, "mosquitto_want_write");
+    // RTLD_NOLOAD: only the libssl that libmosquitto itself links, never another one.
+    void *ssl = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (ssl) *(void **)&a->ssl_get_verify_result = dlsym(ssl, "SSL_get_verify_result");
     if (!a->lib_init || !a->new_client || !a->destroy || !a->threaded_set || !a->int_option || !a->username_pw_set ||
         !a->will_set || !a->tls_set || !a->connect_async || !a->reconnect_async || !a->disconnect || !a->publish ||
         !a->loop || !a->connect_callback_set || !a->disconnect_callback_set || !a->publish_callback_set ||
-        !a->strerror || !a->connack_string || a->lib_init() != MOSQ_ERR_SUCCESS) {
+        !a->strerror || !a->connack_string || !a->reinitialise || !a->socket || !a->log_callback_set || !a->want_write ||
+        a->lib_init() != MOSQ_ERR_SUCCESS) {
         a->state = -1;
         return 0;
     }
@@ -76,6 +92,7 @@ static inline int gg_mosq_load(void) {
 }
 
 typedef void (*gg_mosq_event_fn)(struct mosquitto *, void *, int);
+typedef void (*gg_mosq_log_fn)(struct mosquitto *, void *, int, const char *);
 
 // Callers use these only after gg_mosq_load() returned 1.
 static inline struct mosquitto *gg_mosq_new(const char *id, void *obj) { return gg_mosq()->new_client(id, true, obj); }
@@ -103,6 +120,19 @@ static inline void gg_mosq_callbacks_set(struct mosquitto *m, gg_mosq_event_fn o
     gg_mosq()->connect_callback_set(m, on_connect);
     gg_mosq()->disconnect_callback_set(m, on_disconnect);
     gg_mosq()->publish_callback_set(m, on_publish);
+}
+/// Clears the handle as mosquitto_new leaves it: every queued message and option is gone.
+static inline int gg_mosq_reinitialise(struct mosquitto *m, const char *id, void *obj) { return gg_mosq()->reinitialise(m, id, true, obj); }
+static inline int gg_mosq_socket(struct mosquitto *m) { return gg_mosq()->socket(m); }
+static inline bool gg_mosq_want_write(struct mosquitto *m) { return gg_mosq()->want_write(m); }
+static inline void gg_mosq_log_callback_set(struct mosquitto *m, gg_mosq_log_fn fn) { gg_mosq()->log_callback_set(m, fn); }
+/// The X.509 verification result of the TLS session being set up (X509_V_OK is 0), or -1 when unknown.
+/// Valid inside the log callback of a failed handshake, while libmosquitto still holds the session.
+static inline long gg_mosq_verify_result(struct mosquitto *m) {
+    struct gg_mosq_api *a = gg_mosq();
+    if (!a->ssl_get || !a->ssl_get_verify_result) return -1;
+    void *ssl = a->ssl_get(m);
+    return ssl ? a->ssl_get_verify_result(ssl) : -1;
 }
 static inline const char *gg_mosq_strerror(int rc) { return gg_mosq()->strerror(rc); }
 static inline const char *gg_mosq_connack_string(int rc) { return gg_mosq()->connack_string(rc); }

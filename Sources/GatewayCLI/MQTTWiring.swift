@@ -15,10 +15,12 @@ final class DaemonMQTT: Sendable {
     /// A refresh is running / another was asked for meanwhile: snapshots come in bursts.
     private let refreshing = Mutex<(running: Bool, again: GatewayPresentation?)>((false, nil))
 
-    init?(settings: UploadSettings, store: SQLiteStore, logger: Logger) {
+    /// `recordPath`: where the publisher keeps the list of retained topics it published (see
+    /// `HomeAssistantPublisher`), beside the database.
+    init?(settings: UploadSettings, store: SQLiteStore, recordPath: String, logger: Logger) {
         guard let mqtt = settings.mqtt else { return nil }
         self.client = MQTTClient(settings: mqtt.broker, availabilityTopic: mqtt.availabilityTopic, logger: logger)
-        self.publisher = HomeAssistantPublisher(settings: mqtt, client: client)
+        self.publisher = HomeAssistantPublisher(settings: mqtt, client: client, recordPath: recordPath, logger: logger)
         self.store = store
         self.logger = logger
     }
@@ -60,11 +62,14 @@ final class DaemonMQTT: Sendable {
                 let newest = try await store.newestReadings(meterAddress: record.info.address, limit: 50).map(\.reading)
                 meters.append(MeterPresentation(meter: record.info, newestFirst: newest))
             }
-            publisher.update(meters: meters, gateway: gateway)
+            await publisher.update(meters: meters, gateway: gateway)
         } catch {
             logger.warning("[mqtt] cannot read the meters' state: \(error)")
         }
     }
 
     func stop() async { await client.stop() }
+
+    /// The record of published retained topics for the database at `database`.
+    static func recordPath(database: String) -> String { database + ".mqtt-topics.json" }
 }

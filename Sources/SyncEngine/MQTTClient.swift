@@ -6,86 +6,6 @@ import Synchronization
 import Glibc
 #endif
 
-/// Where and how to reach an MQTT broker.
-public struct MQTTBrokerSettings: Sendable, Equatable {
-    public var host: String
-    public var port: Int
-    /// `mqtts://`: TLS with the peer's certificate and host name verified (system store, or `caFile`).
-    public var tls: Bool
-    public var username: String?
-    public var password: Secret?
-    public var caFile: String?
-    /// Seconds between keep-alive pings; the broker sends the last will after 1.5 times this without one.
-    public var keepAliveSeconds: Int
-    /// The client identifier; each process connects with its own.
-    public var clientID: String
-
-    public init(host: String, port: Int, tls: Bool = false, username: String? = nil, password: Secret? = nil, caFile: String? = nil,
-                keepAliveSeconds: Int = 30, clientID: String = "glucose-gateway-\(getpid())") {
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.username = username
-        self.password = password
-        self.caFile = caFile
-        self.keepAliveSeconds = keepAliveSeconds
-        self.clientID = clientID
-    }
-
-    /// `mqtt://host:port` or `mqtts://host:port`, for log lines (never the user name or password).
-    public var origin: String {
-        let shownHost = host.contains(":") ? "[\(host)]" : host
-        return (tls ? "mqtts://" : "mqtt://") + shownHost + ":" + String(port)
-    }
-}
-
-/// One MQTT message.
-public struct MQTTMessage: Sendable, Equatable {
-    public var topic: String
-    public var payload: [UInt8]
-    public var retain: Bool
-    public init(topic: String, payload: [UInt8], retain: Bool) {
-        self.topic = topic
-        self.payload = payload
-        self.retain = retain
-    }
-    public init(topic: String, text: String, retain: Bool) {
-        self.init(topic: topic, payload: Array(text.utf8), retain: retain)
-    }
-}
-
-/// Why a QoS 1 publish was not acknowledged. Messages never carry the password or a payload.
-public enum MQTTPublishError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// Not connected to the broker (with the last reason known).
-    case notConnected(String)
-    /// The broker refused the connection's credentials (CONNACK code).
-    case refused(code: Int, String)
-    /// Published, but no PUBACK came in time; the broker may or may not have the message.
-    case timedOut
-    /// The connection broke before the PUBACK came.
-    case connectionLost
-
-    public var description: String {
-        switch self {
-        case .notConnected(let why): "not connected to the broker (\(why))"
-        case .refused(let code, let text): "broker refused the connection: \(text) (CONNACK \(code))"
-        case .timedOut: "no acknowledgement (PUBACK) before the timeout"
-        case .connectionLost: "connection to the broker lost before the acknowledgement"
-        }
-    }
-}
-
-/// What the connection is doing, for `status` and the destination's verdicts.
-public enum MQTTConnectionState: Sendable, Equatable {
-    case idle
-    case connecting
-    case connected
-    /// The last attempt failed, or the connection broke; the client tries again.
-    case disconnected(String)
-    /// The broker answered CONNACK with a refusal (4 bad user name or password, 5 not authorized).
-    case refused(code: Int, String)
-}
-
 /// An MQTT 3.1.1 client over libmosquitto, loaded at run time on the first `start()`.
 ///
 /// One dedicated thread runs the connection (`mosquitto_loop`), connects, reconnects with backoff, and
@@ -208,6 +128,11 @@ public final class MQTTClient: Sendable {
         if changed, case .success(let mid) = core.send(retained) { core.forget(mid) }
     }
 
+    /// Drops `topic` from the set published on every connection (its clearing is the caller's).
+    public func removeRetained(_ topic: String) {
+        core.state.withLock { s in s.retained.removeAll { $0.topic == topic } }
+    }
+
     /// Publishes the availability "offline" (when connected), disconnects and ends the connection thread.
     public func stop() async {
         if isConnected, let topic = availabilityTopic {
@@ -215,38 +140,6 @@ public final class MQTTClient: Sendable {
         }
         await core.stop()
     }
-}
-
-/// Signals waiters without polling: each `signal()` resumes those waiting now.
-final class Signal: Sendable {
-    private let waiters = Mutex<[Int: CheckedContinuation<Bool, Never>]>([:])
-    private let next = Atomic<Int>(0)
-
-    func signal() {
-        let all = waiters.withLock { w -> [CheckedContinuation<Bool, Never>] in
-            let list = Array(w.values)
-            w.removeAll()
-            return list
-        }
-        for c in all { c.resume(returning: true) }
-    }
-
-    func wait(timeoutMs: Int) async -> Bool {
-        let id = next.add(1, ordering: .relaxed).newValue
-        let timer = Task {
-            try? await Task.sleep(for: .milliseconds(max(1, timeoutMs)))
-            if let c = self.waiters.withLock({ $0.removeValue(forKey: id) }) { c.resume(returning: false) }
-        }
-        let woken = await withCheckedContinuation { c in waiters.withLock { $0[id] = c } }
-        timer.cancel()
-        return woken
-    }
-}
-
-/// One `publish` call's wait, told apart by identity, so a late timeout never ends a later wait for the
-/// same message id (ids come back after 65535 publishes).
-final class Waiter: Sendable {
-    let expired = Atomic<Bool>(false)
 }
 
 /// The libmosquitto handle and everything the connection thread and the publishers share.
@@ -270,6 +163,11 @@ private final class Core: @unchecked Sendable {
         var abandoned: Set<Int32> = []
         var loopEnded: CheckedContinuation<Void, Never>?
         var loopDone = false
+        var backoff = ReconnectBackoff()
+        /// The failure last logged; the same one is not logged again while the broker flaps.
+        var lastLoggedFailure: String?
+        /// Why the current attempt's TLS handshake failed, when libmosquitto's log said.
+        var tlsCause: String?
     }
 
     let state = Mutex(State())
@@ -281,6 +179,8 @@ private final class Core: @unchecked Sendable {
     let failures = Atomic<Int>(0)
     /// Wakes the connection thread out of its reconnect wait when stopping.
     private let wake = DispatchSemaphore(value: 0)
+    /// Wakes the connection thread's poll when a publisher queued a message.
+    private let publishWake = WakePipe()
     private struct Handle: @unchecked Sendable {
         // @unchecked: libmosquitto in threaded mode serialises its own use of the handle.
         let pointer: OpaquePointer
@@ -312,16 +212,27 @@ private final class Core: @unchecked Sendable {
         }
         retainedSelf = me
         handleLock.withLock { $0 = Handle(pointer: m) }
+        configure(m)
+        let thread = DispatchQueue(label: "glucose-gateway.mqtt")
+        thread.async { self.run() }
+        return true
+    }
+
+    /// Sets every option on a new (or reinitialised) handle.
+    private func configure(_ m: OpaquePointer) {
         _ = gg_mosq_protocol_v311(m)
         _ = gg_mosq_threaded_set(m)
         gg_mosq_callbacks_set(m, mqttOnConnect, mqttOnDisconnect, mqttOnPublish)
+        gg_mosq_log_callback_set(m, mqttOnLog)
         if let user = settings.username {
             _ = gg_mosq_username_pw_set(m, user, settings.password?.value)
         }
         if settings.tls {
             // Peer and host name are always verified: against `ca_file`, else Debian's system store.
             if let ca = settings.caFile {
-                _ = gg_mosq_tls_set(m, ca, nil)
+                if gg_mosq_tls_set(m, ca, nil) != MOSQ_ERR_SUCCESS.rawValue {
+                    state.withLock { $0.tlsCause = "the CA file (ca_file) cannot be read" }
+                }
             } else {
                 _ = gg_mosq_tls_set(m, nil, MQTTClient.systemCertificates)
                 _ = gg_mosq_use_os_certs(m)
@@ -331,33 +242,48 @@ private final class Core: @unchecked Sendable {
             let payload = Array(MQTTClient.offlinePayload.utf8)
             _ = payload.withUnsafeBytes { gg_mosq_will_set(m, topic, Int32($0.count), $0.baseAddress, 1, true) }
         }
-        let thread = DispatchQueue(label: "glucose-gateway.mqtt")
-        thread.async { self.run() }
-        return true
     }
 
     /// The connection thread: connect, loop until the connection ends, wait, reconnect.
+    ///
+    /// Each attempt after the first starts from a reinitialised handle: libmosquitto keeps every
+    /// unacknowledged QoS 1 message of a broken connection to send it again, without limit, while the
+    /// client republishes its retained set itself on each connection and the dispatcher sends reading
+    /// events again from the outbox. So what is queued for the broker is at most one connection's worth.
     private func run() {
         guard let m = loopHandle else { return }
-        var delayMs = 500
-        var firstAttempt = true
         let clock = ContinuousClock()
+        var firstAttempt = true
         while !state.withLock({ $0.stopping }) {
-            let rc = firstAttempt ? gg_mosq_connect_async(m, settings.host, Int32(settings.port), Int32(settings.keepAliveSeconds))
-                                  : gg_mosq_reconnect_async(m)
+            if !firstAttempt {
+                handleLock.withLock { _ in
+                    _ = gg_mosq_reinitialise(m, settings.clientID, Unmanaged.passUnretained(self).toOpaque())
+                }
+                state.withLock { s in
+                    s.early.removeAll()
+                    s.abandoned.removeAll()
+                }
+                configure(m)
+            }
             firstAttempt = false
-            var wasConnected = false
+            state.withLock { $0.tlsCause = nil }
+            let rc = gg_mosq_connect_async(m, settings.host, Int32(settings.port), Int32(settings.keepAliveSeconds))
             if rc == MOSQ_ERR_SUCCESS.rawValue {
                 let started = clock.now
                 while !state.withLock({ $0.stopping }) {
-                    let loopRC = gg_mosq_loop(m, 1000)
+                    let loopRC = loopOnce(m, timeoutMs: 1000)
                     let connected = state.withLock { $0.connection == .connected }
-                    if connected { wasConnected = true }
                     if loopRC != MOSQ_ERR_SUCCESS.rawValue {
-                        noteFailure(Self.describe(loopRC))
+                        noteFailure(describe(loopRC))
                         break
                     }
-                    if !connected, clock.now - started > .seconds(max(5, settings.keepAliveSeconds)) {
+                    if connected {
+                        let regained = state.withLock { s -> Bool in
+                            let wasFlapping = s.backoff.flapping
+                            return s.backoff.holds(at: clock.now) && wasFlapping
+                        }
+                        if regained { logger.notice("the connection to \(settings.origin) has held for a minute again") }
+                    } else if clock.now - started > .seconds(max(5, settings.keepAliveSeconds)) {
                         noteFailure("no answer from the broker (connect timed out)")
                         _ = gg_mosq_disconnect(m)
                         _ = gg_mosq_loop(m, 10)
@@ -365,15 +291,23 @@ private final class Core: @unchecked Sendable {
                     }
                 }
             } else {
-                noteFailure(Self.describe(rc))
+                noteFailure(describe(rc))
             }
             failWaiters(.connectionLost)
             if state.withLock({ $0.stopping }) { break }
-            if wasConnected { delayMs = 500 }
-            let refused = state.withLock { if case .refused = $0.connection { return true } else { return false } }
-            let wait = refused ? max(delayMs, 30_000) : delayMs
-            _ = wake.wait(timeout: .now() + .milliseconds(wait))
-            delayMs = min(delayMs * 2, 30_000)
+            let (wait, startsFlapping, count) = state.withLock { s -> (Duration, Bool, Int) in
+                let before = s.backoff.flapping
+                var refused = false
+                if case .refused = s.connection { refused = true }
+                let wait = s.backoff.ended(at: clock.now, refused: refused)
+                return (wait, !before && s.backoff.flapping, s.backoff.shortLived)
+            }
+            if startsFlapping {
+                logger.warning("\(settings.origin) closed \(count) connections in a row soon after accepting them; "
+                               + "connecting again with growing waits (up to \(ReconnectBackoff.longest))")
+            }
+            let ms = Int(wait.components.seconds) * 1000 + Int(wait.components.attoseconds / 1_000_000_000_000_000)
+            _ = wake.wait(timeout: .now() + .milliseconds(ms))
         }
         let resume = state.withLock { s -> CheckedContinuation<Void, Never>? in
             s.loopDone = true
@@ -384,16 +318,47 @@ private final class Core: @unchecked Sendable {
         resume?.resume()
     }
 
+    /// One turn of the connection: waits (at most `timeoutMs`) for the socket or a publisher, refuses
+    /// unsolicited inbound packets on a plain TCP connection, then lets libmosquitto read, write and ping.
+    private func loopOnce(_ m: OpaquePointer, timeoutMs: Int32) -> Int32 {
+        let fd = gg_mosq_socket(m)
+        guard fd >= 0, !settings.tls else { return gg_mosq_loop(m, timeoutMs) }
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN) | (gg_mosq_want_write(m) ? Int16(POLLOUT) : 0), revents: 0),
+                   pollfd(fd: publishWake.readEnd, events: Int16(POLLIN), revents: 0)]
+        let n = poll(&fds, 2, timeoutMs)
+        if n > 0, fds[1].revents != 0 { publishWake.drain() }
+        if n > 0, fds[0].revents & Int16(POLLIN) != 0 {
+            var peeked = [UInt8](repeating: 0, count: 64)
+            let got = peeked.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) }
+            if got > 0, let problem = InboundGuard.problem(Array(peeked.prefix(got))) {
+                logger.warning("\(settings.origin): \(problem); the gateway subscribes to nothing, connection closed")
+                _ = shutdown(fd, Int32(SHUT_RDWR))
+                _ = gg_mosq_disconnect(m)
+                return MOSQ_ERR_PROTOCOL.rawValue
+            }
+        }
+        return gg_mosq_loop(m, 0)
+    }
+
     private func noteFailure(_ why: String) {
-        let changed = state.withLock { s -> Bool in
-            if case .refused = s.connection { return false }
+        let (changed, quiet) = state.withLock { s -> (Bool, Bool) in
+            if case .refused = s.connection { return (false, true) }
             let before = s.connection
             s.connection = .disconnected(why)
-            return before != s.connection
+            return (before != s.connection, s.backoff.flapping && s.lastLoggedFailure == why)
         }
         failures.add(1, ordering: .releasing)
-        if changed { logger.warning("\(settings.origin): \(why); connecting again") }
+        if changed, !quiet {
+            state.withLock { $0.lastLoggedFailure = why }
+            logger.warning("\(settings.origin): \(why); connecting again")
+        }
         connectSignal.signal()
+    }
+
+    /// libmosquitto's text for `rc`, with the cause of a TLS failure where its log named one.
+    func describe(_ rc: Int32) -> String {
+        if rc == MOSQ_ERR_TLS.rawValue, let cause = state.withLock({ $0.tlsCause }) { return "TLS: \(cause)" }
+        return Self.describe(rc)
     }
 
     static func describe(_ rc: Int32) -> String {
@@ -422,11 +387,17 @@ private final class Core: @unchecked Sendable {
             connectSignal.signal()
             return
         }
-        let retained = state.withLock { s -> [MQTTMessage] in
+        let (retained, quiet) = state.withLock { s -> ([MQTTMessage], Bool) in
             s.connection = .connected
-            return s.retained
+            s.backoff.connected(at: ContinuousClock.now)
+            if !s.backoff.flapping { s.lastLoggedFailure = nil }
+            return (s.retained, s.backoff.flapping)
         }
-        logger.notice("connected to \(settings.origin)")
+        if quiet {
+            logger.debug("connected to \(settings.origin)")
+        } else {
+            logger.notice("connected to \(settings.origin)")
+        }
         for message in retained {
             if case .success(let mid) = Self.publish(m, message) { forget(mid) }
         }
@@ -436,6 +407,14 @@ private final class Core: @unchecked Sendable {
         }
         connectSignal.signal()
         onConnected.withLock { $0 }?()
+    }
+
+    /// libmosquitto's log: only the lines that name why a TLS handshake failed are kept.
+    func logged(level: Int32, line: String, _ m: OpaquePointer) {
+        guard settings.tls, level == MOSQ_LOG_ERR else { return }
+        let verify = Int(gg_mosq_verify_result(m))
+        guard let cause = TLSFailure.cause(logLine: line, verifyResult: verify) else { return }
+        state.withLock { s in if s.tlsCause == nil { s.tlsCause = cause } }
     }
 
     func disconnected(rc: Int32) {
@@ -458,10 +437,12 @@ private final class Core: @unchecked Sendable {
     // MARK: publishers
 
     func send(_ message: MQTTMessage) -> Result<Int32, MQTTPublishError> {
-        handleLock.withLock { h in
+        let result = handleLock.withLock { h -> Result<Int32, MQTTPublishError> in
             guard let m = h?.pointer else { return .failure(.notConnected("not started")) }
             return Self.publish(m, message)
         }
+        publishWake.signal()
+        return result
     }
 
     static func publish(_ m: OpaquePointer, _ message: MQTTMessage) -> Result<Int32, MQTTPublishError> {
@@ -591,3 +572,7 @@ private let mqttOnConnect: gg_mosq_event_fn = { mosq, obj, rc in
 }
 private let mqttOnDisconnect: gg_mosq_event_fn = { _, obj, rc in core(obj)?.disconnected(rc: rc) }
 private let mqttOnPublish: gg_mosq_event_fn = { _, obj, mid in core(obj)?.acknowledged(mid) }
+private let mqttOnLog: gg_mosq_log_fn = { mosq, obj, level, text in
+    guard let mosq, let text else { return }
+    core(obj)?.logged(level: level, line: String(cString: text), mosq)
+}

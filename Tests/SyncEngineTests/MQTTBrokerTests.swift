@@ -261,7 +261,7 @@ struct MQTTBrokerTests {
         excluded.exclusion = .controlSolution
         excluded.sensorStatus = 1
         let meter = MeterPresentation(meter: testMeter, newestFirst: [excluded, low, syntheticReading(6)])
-        publisher.update(meters: [meter], gateway: GatewayPresentation(pending: 2, networkStateCode: 1001))
+        await publisher.update(meters: [meter], gateway: GatewayPresentation(pending: 2, networkStateCode: 1001))
         // The retained set arrives after a reconnection too: the broker restarted without persistence
         // has none left, and the client publishes it again.
         _ = await client.publish(MQTTMessage(topic: "gg-test/sync", text: "x", retain: false), timeoutMs: 5000)
@@ -270,7 +270,7 @@ struct MQTTBrokerTests {
         #expect(await client.waitForConnection(timeoutMs: 10_000) == .connected)
         _ = await client.publish(MQTTMessage(topic: "gg-test/sync", text: "x", retain: false), timeoutMs: 5000)
 
-        let sub = try Subscriber(port: broker.port, topics: ["homeassistant/#", "gg-test/#"], count: 15, seconds: 10, retainedOnly: true)
+        let sub = try Subscriber(port: broker.port, topics: ["homeassistant/#", "gg-test/#"], count: 18, seconds: 10, retainedOnly: true)
         let got = sub.messages()
         await client.stop()
         let byTopic = Dictionary(got.map { ($0.topic, $0.payload) }, uniquingKeysWith: { a, _ in a })
@@ -293,8 +293,11 @@ struct MQTTBrokerTests {
         let device = try #require(json["device"] as? [String: Any])
         #expect(device["identifiers"] as? [String] == ["glucose_gateway_\(id)"])
         #expect(device["serial_number"] as? String == "1234ABCD")
-        for key in ["glucose_mmol", "glucose_time", "pending", "network_state"] {
+        for key in ["glucose_mmol", "glucose_time", "glucose_result"] {
             #expect(byTopic["homeassistant/sensor/\(id)/\(key)/config"] != nil, "config for \(key)")
+        }
+        for key in ["pending", "network_state"] {
+            #expect(byTopic["homeassistant/sensor/gg-test/\(key)/config"] != nil, "gateway config for \(key)")
         }
         let battery = try #require(byTopic["homeassistant/binary_sensor/\(id)/battery_low/config"])
         #expect(battery.contains(#""device_class":"battery""#))
@@ -311,10 +314,9 @@ struct MQTTBrokerTests {
         var lost = testMeter
         lost.bondLostAt = 1_767_250_800_000
         lost.bondLostMessage = "authentication failed"
-        let gateway = GatewayPresentation(pending: 0, networkStateCode: 0)
         let id = "006019010e92"
         func state(_ meter: MeterInfo) -> String? {
-            let states = HomeAssistantDiscovery.states(meter: MeterPresentation(meter: meter, newestFirst: []), gateway: gateway, settings: settings)
+            let states = HomeAssistantDiscovery.states(meter: MeterPresentation(meter: meter, newestFirst: []), settings: settings)
             return states.first { $0.topic == "gg-test/\(id)/repair_needed" }.map { String(decoding: $0.payload, as: UTF8.self) }
         }
         #expect(state(lost) == "ON")

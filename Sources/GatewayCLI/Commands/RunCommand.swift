@@ -96,7 +96,8 @@ enum RunCommand: GatewayCommand {
         } catch {
             throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
-        let mqtt = DaemonMQTT(settings: upload, store: sqlite, logger: context.logger.with(label: "upload"))
+        let mqtt = DaemonMQTT(settings: upload, store: sqlite, recordPath: DaemonMQTT.recordPath(database: config.gateway.database),
+                              logger: context.logger.with(label: "upload"))
         let notifier = SystemdNotifier(environment: context.environment)
         let statePath = DaemonStateFile.path(database: config.gateway.database)
         let metricsPath = Mutex(config.gateway.metricsFile)
