@@ -245,3 +245,36 @@ def test_a_gateway_section_problem_still_blocks_meter_commands(tmp_path):
         r = run("--config", str(cfg), *command)
         assert r.returncode == 78
         assert r.stderr.splitlines()[0].startswith("glucose-gateway %s: %s:2: gateway.log_level" % (command[0], cfg)), r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "proc"])
+def test_metrics_file_must_not_name_a_device_fifo_directory_or_proc_file(tmp_path, kind):
+    # A stand-in for /dev/null made in the temporary directory (as root), never the real one.
+    target = tmp_path / "metrics.prom"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "device":
+        os.mknod(target, 0o600 | 0o020000, os.makedev(1, 3))
+    else:
+        target = pathlib.Path("/proc/self/environ")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[gateway]\ndatabase = "%s"\nmetrics_file = "%s"\n' % (tmp_path / "gw.sqlite3", target))
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 78, r.stdout + r.stderr
+    line = r.stderr.splitlines()[0]
+    assert line.startswith(f"{cfg}:3: gateway.metrics_file: "), line
+    assert str(target) not in line
+    if kind != "proc":
+        assert not target.is_file()
+
+
+def test_a_symbolic_link_loop_as_a_secret_file_says_so(tmp_path):
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[nightscout]\nurl = "http://127.0.0.1:9"\napi_secret_file = "a"\n')
+    r = run("config", "check", str(cfg))
+    assert r.returncode == 78, r.stdout + r.stderr
+    assert r.stderr.splitlines()[0] == f"{cfg}:3: nightscout.api_secret_file: the file is a symbolic link loop"
