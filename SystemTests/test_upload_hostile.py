@@ -98,3 +98,23 @@ def test_a_server_that_never_stops_answering_100_continue_meets_the_timeout(host
     check = run(config, "--check")
     assert check.returncode == 75, (check.returncode, check.stdout + check.stderr)
     assert "answer headers longer than 64 KiB" in check.stdout, check.stdout + check.stderr
+
+
+def test_the_daemon_survives_overflowing_numbers_in_the_token_exchange(hostile, private_bus, tmp_path):
+    from gg_daemon import Gateway, wait_until
+    server = hostile("--mode", "token", "--exchange", EXCHANGES[0])
+    token_file = tmp_path / "ns.token"
+    token_file.write_text(TOKEN + "\n")
+    os.chmod(token_file, 0o600)
+    gateway = Gateway(tmp_path, private_bus, extra_config=(
+        '[nightscout]\nurl = "http://127.0.0.1:%d"\napi = "v3"\ntoken_file = "%s"\n'
+        '[network]\nretry_count = 0\nnetwork_timeout_ms = 2000\n' % (server.port, token_file)))
+    seed(gateway.database, 3)
+    try:
+        gateway.start()
+        wait_until("the readings to be acknowledged", lambda: states(gateway.database) == {"acknowledged": 3} or gateway.exited(),
+                   timeout=30)
+        assert not gateway.exited(), (gateway.process.returncode, gateway.log())
+        assert states(gateway.database) == {"acknowledged": 3}
+    finally:
+        gateway.stop()
