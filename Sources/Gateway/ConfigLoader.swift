@@ -166,7 +166,7 @@ struct ConfigBuilder {
             if known[header.name] == nil {
                 problems.append(ConfigProblem(
                     line: header.line,
-                    message: "unknown section [\(header.name)]" + Self.suggestion(header.name, among: Self.schema.map(\.section))
+                    message: "unknown section" + Self.suggestion(header.name, among: Self.schema.map(\.section))
                         + " (sections: " + Self.schema.map { "[\($0.section)]" }.joined(separator: ", ") + ")"
                 ))
             } else if let first = headerLines[header.name] {
@@ -182,7 +182,7 @@ struct ConfigBuilder {
                 let order = Self.schema.first { $0.section == entry.section }?.keys ?? []
                 problems.append(ConfigProblem(
                     line: entry.line,
-                    message: "unknown key '\(entry.key)' in [\(entry.section)]" + Self.suggestion(entry.key, among: order),
+                    message: "unknown key in [\(entry.section)]" + Self.suggestion(entry.key, among: order),
                     section: entry.section
                 ))
                 continue
@@ -225,10 +225,12 @@ struct ConfigBuilder {
         }
         if let v = string(s, "log_level") {
             if let level = LogLevel.allCases.first(where: { $0.name == v.value }) { g.logLevel = level } else {
-                problem(v.line, "\(s).log_level: expected one of error, warning, notice, info, debug, got \(ConfigKeys.shown("log_level", v.value))")
+                problem(v.line, "\(s).log_level: expected one of error, warning, notice, info, debug")
             }
         }
-        if let v = path(s, "metrics_file") { g.metricsFile = v.value }
+        if let v = path(s, "metrics_file") {
+            if let why = ConfigFiles.replaceableProblem(v.value) { problem(v.line, "\(s).metrics_file: \(why)") } else { g.metricsFile = v.value }
+        }
         if let v = string(s, "time_zone") {
             if let message = Self.timeZoneProblem(v.value) { problem(v.line, "\(s).time_zone: \(message)") } else { g.timeZone = v.value }
         }
@@ -239,7 +241,7 @@ struct ConfigBuilder {
         if let v = integer(s, "download_idle_timeout_s", in: GatewaySection.downloadIdleTimeoutRange) { g.downloadIdleTimeoutSeconds = v.value }
         if let v = string(s, "scan_mode") {
             if let mode = ScanMode(rawValue: v.value) { g.scanMode = mode } else {
-                problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\", got \(ConfigKeys.shown("scan_mode", v.value))")
+                problem(v.line, "\(s).scan_mode: expected \"discovery\" or \"profile\"")
             }
         }
         buildHeartbeat(&g)
@@ -262,14 +264,14 @@ struct ConfigBuilder {
         }
         if let v = string(s, "heartbeat_api") {
             if let api = HeartbeatAPI(rawValue: v.value) { g.heartbeatAPI = api } else {
-                problem(v.line, "\(s).heartbeat_api: expected \"healthchecks\" or \"uptime-kuma\", got \(ConfigKeys.shown("heartbeat_api", v.value))")
+                problem(v.line, "\(s).heartbeat_api: expected \"healthchecks\" or \"uptime-kuma\"")
             }
         }
         if let v = integer(s, "heartbeat_interval_s", in: HeartbeatPolicy.intervalRange) { g.heartbeatIntervalSeconds = v.value }
         if let v = integer(s, "heartbeat_max_pending_s", in: HeartbeatPolicy.maxPendingRange) { g.heartbeatMaxPendingSeconds = v.value }
         if let v = string(s, "heartbeat_on_fail") {
             if let mode = HeartbeatFailMode(rawValue: v.value) { g.heartbeatOnFail = mode } else {
-                problem(v.line, "\(s).heartbeat_on_fail: expected \"report\" or \"silent\", got \(ConfigKeys.shown("heartbeat_on_fail", v.value))")
+                problem(v.line, "\(s).heartbeat_on_fail: expected \"report\" or \"silent\"")
             }
         }
     }
@@ -285,7 +287,7 @@ struct ConfigBuilder {
         if let v = bool(s, "out_of_range_notes") { n.outOfRangeNotes = v.value }
         if let v = string(s, "units") {
             if let units = NightscoutSection.Units(rawValue: v.value) { n.units = units } else {
-                problem(v.line, "\(s).units: expected \"mg/dl\" or \"mmol\", got \(ConfigKeys.shown("units", v.value))")
+                problem(v.line, "\(s).units: expected \"mg/dl\" or \"mmol\"")
             }
         }
 
@@ -331,7 +333,7 @@ struct ConfigBuilder {
         let s = "nightscout"
         guard let v = string(s, "api") else { return }
         guard v.value == "v1" || v.value == "v3" else {
-            problem(v.line, "\(s).api: expected \"v1\" or \"v3\", got \(ConfigKeys.shown("api", v.value))")
+            problem(v.line, "\(s).api: expected \"v1\" or \"v3\"")
             return
         }
         n.api = v.value
@@ -447,7 +449,7 @@ struct ConfigBuilder {
         let ok = text.unicodeScalars.allSatisfy {
             $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "_-./".unicodeScalars.contains($0))
         }
-        if !ok { return "expected topic levels of letters, digits, '_', '-' and '.' separated by '/' (no '+', '#' or spaces), got \"\(ConfigParser.clip(text))\"" }
+        if !ok { return "expected topic levels of letters, digits, '_', '-' and '.' separated by '/' (no '+', '#' or spaces)" }
         if text == MQTTSectionNames.discoveryPrefix || text.hasPrefix(MQTTSectionNames.discoveryPrefix + "/") {
             return "must not be under \(MQTTSectionNames.discoveryPrefix)/, which holds the discovery configs"
         }
@@ -488,11 +490,11 @@ struct ConfigBuilder {
             return nil
         }
         guard program.hasPrefix("/") else {
-            problem(entry.line, "\(s).\(key): the program must be an absolute path, got \"\(ConfigParser.clip(program))\"")
+            problem(entry.line, "\(s).\(key): the program must be an absolute path")
             return nil
         }
         guard ConfigFiles.isExecutable(program) else {
-            problem(entry.line, "\(s).\(key): \(ConfigParser.clip(program, limit: 200)) is not an executable file")
+            problem(entry.line, "\(s).\(key): the program is not an executable file")
             return nil
         }
         return command
@@ -533,7 +535,7 @@ struct ConfigBuilder {
             return nil
         }
         guard range.contains(i) else {
-            problem(entry.line, "\(section).\(key): \(i) is out of range \(range.lowerBound)..\(range.upperBound)")
+            problem(entry.line, "\(section).\(key): out of range \(range.lowerBound)..\(range.upperBound)")
             return nil
         }
         return (i, entry.line)
@@ -548,12 +550,15 @@ struct ConfigBuilder {
     /// A file path naming an existing regular file, with its line and its mode bits.
     private mutating func existingFile(_ section: String, _ key: String) -> (value: String, line: Int, info: ConfigFiles.Info)? {
         guard let v = path(section, key) else { return nil }
-        guard let info = ConfigFiles.info(v.value) else {
-            problem(v.line, "\(section).\(key): \(v.value) does not exist")
+        let info: ConfigFiles.Info
+        switch ConfigFiles.lookUp(v.value) {
+        case .success(let found): info = found
+        case .failure(let why):
+            problem(v.line, "\(section).\(key): the file \(why.text)")
             return nil
         }
         guard info.isRegular else {
-            problem(v.line, "\(section).\(key): \(v.value) is not a regular file")
+            problem(v.line, "\(section).\(key): the file is not a regular file")
             return nil
         }
         return (v.value, v.line, info)
@@ -564,11 +569,11 @@ struct ConfigBuilder {
         guard let (path, line, _) = existingFile(section, key) else { return nil }
         switch FileContents.contents(of: path, limit: ConfigLoader.fileLimit * 8) {
         case .failure(let error):
-            problem(line, "\(section).\(key): cannot read \(path): \(error.text)")
+            problem(line, "\(section).\(key): cannot read the file: \(error.text)")
             return nil
         case .success(let bytes):
             guard Self.holdsPEMCertificate(bytes) else {
-                problem(line, "\(section).\(key): \(path) holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)")
+                problem(line, "\(section).\(key): the file holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)")
                 return nil
             }
             return path
@@ -630,12 +635,12 @@ struct ConfigBuilder {
         guard let v = existingFile(section, key) else { return nil }
         let name = "\(section).\(key)"
         guard v.info.mode & 0o077 == 0 else {
-            problem(v.line, "\(name): \(v.value) is accessible by group or others (mode \(ConfigFiles.octal(v.info.mode))); run chmod 600 \(v.value)")
+            problem(v.line, "\(name): the file is accessible by group or others (mode \(ConfigFiles.octal(v.info.mode))); chmod 600 it")
             return nil
         }
         switch FileContents.contents(of: v.value, limit: ConfigLoader.secretLimit) {
         case .failure(let error):
-            problem(v.line, "\(name): cannot read \(v.value): \(error.text)")
+            problem(v.line, "\(name): cannot read the file: \(error.text)")
             return nil
         case .success(let bytes):
             var trimmed = bytes[...]
@@ -643,11 +648,11 @@ struct ConfigBuilder {
                 trimmed = trimmed.dropLast()
             }
             guard let text = String(validating: trimmed, as: UTF8.self) else {
-                problem(v.line, "\(name): \(v.value) is not valid UTF-8 text")
+                problem(v.line, "\(name): the file is not valid UTF-8 text")
                 return nil
             }
             if let message = Self.secretProblem(text) {
-                problem(v.line, "\(name): the secret in \(v.value) \(message)")
+                problem(v.line, "\(name): the secret in the file \(message)")
                 return nil
             }
             return ConfigSecret(text, file: v.value)
@@ -692,12 +697,12 @@ struct ConfigBuilder {
             $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "/_+-".unicodeScalars.contains($0))
         }
         guard allowed, !name.hasPrefix("/"), !name.split(separator: "/").contains("..") else {
-            return "expected an IANA time zone name such as \"Europe/Berlin\", got \"\(ConfigParser.clip(name))\""
+            return "expected an IANA time zone name such as \"Europe/Berlin\""
         }
         if name == "UTC" { return nil }
         guard ConfigFiles.info(zoneDirectory)?.isDirectory == true else { return nil }
         guard ConfigFiles.info(zoneDirectory + "/" + name)?.isRegular == true else {
-            return "unknown time zone \"\(ConfigParser.clip(name))\" (not in \(zoneDirectory))"
+            return "unknown time zone (not in \(zoneDirectory))"
         }
         return nil
     }

@@ -298,7 +298,11 @@ public struct JSONWriter {
         var scale: Int64 = 1
         for _ in 0..<max(0, min(fractionDigits, 9)) { scale *= 10 }
         let scaled = (abs(value) * Double(scale)).rounded()
-        guard scaled < 9.0e15 else { return String(Int64(value.rounded())) }
+        // Beyond 9e15 no fraction digit is exact; beyond Int64 a conversion would trap, so there the
+        // shortest text of the Double itself (valid JSON number text) is written.
+        guard scaled < 9.0e15 else {
+            return abs(value) < 9.0e18 ? String(Int64(value.rounded())) : JSONNumber(value.rounded())?.text ?? "0"
+        }
         let n = Int64(scaled)
         var whole = String(n / scale)
         var fraction = String(n % scale)

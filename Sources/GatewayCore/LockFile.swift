@@ -14,8 +14,16 @@ public final class LockFile: Sendable {
     /// Nil when another process holds the lock; throws a one-line message when the file cannot be opened
     /// or locked.
     public static func acquire(path: String) throws(LockFileError) -> LockFile? {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        // Only a regular file is a lock file: opening a device can have effects of its own (a watchdog
+        // starts on open), so it is looked at before the open and again after.
+        var st = stat()
+        if stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG { throw LockFileError(path: path, errno: EEXIST, notRegular: true) }
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0o600)
         guard fd >= 0 else { throw LockFileError(path: path, errno: errno) }
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw LockFileError(path: path, errno: EEXIST, notRegular: true)
+        }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let e = errno
             close(fd)
@@ -65,5 +73,14 @@ extension LockAttempt: Equatable where R: Equatable {}
 public struct LockFileError: Error, CustomStringConvertible, Sendable, Equatable {
     public var path: String
     public var errno: Int32
-    public var description: String { "cannot lock \(path): \(String(cString: strerror(errno)))" }
+    /// Something other than a regular file is at `path`.
+    public var notRegular = false
+    public init(path: String, errno: Int32, notRegular: Bool = false) {
+        self.path = path
+        self.errno = errno
+        self.notRegular = notRegular
+    }
+    public var description: String {
+        "cannot lock \(path): " + (notRegular ? "exists and is not a regular file" : String(cString: strerror(errno)))
+    }
 }

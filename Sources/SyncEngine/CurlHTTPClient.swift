@@ -147,6 +147,7 @@ public final class CurlHTTPClient: HTTPClient {
             _ = gg_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
             return (.success(HTTPResponse(status: status, headers: sink.headers, body: sink.body)), true)
         }
+        if sink.headerOverflow, !cancel.isSet { return (.failure(.headersTooLong), false) }
         if sink.overflow, !cancel.isSet {
             var status = 0
             _ = gg_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
@@ -204,6 +205,8 @@ private final class ResponseSink {
     var headers: [String: String] = [:]
     /// Bytes of header lines taken; curl bounds each line, this bounds them all.
     var headerBytes = 0
+    /// The header lines (interim answers' included) passed 64 KiB.
+    var headerOverflow = false
     var overflow = false
     let cancel: CancelFlag
     /// The request's answer limit: a body that would grow past it ends the transfer.
@@ -233,7 +236,7 @@ private let curlWriteHeader: gg_curl_data_fn = { data, size, count, user in
     let n = size * count
     sink.headerBytes += n
     if sink.headerBytes > 64 << 10 {
-        sink.overflow = true
+        sink.headerOverflow = true
         return 0
     }
     let line = data.withMemoryRebound(to: UInt8.self, capacity: n) { String(decoding: UnsafeBufferPointer(start: $0, count: n), as: UTF8.self) }

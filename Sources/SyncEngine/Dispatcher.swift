@@ -67,7 +67,7 @@ struct NetworkClassifier: Sendable {
         do {
             _ = try await http.send(request)
             return true
-        } catch .tooLarge {
+        } catch .tooLarge, .headersTooLong {
             return true  // it answered: the network works
         } catch {
             return false

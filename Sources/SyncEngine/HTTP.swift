@@ -53,6 +53,9 @@ public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The server answered (`status`) with a body longer than the request allows (`limit` bytes): the
     /// answer was dropped unread.
     case tooLarge(limit: Int, status: Int)
+    /// The answer's head (status line and headers, with any interim answers before it and a chunked
+    /// trailer) was longer than 64 KiB: the server is broken or hostile.
+    case headersTooLong
     case cancelled
     case other(String)
 
@@ -65,6 +68,7 @@ public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
         case .connectionLost: "connection closed without an answer"
         case .tls(let text): "TLS: \(text)"
         case .tooLarge(let limit, let status): "answer to HTTP \(status) longer than \(limit) bytes (dropped unread)"
+        case .headersTooLong: "answer headers longer than 64 KiB"
         case .cancelled: "cancelled"
         case .other(let text): text
         }

@@ -26,7 +26,8 @@ enum TokenExchangeFailure: Error, Sendable, Equatable {
 /// clock (a Raspberry Pi at boot) or a server whose clock is off still renews in time. A JWT is renewed
 /// once three quarters of its lifetime have passed, or at once when the server refused it (`invalidate`).
 public actor NightscoutAuthorization {
-    /// Used when the answer gives no usable `iat`/`exp` (Nightscout's JWTs live 8 h).
+    /// Used when the answer gives no usable `iat`/`exp` (Nightscout's JWTs live 8 h), or a lifetime outside
+    /// `plausibleLifetime`.
     public static let fallbackLifetime: Duration = .seconds(3600)
     let baseURL: String
     let token: Secret
@@ -94,13 +95,31 @@ public actor NightscoutAuthorization {
               jwt.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw .transient(TransientFailure(status: 200, reason: "unreadable answer to the token exchange"))
         }
-        var lifetime = Self.fallbackLifetime
-        if let iat = json["iat"]?.int64Value, let exp = json["exp"]?.int64Value, exp > iat {
-            lifetime = .seconds(min(exp - iat, 366 * 86_400))
+        // The JWT goes out in the header of every POST: a huge one would multiply the traffic and may be
+        // cut by a proxy. Nightscout's are a few hundred bytes.
+        guard jwt.utf8.count <= Self.maximumJWTBytes else {
+            throw .transient(TransientFailure(status: 200, reason: "token exchange answered a JWT longer than 8 KiB"))
         }
+        let lifetime = Self.lifetime(iat: json["iat"]?.int64Value, exp: json["exp"]?.int64Value)
         self.jwt = jwt
         self.renewAt = clock.now.advanced(by: lifetime * 3 / 4)
         return jwt
+    }
+
+    /// The longest JWT taken from the token exchange.
+    static let maximumJWTBytes = 8 << 10
+    /// The lifetimes taken from `iat`/`exp`: a JWT is renewed no sooner than 45 s (three quarters of a
+    /// minute) after it arrived, and at least every few days.
+    static let plausibleLifetime: ClosedRange<Int64> = 60...(7 * 86_400)
+
+    /// `exp - iat` in seconds when both are there and the difference is a plausible lifetime, else
+    /// `fallbackLifetime`. The numbers are the server's: their difference is taken with an overflow check,
+    /// and a nonsensical lifetime (negative, a second, a century) falls back rather than renewing in a loop.
+    static func lifetime(iat: Int64?, exp: Int64?) -> Duration {
+        guard let iat, let exp else { return fallbackLifetime }
+        let (difference, overflow) = exp.subtractingReportingOverflow(iat)
+        guard !overflow, plausibleLifetime.contains(difference) else { return fallbackLifetime }
+        return .seconds(difference)
     }
 
     private static func failure(status: Int) -> TokenExchangeFailure {

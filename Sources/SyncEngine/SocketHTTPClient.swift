@@ -263,6 +263,10 @@ final class SocketHTTPClient: Sendable {
                                   headOnly: request.method == "HEAD")
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         while true {
+            // Checked on every turn, not only when the socket runs dry: a server that never stops sending
+            // (interim answers, a trickled body) must still meet the timeout and a cancellation.
+            if cancelled() { return .done(.failure(.cancelled), keep: false) }
+            if Clock.now() >= deadline { return .done(.failure(.timedOut(connected: true)), keep: false) }
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n > 0 {
                 switch reader.feed(buffer[0..<n]) {
@@ -300,8 +304,14 @@ private enum Clock {
     }
 }
 
-/// Parses one HTTP/1.x answer as its bytes arrive: status line, headers (64 KiB at most, as for
-/// libcurl), then a body by `Content-Length`, `chunked`, or up to the close, capped at `limit`.
+/// Parses one HTTP/1.x answer as its bytes arrive: status line, headers, then a body by `Content-Length`,
+/// `chunked`, or up to the close, capped at `limit`.
+///
+/// Everything that is not body counts against one head limit of 64 KiB (as for libcurl): the final
+/// head, every interim 1xx answer before it and the chunked trailer, so a server that sends interim
+/// answers or trailer lines without end is cut off. Lines may end in CRLF or a bare LF (RFC 9112 2.2,
+/// as libcurl reads them); numbers are digits only: a status of exactly three, a `Content-Length` and a
+/// chunk size without sign or blanks.
 struct AnswerReader {
     enum Step: Equatable {
         case more
@@ -323,7 +333,11 @@ struct AnswerReader {
     /// Chunked: bytes left in the current chunk; nil while a size line is expected.
     private var chunkLeft: Int?
     private var inTrailer = false
-    private static let headerLimit = 64 << 10
+    /// Bytes of heads (interim and final) and trailer lines read so far.
+    private var headBytes = 0
+    /// Where the search for the end of the head goes on in `pending` (what was searched holds no end).
+    private var headScanned = 0
+    static let headerLimit = 64 << 10
 
     init(limit: Int, headOnly: Bool = false) {
         self.limit = limit
@@ -334,11 +348,15 @@ struct AnswerReader {
         pending.append(contentsOf: bytes)
         while true {
             if !inBody {
-                guard let end = Self.find(crlfcrlf: pending) else {
-                    return pending.count > Self.headerLimit ? .failed(.tooLarge(limit: limit, status: status)) : .more
+                guard let (end, next) = Self.findHeadEnd(pending, from: headScanned) else {
+                    headScanned = max(0, pending.count - 3)
+                    return headBytes + pending.count > Self.headerLimit ? .failed(.headersTooLong) : .more
                 }
+                headBytes += next
+                if headBytes > Self.headerLimit { return .failed(.headersTooLong) }
                 let head = Array(pending[..<end])
-                pending.removeFirst(end + 4)
+                pending.removeFirst(next)
+                headScanned = 0
                 switch parseHead(head) {
                 case .failed(let error): return .failed(error)
                 case .interim: continue
@@ -379,7 +397,7 @@ struct AnswerReader {
         if let encoding = headers["transfer-encoding"]?.lowercased(), encoding.containsBytes("chunked") {
             framing = .chunked
         } else if let text = headers["content-length"] {
-            guard let length = Int(text), length >= 0 else { return .failed(.other("invalid Content-Length in the answer")) }
+            guard let length = Self.decimal(text) else { return .failed(.other("invalid Content-Length in the answer")) }
             framing = .length(length)
             if length > limit { return .failed(.tooLarge(limit: limit, status: status)) }
         } else {
@@ -391,9 +409,31 @@ struct AnswerReader {
 
     private typealias ParsedHead = (statusLine: String, code: Int, headers: [String: String])
 
+    /// Exactly three digits, the first not 0 (RFC 9112 4: `status-code = 3DIGIT`).
     private static func statusCode(_ field: Substring) -> Int? {
-        guard let code = Int(field), (100...999).contains(code) else { return nil }
+        guard field.utf8.count == 3, let code = decimal(field), (100...999).contains(code) else { return nil }
         return code
+    }
+
+    /// ASCII digits only (no sign, no blanks), at most 18 of them so the value always fits.
+    static func decimal(_ text: some StringProtocol) -> Int? {
+        let digits = text.utf8
+        guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+    }
+
+    /// A chunk-size line: 1 to 15 hex digits, then nothing or an extension (`;` after optional blanks).
+    static func chunkSize(_ line: ArraySlice<UInt8>) -> Int? {
+        let digits = line.prefix { ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) }
+        guard !digits.isEmpty, digits.count <= 15 else { return nil }
+        let rest = line[digits.endIndex...]
+        guard rest.isEmpty || rest.drop(while: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }).first == UInt8(ascii: ";") else {
+            return nil
+        }
+        return digits.reduce(0) { value, b in
+            let nibble = b <= 0x39 ? Int(b - 0x30) : Int((b | 0x20) - 0x61 + 10)
+            return value << 4 | nibble
+        }
     }
 
     /// Status line and headers of an all-ASCII head: names in lower case, values without the spaces and
@@ -451,10 +491,14 @@ struct AnswerReader {
         case .chunked:
             while true {
                 if inTrailer {
-                    // Trailer lines up to an empty one.
-                    guard let lineEnd = Self.find(crlf: pending) else { return .more }
+                    // Trailer lines up to an empty one, counted against the head limit.
+                    guard let (lineEnd, next) = Self.findLineEnd(pending) else {
+                        return headBytes + pending.count > Self.headerLimit ? .failed(.headersTooLong) : .more
+                    }
+                    headBytes += next
+                    if headBytes > Self.headerLimit { return .failed(.headersTooLong) }
                     let empty = lineEnd == 0
-                    pending.removeFirst(lineEnd + 2)
+                    pending.removeFirst(next)
                     if empty {
                         return .complete(HTTPResponse(status: status, headers: headers, body: body), keep: keepAlive && pending.isEmpty)
                     }
@@ -469,21 +513,25 @@ struct AnswerReader {
                         chunkLeft = left - take
                         if left - take > 0 { return .more }
                     }
-                    guard pending.count >= 2 else { return .more }
-                    guard pending[0] == 13, pending[1] == 10 else { return .failed(.other("malformed chunked answer")) }
-                    pending.removeFirst(2)
+                    // The chunk's data ends with CRLF or a bare LF.
+                    guard let first = pending.first else { return .more }
+                    if first == 10 {
+                        pending.removeFirst(1)
+                    } else {
+                        guard pending.count >= 2 else { return .more }
+                        guard first == 13, pending[1] == 10 else { return .failed(.other("malformed chunked answer")) }
+                        pending.removeFirst(2)
+                    }
                     chunkLeft = nil
                     continue
                 }
-                guard let lineEnd = Self.find(crlf: pending) else {
+                guard let (lineEnd, next) = Self.findLineEnd(pending) else {
                     return pending.count > 1024 ? .failed(.other("malformed chunked answer")) : .more
                 }
-                let line = String(decoding: pending[..<lineEnd], as: UTF8.self)
-                pending.removeFirst(lineEnd + 2)
-                let sizeText = line.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters() } ?? ""
-                guard !sizeText.isEmpty, sizeText.count <= 15, let size = Int(sizeText, radix: 16), size >= 0 else {
+                guard lineEnd <= 1024, let size = Self.chunkSize(pending[..<lineEnd]) else {
                     return .failed(.other("malformed chunked answer"))
                 }
+                pending.removeFirst(next)
                 if size == 0 {
                     inTrailer = true
                 } else {
@@ -494,23 +542,30 @@ struct AnswerReader {
         }
     }
 
-    private static func find(crlfcrlf bytes: [UInt8]) -> Int? {
-        guard bytes.count >= 4 else { return nil }
-        for i in 0...(bytes.count - 4) where bytes[i] == 13 && bytes[i + 1] == 10 && bytes[i + 2] == 13 && bytes[i + 3] == 10 {
-            return i
+    /// The end of a head: an empty line after a line end, each line end CRLF or a bare LF. Returns where
+    /// the head's last line ends (its line end excluded) and where the body starts; the search starts
+    /// at `from`, before which no end was found.
+    static func findHeadEnd(_ bytes: [UInt8], from: Int) -> (end: Int, next: Int)? {
+        var i = max(0, from)
+        while i < bytes.count {
+            if bytes[i] == 10 {
+                if i + 1 < bytes.count, bytes[i + 1] == 10 {
+                    return (i > 0 && bytes[i - 1] == 13 ? i - 1 : i, i + 2)
+                }
+                if i + 2 < bytes.count, bytes[i + 1] == 13, bytes[i + 2] == 10 {
+                    return (i > 0 && bytes[i - 1] == 13 ? i - 1 : i, i + 3)
+                }
+            }
+            i += 1
         }
         return nil
     }
 
-    private static func find(crlf bytes: [UInt8]) -> Int? {
-        guard bytes.count >= 2 else { return nil }
-        for i in 0...(bytes.count - 2) where bytes[i] == 13 && bytes[i + 1] == 10 { return i }
-        return nil
+    /// The end of the first line: its length without the line end (CRLF or LF), and where the next starts.
+    static func findLineEnd(_ bytes: [UInt8]) -> (end: Int, next: Int)? {
+        guard let lf = bytes.firstIndex(of: 10) else { return nil }
+        return (lf > 0 && bytes[lf - 1] == 13 ? lf - 1 : lf, lf + 1)
     }
 }
 
-extension Substring {
-    fileprivate func trimmingCharacters() -> String {
-        String(drop(while: { $0 == " " || $0 == "\t" }).reversed().drop(while: { $0 == " " || $0 == "\t" }).reversed())
-    }
-}
+

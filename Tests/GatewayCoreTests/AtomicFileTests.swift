@@ -31,7 +31,7 @@ import TestSupport
         do {
             try AtomicFile.write("new", to: path)
         } catch {
-            #expect(error.description.hasPrefix("cannot rename \(path).tmp.\(getpid()) to \(path): "))
+            #expect(error.description == "cannot replace \(path): exists and is not a regular file")
         }
         #expect(access(path + ".tmp.\(getpid())", F_OK) != 0)
         var st = stat()
@@ -45,5 +45,50 @@ import TestSupport
         } catch {
             #expect(error.description == "cannot create /nonexistent-dir/f.tmp.\(getpid()): No such file or directory")
         }
+    }
+
+    /// A FIFO, a character device (made in the temporary directory, a stand-in for /dev/null, when the
+    /// process may make one) or a socket where the file should be is left as it is: the write fails with
+    /// a clear error instead of replacing it with a regular file. A symbolic link is replaced itself,
+    /// never what it points at.
+    @Test func aDeviceFIFOOrSocketIsNeverReplaced() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        var paths = [dir.path + "/fifo"]
+        #expect(mkfifo(paths[0], 0o600) == 0)
+        if mknod(dir.path + "/null", S_IFCHR | 0o600, dev_t((1 << 8) | 3)) == 0 { paths.append(dir.path + "/null") }
+        let socketPath = dir.path + "/socket"
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in socketPath.utf8.enumerated() where i < raw.count - 1 { raw[i] = b }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        defer { close(fd) }
+        #expect(bound == 0)
+        paths.append(socketPath)
+        for path in paths {
+            var before = stat()
+            #expect(lstat(path, &before) == 0)
+            do {
+                try AtomicFile.write("glucose_gateway_up 1\n", to: path, mode: 0o644)
+                Issue.record("\(path) was replaced")
+            } catch {
+                #expect(error.description == "cannot replace \(path): exists and is not a regular file")
+            }
+            var after = stat()
+            #expect(lstat(path, &after) == 0 && after.st_mode == before.st_mode && after.st_ino == before.st_ino && after.st_rdev == before.st_rdev)
+            #expect(access(path + ".tmp.\(getpid())", F_OK) != 0)
+        }
+        // A link to a FIFO: the link is replaced by the file, the FIFO stays.
+        let link = dir.path + "/link"
+        #expect(symlink(paths[0], link) == 0)
+        try AtomicFile.write("x", to: link)
+        #expect(FileContents.read(link) == Array("x".utf8))
+        var fifo = stat()
+        #expect(lstat(paths[0], &fifo) == 0 && fifo.st_mode & S_IFMT == S_IFIFO)
     }
 }

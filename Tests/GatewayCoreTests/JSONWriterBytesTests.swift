@@ -131,6 +131,18 @@ struct JSONWriterBytesTests {
         }
     }
 
+    /// Decimals of any finite size are written without trapping: beyond Int64 as the Double's own text.
+    @Test func decimalsBeyondInt64() throws {
+        #expect(JSONWriter.formatDecimal(1e300, fractionDigits: 1) == "1e+300")
+        #expect(JSONWriter.formatDecimal(-9.3e18, fractionDigits: 0) == "-9.3e+18")
+        #expect(JSONWriter.formatDecimal(1e16, fractionDigits: 1) == "10000000000000000")
+        #expect(JSONWriter.formatDecimal(5.5, fractionDigits: 1) == "5.5")
+        for value in [1e300, -1.7976931348623157e308, 9.2e18] {
+            let text = JSONWriter.formatDecimal(value, fractionDigits: 3)
+            #expect(try JSONParser.parse(Array(text.utf8)).doubleValue == value.rounded())
+        }
+    }
+
     @Test func escapesAsTheyWereWritten() {
         var out: [UInt8] = []
         JSONWriter.appendString("a\"b\\c\nd\re\tf\u{00}g\u{1F}h\u{7F}\u{E9}\u{1F600}", to: &out)

@@ -138,16 +138,16 @@ import TestSupport
     }
 
     static let badCases: [BadCase] = [
-        BadCase(name: "unknown section", text: "[gatway]\nx = 1\n", line: 1, fragment: "unknown section [gatway] (did you mean 'gateway'?)"),
-        BadCase(name: "unknown key", text: "[network]\nretries = 3\n", line: 2, fragment: "unknown key 'retries' in [network]"),
+        BadCase(name: "unknown section", text: "[gatway]\nx = 1\n", line: 1, fragment: "unknown section (did you mean 'gateway'?)"),
+        BadCase(name: "unknown key", text: "[network]\nretries = 3\n", line: 2, fragment: "unknown key in [network]"),
         BadCase(name: "duplicate key", text: "[network]\nretry_count = 1\n\nretry_count = 2\n", line: 4, fragment: "duplicate key 'retry_count' in [network] (first set on line 2)"),
         BadCase(name: "duplicate section", text: "[network]\n[gateway]\n[network]\n", line: 3, fragment: "section [network] is already defined on line 1"),
         BadCase(name: "key before section", text: "# x\nretry_count = 1\n", line: 2, fragment: "before any [section]"),
         BadCase(name: "integer for string", text: "[gateway]\ndatabase = 5\n", line: 2, fragment: "gateway.database: expected a string, got an integer"),
         BadCase(name: "string for integer", text: "[network]\nretry_count = \"3\"\n", line: 2, fragment: "expected an integer in 0..10, got a string"),
         BadCase(name: "string for boolean", text: "[network]\nrecovery_mode = \"yes\"\n", line: 2, fragment: "expected true or false, got a string"),
-        BadCase(name: "retry_count above range", text: "[network]\nretry_count = 11\n", line: 2, fragment: "11 is out of range 0..10"),
-        BadCase(name: "retry_count below range", text: "[network]\nretry_count = -1\n", line: 2, fragment: "-1 is out of range 0..10"),
+        BadCase(name: "retry_count above range", text: "[network]\nretry_count = 11\n", line: 2, fragment: "retry_count: out of range 0..10"),
+        BadCase(name: "retry_count below range", text: "[network]\nretry_count = -1\n", line: 2, fragment: "retry_count: out of range 0..10"),
         BadCase(name: "timeout below range", text: "[network]\nnetwork_timeout_ms = 99\n", line: 2, fragment: "out of range 100..10000"),
         BadCase(name: "timeout above range", text: "[network]\nnetwork_timeout_ms = 10001\n", line: 2, fragment: "out of range 100..10000"),
         BadCase(name: "skew above range", text: "[gateway]\nclock_skew_threshold_s = 86401\n", line: 2, fragment: "out of range 0..86400"),
@@ -183,7 +183,7 @@ import TestSupport
         BadCase(name: "missing command", text: "[network]\non_network_error = [\"/nonexistent/notify\"]\n", line: 2, fragment: "is not an executable file"),
         BadCase(name: "command of wrong type", text: "[network]\non_network_error = true\n", line: 2, fragment: "expected a program path (string) or an array of strings"),
         BadCase(name: "relative meter alert command", text: "[gateway]\non_meter_error = \"notify.sh\"\n", line: 2, fragment: "gateway.on_meter_error: the program must be an absolute path"),
-        BadCase(name: "missing meter alert command", text: "[gateway]\n\non_meter_error = [\"/nonexistent/notify\"]\n", line: 3, fragment: "gateway.on_meter_error: /nonexistent/notify is not an executable file"),
+        BadCase(name: "missing meter alert command", text: "[gateway]\n\non_meter_error = [\"/nonexistent/notify\"]\n", line: 3, fragment: "gateway.on_meter_error: the program is not an executable file"),
         BadCase(name: "ftp url", text: "[nightscout]\nurl = \"ftp://ns.example\"\ntoken = \"t\"\n", line: 2, fragment: "expected an http:// or https:// URL"),
         BadCase(name: "url with credentials", text: "[nightscout]\nurl = \"https://me:pw@ns.example\"\ntoken = \"t\"\n", line: 2, fragment: "must not carry a user name or password"),
         BadCase(name: "url with query", text: "[nightscout]\nurl = \"https://ns.example/?token=abc\"\ntoken = \"t\"\n", line: 2, fragment: "must not carry a query"),
@@ -212,7 +212,7 @@ import TestSupport
         BadCase(name: "health check on the upload server, IPv4 short form", text: "[nightscout]\nurl = \"http://127.0.0.1:8080\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"http://127.1:8080/\"\n", line: 5, fragment: "same scheme, host and port as nightscout.url"),
         BadCase(name: "health check on the upload server, IPv6 long form", text: "[fhir]\nbase_url = \"http://[::1]:8080/fhir\"\n[network]\nhealth_check_url = \"http://[0:0:0:0:0:0:0:1]:8080/\"\n", line: 4, fragment: "same scheme, host and port as fhir.base_url"),
         BadCase(name: "health check on the upload server, default port written", text: "[nightscout]\nurl = \"http://ns.example\"\ntoken = \"t\"\n[network]\nhealth_check_url = \"http://NS.EXAMPLE:80/x\"\n", line: 5, fragment: "same scheme, host and port as nightscout.url"),
-        BadCase(name: "missing ca file", text: "[nightscout]\nca_file = \"/nonexistent/ca.pem\"\n", line: 2, fragment: "nightscout.ca_file: /nonexistent/ca.pem does not exist"),
+        BadCase(name: "missing ca file", text: "[nightscout]\nca_file = \"/nonexistent/ca.pem\"\n", line: 2, fragment: "nightscout.ca_file: the file does not exist"),
         BadCase(name: "control character in comment", text: "[network] # a\u{01}b\n", line: 1, fragment: "control character in a comment"),
         BadCase(name: "invalid UTF-8 is not reachable through text, NUL is", text: "[gateway]\ndatabase = \"a\u{0}b\"\n", line: 2, fragment: "control character in a string"),
     ]
@@ -308,10 +308,10 @@ import TestSupport
     }
 
     @Test func loadFailureIsOneLineWithExitStatus78() {
-        let first = ConfigProblem(line: 4, message: "network.retry_count: 11 is out of range 0..10")
+        let first = ConfigProblem(line: 4, message: "network.retry_count: out of range 0..10")
         let failure = ConfigLoader.failure(path: "/etc/gw.toml", first: first, count: 3)
         #expect(failure.status == .config)
-        #expect(failure.message == "/etc/gw.toml:4: network.retry_count: 11 is out of range 0..10 (and 2 more; run 'glucose-gateway config check /etc/gw.toml')")
+        #expect(failure.message == "/etc/gw.toml:4: network.retry_count: out of range 0..10 (and 2 more; run 'glucose-gateway config check /etc/gw.toml')")
         #expect(!failure.message.contains("\n"))
     }
 

@@ -75,7 +75,7 @@ import TestSupport
         BadCase(name: "under the discovery prefix", body: "url = \"mqtt://b\"\ntopic_prefix = \"homeassistant/x\"", line: 3,
                 words: "must not be under homeassistant/"),
         BadCase(name: "discovery not a boolean", body: "url = \"mqtt://b\"\ndiscovery = \"yes\"", line: 3, words: "expected true or false"),
-        BadCase(name: "unknown key", body: "url = \"mqtt://b\"\npassword = \"broker-pass-4711\"", line: 3, words: "unknown key 'password'"),
+        BadCase(name: "unknown key", body: "url = \"mqtt://b\"\npassword = \"broker-pass-4711\"", line: 3, words: "unknown key in [mqtt]"),
         BadCase(name: "password without username", body: "url = \"mqtt://b\"\npassword_file = \"pw\"", line: 3,
                 words: "a password needs a username"),
         BadCase(name: "ca_file without TLS", body: "url = \"mqtt://b\"\nca_file = \"ca.pem\"", line: 3, words: "only used with an mqtts:// URL"),

@@ -68,6 +68,34 @@ import Testing
         await daemon.close()
     }
 
+    /// Files created, closed and deleted beside the database raise no event the watcher has to read: a
+    /// thousand such cycles, then another connection's commit, which is reported, cost it only the
+    /// events of the database's own files.
+    @Test func unrelatedFilesBesideTheDatabaseAreNotRead() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let daemon = try SQLiteStore(path: dir.database, builders: builders)
+        let other = try SQLiteStore(path: dir.database, builders: builders)
+        let watcher = try #require(DatabaseWatcher(database: dir.database))
+        for n in 0..<1000 {
+            let path = dir.path + "/unrelated-\(n % 10).tmp"
+            let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+            #expect(fd >= 0)
+            close(fd)
+            unlink(path)
+        }
+        let reported = Task { () -> Bool in
+            for await _ in watcher.changes { return true }
+            return false
+        }
+        try await other.insert([sampleReading(sequence: 3)])
+        #expect(await reported.value)
+        #expect(watcher.eventsRead < 100, "\(watcher.eventsRead) events read")
+        watcher.stop()
+        await other.close()
+        await daemon.close()
+    }
+
     @Test func stoppingTheWatcherEndsItsStream() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
