@@ -280,8 +280,14 @@ final class DownloadSession {
         }
         let highest = try await highestStoredSequence()
         highestAtStart = highest
+        let largest: Int?
+        do {
+            largest = try await download.store.largestStoredSequence(meter.address)
+        } catch {
+            throw .failed(DownloadError(.store, "cannot read the stored sequences: \(error)"))
+        }
         var racp = RACPProcedure()
-        var actions = racp.start(highestStored: highest)
+        var actions = racp.start(highestStored: highest, largestStored: largest)
         var receivedBefore = 0
         while true {
             guard !actions.isEmpty else {

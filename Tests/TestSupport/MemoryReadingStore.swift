@@ -49,7 +49,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         state.withLock { s in
             var row = meter
             if let old = s.meters[meter.address]?.highestSequence {
-                row.highestSequence = max(old, meter.highestSequence ?? old)
+                row.highestSequence = meter.highestSequence.map { SequencePosition.advanced(old, by: $0) } ?? old
             }
             s.meters[meter.address] = row
         }
@@ -89,7 +89,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
                     s.meters[r.meterAddress] = MeterInfo(address: r.meterAddress, timeZone: "UTC")
                 }
                 let old = s.meters[r.meterAddress]?.highestSequence
-                s.meters[r.meterAddress]?.highestSequence = max(old ?? r.sequence, r.sequence)
+                s.meters[r.meterAddress]?.highestSequence = SequencePosition.advanced(old, by: r.sequence)
                 guard s.keys.insert(key).inserted else {
                     guard let i = s.readings.firstIndex(where: {
                         $0.meterAddress == r.meterAddress && $0.sequence == r.sequence && $0.userFacingTime == r.userFacingTime
@@ -145,6 +145,10 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         state.withLock { s in
             s.meters[address]?.highestSequence ?? s.readings.filter { $0.meterAddress == address }.map(\.sequence).max()
         }
+    }
+
+    public func largestStoredSequence(_ address: String) async throws -> Int? {
+        state.withLock { s in s.readings.filter { $0.meterAddress == address }.map(\.sequence).max() }
     }
 
     public func resetHighestSequence(_ address: String, to sequence: Int?) async throws {
