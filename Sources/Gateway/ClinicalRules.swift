@@ -77,6 +77,7 @@ public struct DecodedMeasurement: Sendable, Equatable {
 ///   stored and excluded. Battery low (bit 0) and time fault (bit 11) alone exclude nothing.
 /// - Context meal value 6 (reserved by the specification, used by i-SENS CareSens for blood ketone) makes
 ///   the reading a ketone reading: mmol/L = the glucose-field value in mg/dL / 10.
+/// - An instant (after any skew correction) before 2010 is `time-unresolved` (`earliestPlausibleInstant`).
 /// - An instant (after any skew correction) more than `futureToleranceSeconds` after `receivedAt`, the
 ///   gateway's clock when the record arrived, is stored and excluded as `time-in-future`, whatever else
 ///   is wrong with it (the value, HI/LO or special value is still stored).
@@ -101,8 +102,11 @@ public struct ReadingInterpreter: Sendable {
     }
 
     /// 2010-01-01T00:00:00Z: no Bluetooth LE meter dated a reading earlier (Bluetooth 4.0 was adopted in
-    /// June 2010, the Glucose Profile in 2012).
-    public static let earliestCorrectedInstant: UnixMillis = 1_262_304_000_000
+    /// June 2010, the Glucose Profile in 2012). A time before it, as the meter sent it or corrected, is a
+    /// clock that was never set or was reset (1970-01-01, 2000-01-01 after a battery change), not when the
+    /// reading was taken.
+    public static let earliestPlausibleInstant: UnixMillis = 1_262_304_000_000
+    public static let earliestCorrectedInstant = earliestPlausibleInstant
 
     public static let ketoneMeal: UInt8 = 6
     public static let controlSolutionType: UInt8 = 10
@@ -160,10 +164,12 @@ public struct ReadingInterpreter: Sendable {
         if exclusion == nil, isKetone {
             exclusion = .ketone
         }
-        // A skew correction that puts a reading before any Bluetooth LE meter existed says the meter's clock
-        // is wrong, not when the reading was taken (a clock showing 9999 against readings dated now): its
-        // time stays the meter's and nothing is uploaded.
-        if correctionSeconds != 0, let corrected = instant, corrected < Self.earliestCorrectedInstant {
+        // A time before any Bluetooth LE meter existed says the meter's clock is wrong, not when the reading
+        // was taken: as sent (a clock never set, or reset by a battery change, with no readable clock to
+        // correct it) or after a skew correction (a clock showing 9999 against readings dated now). Its
+        // time stays the meter's and nothing is uploaded; a skew measured later may still correct it
+        // (`ReadingStore.releaseHeldReadings`).
+        if let t = instant, t < Self.earliestPlausibleInstant {
             instant = nil
             exclusion = .timeUnresolved
         }

@@ -62,9 +62,9 @@ public protocol ReadingStore: Sendable {
     /// has acknowledged it, gets `ExclusionReason.conflictingRecord` and loses its unsent outbox rows, in
     /// the same transaction. Bytes already kept as a conflict count as a duplicate.
     func insertReadings(_ readings: [NewReading]) async throws -> InsertOutcome
-    /// Re-evaluates the meter's readings held as `time-in-future` (see `ExclusionReason.timeInFuture`):
-    /// `reevaluate` returns each as the clinical rules would store it now, or nil to leave it. Each one no
-    /// longer in the future gets its new instant and exclusion and its outbox rows, all in one transaction;
+    /// Re-evaluates the meter's readings held for their time, `time-in-future` or `time-unresolved` (a meter
+    /// time before 2010): `reevaluate` returns each as the clinical rules would store it now, or nil to leave
+    /// it. Each one whose time is now plausible gets its new instant and exclusion and its outbox rows, all in one transaction;
     /// readings with any other exclusion are left alone. Returns the released readings as now stored.
     @discardableResult
     func releaseHeldReadings(_ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?) async throws -> [StoredReading]

@@ -479,11 +479,12 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         }
     }
 
-    /// Re-evaluates the meter's readings held as `time-in-future`: `reevaluate` gets each one as stored and
-    /// returns it as the clinical rules would store it now (a corrected instant and its exclusion), or nil
-    /// to leave it. One that is no longer `time-in-future` (same sequence, user-facing time, meter instant
-    /// and bytes) is released: its instant and exclusion are updated and its outbox rows created, all in one
-    /// transaction. Readings with any other exclusion are never read. Returns the released readings as now stored.
+    /// Re-evaluates the meter's readings held for their time, `time-in-future` or `time-unresolved`:
+    /// `reevaluate` gets each one as stored and returns it as the clinical rules would store it now (a
+    /// corrected instant and its exclusion), or nil to leave it. One that is neither any more (same sequence,
+    /// user-facing time, meter instant and bytes) is released: its instant and exclusion are updated and its
+    /// outbox rows created, all in one transaction. Readings with any other exclusion are never read.
+    /// Returns the released readings as now stored.
     @discardableResult
     public func releaseHeldReadings(
         _ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?
@@ -492,8 +493,9 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         let createdAt = now()
         let released = try db.transaction {
             let held = try db.query(
-                "SELECT id, \(ReadingColumns.list) FROM reading WHERE meter = ? AND exclusion = ? ORDER BY id",
-                [.text(meterAddress), .text(ExclusionReason.timeInFuture.rawValue)], ReadingColumns.decode
+                "SELECT id, \(ReadingColumns.list) FROM reading WHERE meter = ? AND exclusion IN (?, ?) ORDER BY id",
+                [.text(meterAddress), .text(ExclusionReason.timeInFuture.rawValue), .text(ExclusionReason.timeUnresolved.rawValue)],
+                ReadingColumns.decode
             )
             guard !held.isEmpty else { return [StoredReading]() }
             let meter = try meterRow(meterAddress, in: db)
@@ -501,7 +503,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             var released: [StoredReading] = []
             for stored in held {
                 let old = stored.reading
-                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture,
+                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.exclusion != .timeUnresolved,
+                      let heldAs = old.exclusion,
                       fresh.meterAddress == old.meterAddress, fresh.sequence == old.sequence,
                       fresh.userFacingTime == old.userFacingTime, fresh.meterInstant == old.meterInstant,
                       fresh.rawMeasurement == old.rawMeasurement, fresh.rawContext == old.rawContext
@@ -513,7 +516,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 try db.execute(
                     "UPDATE reading SET instant = ?, exclusion = ? WHERE id = ? AND exclusion = ?",
                     [SQLiteValue(updated.instant), SQLiteValue(updated.exclusion?.rawValue), .integer(stored.id),
-                     .text(ExclusionReason.timeInFuture.rawValue)]
+                     .text(heldAs.rawValue)]
                 )
                 guard db.changes == 1 else { continue }
                 try queueUploads(updated, id: stored.id, meter: meter, createdAt: createdAt, with: insertOutbox)

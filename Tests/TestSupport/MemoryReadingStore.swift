@@ -117,9 +117,11 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
     ) async throws -> [StoredReading] {
         let released = state.withLock { s in
             var released: [StoredReading] = []
-            for i in s.readings.indices where s.readings[i].meterAddress == meterAddress && s.readings[i].exclusion == .timeInFuture {
+            for i in s.readings.indices where s.readings[i].meterAddress == meterAddress
+                && (s.readings[i].exclusion == .timeInFuture || s.readings[i].exclusion == .timeUnresolved) {
                 let old = s.readings[i]
-                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.sequence == old.sequence,
+                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.exclusion != .timeUnresolved,
+                      fresh.sequence == old.sequence,
                       fresh.userFacingTime == old.userFacingTime, fresh.meterInstant == old.meterInstant else { continue }
                 s.readings[i].instant = fresh.instant
                 s.readings[i].exclusion = fresh.exclusion
