@@ -34,6 +34,11 @@ public struct ClockSkew: Sendable, Equatable {
         self.seconds = seconds
     }
 
+    /// Whether the clock is off by more than `threshold` seconds either way (no `abs`, which traps on Int.min).
+    public func isBeyond(_ threshold: Int) -> Bool {
+        threshold < 0 || seconds.magnitude > UInt(threshold)
+    }
+
     /// Reads a Current Time (0x2A2B, 10 bytes) or Date Time (0x2A08, 7 bytes) value and compares it with
     /// `gatewayNow`; nil when the value is too short, not a valid date, or the zone cannot place it.
     public static func measure(clockValue: [UInt8], zone: MeterTimeZone, gatewayNow: UnixMillis) -> ClockSkew? {
@@ -97,7 +102,7 @@ public struct ReadingInterpreter: Sendable {
 
     /// Seconds to subtract from meter instants, or 0 when no correction applies.
     public var correctionSeconds: Int {
-        guard settings.clockSkewCorrection, let skew, abs(skew.seconds) > settings.clockSkewThresholdSeconds else { return 0 }
+        guard settings.clockSkewCorrection, let skew, skew.isBeyond(settings.clockSkewThresholdSeconds) else { return 0 }
         return skew.seconds
     }
 
@@ -107,6 +112,15 @@ public struct ReadingInterpreter: Sendable {
     /// reading was taken.
     public static let earliestPlausibleInstant: UnixMillis = 1_262_304_000_000
     public static let earliestCorrectedInstant = earliestPlausibleInstant
+
+    /// Whether `instant` is more than `seconds` after `reference`, without overflow for any values.
+    static func isAhead(_ instant: UnixMillis, of reference: UnixMillis, bySeconds seconds: Int) -> Bool {
+        let (tolerance, o1) = Int64(seconds).multipliedReportingOverflow(by: 1000)
+        let (ahead, o2) = instant.subtractingReportingOverflow(reference)
+        if o2 { return instant > reference }
+        if o1 { return seconds < 0 }
+        return ahead > tolerance
+    }
 
     public static let ketoneMeal: UInt8 = 6
     public static let controlSolutionType: UInt8 = 10
@@ -124,7 +138,10 @@ public struct ReadingInterpreter: Sendable {
         var utcOffset: Int?
         if decoded.timeUsable, let zone, let resolved = zone.resolve(userFacing) {
             meterInstant = resolved.instant
-            instant = resolved.instant - Int64(correctionSeconds) * 1000
+            // Checked: a skew is any number a caller gives; one no clock can be off by leaves the time unresolved.
+            let (shift, o1) = Int64(correctionSeconds).multipliedReportingOverflow(by: 1000)
+            let (corrected, o2) = resolved.instant.subtractingReportingOverflow(shift)
+            instant = o1 || o2 ? nil : corrected
             utcOffset = NewReading.utcOffsetMinutes(userFacingTime: userFacing, meterInstant: resolved.instant)
         }
 
@@ -169,12 +186,13 @@ public struct ReadingInterpreter: Sendable {
         // correct it) or after a skew correction (a clock showing 9999 against readings dated now). Its
         // time stays the meter's and nothing is uploaded; a skew measured later may still correct it
         // (`ReadingStore.releaseHeldReadings`).
-        if let t = instant, t < Self.earliestPlausibleInstant {
+        if meterInstant != nil, instant.map({ $0 < Self.earliestPlausibleInstant }) ?? true {
             instant = nil
             exclusion = .timeUnresolved
         }
         // Before every other reason: a future HI or LO must not become a note at a time that has not come.
-        if let instant, instant - receivedAt > Int64(settings.futureToleranceSeconds) * 1000 {
+        // Checked: `receivedAt` of a reading re-evaluated from the store is a number from a file.
+        if let instant, Self.isAhead(instant, of: receivedAt, bySeconds: settings.futureToleranceSeconds) {
             exclusion = .timeInFuture
         }
 

@@ -199,13 +199,13 @@ final class DownloadSession {
         if let clockValue, let zone = interpreter.zone {
             if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
                 report.skew = skew
-                report.skewBeyondThreshold = abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds
+                report.skewBeyondThreshold = skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds)
                 interpreter.skew = skew
                 if interpreter.correctionSeconds != 0 {
                     logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")
                     await releaseHeldReadings()
-                } else if abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds {
+                } else if skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds) {
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; correction disabled")
                 }
                 try await keepMeterClockRight(skew, zone: zone, candidates: await MeterClockAccess.available(on: link))

@@ -198,7 +198,7 @@ extension DownloadSession {
             }
             logger.notice("meter \(meter.address): the newest stored record is not where the count puts it; downloading everything")
         } else if let highest, highest >= count {
-            logger.notice("meter \(meter.address): the meter holds \(count) records, fewer than stored (\(highest + 1)); downloading everything")
+            logger.notice("meter \(meter.address): the meter holds \(count) records, fewer than stored (positions up to \(highest)); downloading everything")
         }
         guard let records = try await reversedReport(.reportAll, expected: count) else {
             report.outcome = .noRecords
