@@ -34,6 +34,11 @@ public struct ClockSkew: Sendable, Equatable {
         self.seconds = seconds
     }
 
+    /// Whether the clock is off by more than `threshold` seconds either way (no `abs`, which traps on Int.min).
+    public func isBeyond(_ threshold: Int) -> Bool {
+        threshold < 0 || seconds.magnitude > UInt(threshold)
+    }
+
     /// Reads a Current Time (0x2A2B, 10 bytes) or Date Time (0x2A08, 7 bytes) value and compares it with
     /// `gatewayNow`; nil when the value is too short, not a valid date, or the zone cannot place it.
     public static func measure(clockValue: [UInt8], zone: MeterTimeZone, gatewayNow: UnixMillis) -> ClockSkew? {
@@ -77,6 +82,7 @@ public struct DecodedMeasurement: Sendable, Equatable {
 ///   stored and excluded. Battery low (bit 0) and time fault (bit 11) alone exclude nothing.
 /// - Context meal value 6 (reserved by the specification, used by i-SENS CareSens for blood ketone) makes
 ///   the reading a ketone reading: mmol/L = the glucose-field value in mg/dL / 10.
+/// - An instant (after any skew correction) before 2010 is `time-unresolved` (`earliestPlausibleInstant`).
 /// - An instant (after any skew correction) more than `futureToleranceSeconds` after `receivedAt`, the
 ///   gateway's clock when the record arrived, is stored and excluded as `time-in-future`, whatever else
 ///   is wrong with it (the value, HI/LO or special value is still stored).
@@ -96,13 +102,25 @@ public struct ReadingInterpreter: Sendable {
 
     /// Seconds to subtract from meter instants, or 0 when no correction applies.
     public var correctionSeconds: Int {
-        guard settings.clockSkewCorrection, let skew, abs(skew.seconds) > settings.clockSkewThresholdSeconds else { return 0 }
+        guard settings.clockSkewCorrection, let skew, skew.isBeyond(settings.clockSkewThresholdSeconds) else { return 0 }
         return skew.seconds
     }
 
     /// 2010-01-01T00:00:00Z: no Bluetooth LE meter dated a reading earlier (Bluetooth 4.0 was adopted in
-    /// June 2010, the Glucose Profile in 2012).
-    public static let earliestCorrectedInstant: UnixMillis = 1_262_304_000_000
+    /// June 2010, the Glucose Profile in 2012). A time before it, as the meter sent it or corrected, is a
+    /// clock that was never set or was reset (1970-01-01, 2000-01-01 after a battery change), not when the
+    /// reading was taken.
+    public static let earliestPlausibleInstant: UnixMillis = 1_262_304_000_000
+    public static let earliestCorrectedInstant = earliestPlausibleInstant
+
+    /// Whether `instant` is more than `seconds` after `reference`, without overflow for any values.
+    static func isAhead(_ instant: UnixMillis, of reference: UnixMillis, bySeconds seconds: Int) -> Bool {
+        let (tolerance, o1) = Int64(seconds).multipliedReportingOverflow(by: 1000)
+        let (ahead, o2) = instant.subtractingReportingOverflow(reference)
+        if o2 { return instant > reference }
+        if o1 { return seconds < 0 }
+        return ahead > tolerance
+    }
 
     public static let ketoneMeal: UInt8 = 6
     public static let controlSolutionType: UInt8 = 10
@@ -120,7 +138,10 @@ public struct ReadingInterpreter: Sendable {
         var utcOffset: Int?
         if decoded.timeUsable, let zone, let resolved = zone.resolve(userFacing) {
             meterInstant = resolved.instant
-            instant = resolved.instant - Int64(correctionSeconds) * 1000
+            // Checked: a skew is any number a caller gives; one no clock can be off by leaves the time unresolved.
+            let (shift, o1) = Int64(correctionSeconds).multipliedReportingOverflow(by: 1000)
+            let (corrected, o2) = resolved.instant.subtractingReportingOverflow(shift)
+            instant = o1 || o2 ? nil : corrected
             utcOffset = NewReading.utcOffsetMinutes(userFacingTime: userFacing, meterInstant: resolved.instant)
         }
 
@@ -160,15 +181,18 @@ public struct ReadingInterpreter: Sendable {
         if exclusion == nil, isKetone {
             exclusion = .ketone
         }
-        // A skew correction that puts a reading before any Bluetooth LE meter existed says the meter's clock
-        // is wrong, not when the reading was taken (a clock showing 9999 against readings dated now): its
-        // time stays the meter's and nothing is uploaded.
-        if correctionSeconds != 0, let corrected = instant, corrected < Self.earliestCorrectedInstant {
+        // A time before any Bluetooth LE meter existed says the meter's clock is wrong, not when the reading
+        // was taken: as sent (a clock never set, or reset by a battery change, with no readable clock to
+        // correct it) or after a skew correction (a clock showing 9999 against readings dated now). Its
+        // time stays the meter's and nothing is uploaded; a skew measured later may still correct it
+        // (`ReadingStore.releaseHeldReadings`).
+        if meterInstant != nil, instant.map({ $0 < Self.earliestPlausibleInstant }) ?? true {
             instant = nil
             exclusion = .timeUnresolved
         }
         // Before every other reason: a future HI or LO must not become a note at a time that has not come.
-        if let instant, instant - receivedAt > Int64(settings.futureToleranceSeconds) * 1000 {
+        // Checked: `receivedAt` of a reading re-evaluated from the store is a number from a file.
+        if let instant, Self.isAhead(instant, of: receivedAt, bySeconds: settings.futureToleranceSeconds) {
             exclusion = .timeInFuture
         }
 

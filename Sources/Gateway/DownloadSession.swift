@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Synchronization
 
 /// How a session stops early, internally.
 enum Stop: Error {
@@ -198,13 +199,13 @@ final class DownloadSession {
         if let clockValue, let zone = interpreter.zone {
             if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
                 report.skew = skew
-                report.skewBeyondThreshold = abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds
+                report.skewBeyondThreshold = skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds)
                 interpreter.skew = skew
                 if interpreter.correctionSeconds != 0 {
                     logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")
                     await releaseHeldReadings()
-                } else if abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds {
+                } else if skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds) {
                     await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; correction disabled")
                 }
                 try await keepMeterClockRight(skew, zone: zone, candidates: await MeterClockAccess.available(on: link))
@@ -214,15 +215,20 @@ final class DownloadSession {
         }
     }
 
-    /// Readings held as `time-in-future` by an earlier download of this meter whose time, corrected by the
-    /// skew just measured, is no longer ahead of when they arrived: re-read from their stored bytes by the
-    /// same rules, they get the corrected time and their uploads. A store failure leaves them held.
+    /// Readings held for their time by an earlier download of this meter (`time-in-future`, or
+    /// `time-unresolved` for a meter time before 2010) whose time, corrected by the skew just measured, is
+    /// now plausible: re-read from their stored bytes by the same rules, they get the corrected time and
+    /// their uploads. A store failure leaves them held.
     func releaseHeldReadings() async {
         let interpreter = self.interpreter
         let handling = self.handling
         let released: [StoredReading]
+        // What each reading was held as, for the log (the store returns them as now stored).
+        let heldAs = Mutex<[String: ExclusionReason]>([:])
+        @Sendable func key(_ r: NewReading) -> String { "\(r.sequence)|\(r.userFacingTime.isoString)" }
         do {
             released = try await download.store.releaseHeldReadings(meter.address) { held in
+                heldAs.withLock { $0[key(held)] = held.exclusion }
                 guard let decoded = DecodedMeasurement(held.rawMeasurement) else { return nil }
                 var context: GlucoseMeasurementContext?
                 if let raw = held.rawContext {
@@ -236,16 +242,17 @@ final class DownloadSession {
                 return fresh
             }
         } catch {
-            logger.warning("meter \(meter.address): cannot re-evaluate readings held as time-in-future: \(error)")
+            logger.warning("meter \(meter.address): cannot re-evaluate readings held for their time: \(error)")
             return
         }
         for stored in released {
             let r = stored.reading
+            let was = heldAs.withLock { $0[key(r)] }.map { "\($0)" } ?? "its hold"
             let time = r.instant.map { CivilCalendar.isoUTC(millis: $0) } ?? "unresolved"
             let outcome = r.exclusion.map { "still excluded as \($0)" } ?? "queued for upload"
-            logger.notice("meter \(meter.address): reading \(r.sequence) released from time-in-future: time corrected to \(time), \(outcome)")
+            logger.notice("meter \(meter.address): reading \(r.sequence) released from \(was): time corrected to \(time), \(outcome)")
             await log(.readingReleased, code: r.sequence,
-                      "reading \(r.sequence) released from time-in-future by a clock skew of \(interpreter.correctionSeconds) s: time \(time), \(outcome)")
+                      "reading \(r.sequence) released from \(was) by a clock skew of \(interpreter.correctionSeconds) s: time \(time), \(outcome)")
         }
     }
 
@@ -280,8 +287,14 @@ final class DownloadSession {
         }
         let highest = try await highestStoredSequence()
         highestAtStart = highest
+        let largest: Int?
+        do {
+            largest = try await download.store.largestStoredSequence(meter.address)
+        } catch {
+            throw .failed(DownloadError(.store, "cannot read the stored sequences: \(error)"))
+        }
         var racp = RACPProcedure()
-        var actions = racp.start(highestStored: highest)
+        var actions = racp.start(highestStored: highest, largestStored: largest)
         var receivedBefore = 0
         while true {
             guard !actions.isEmpty else {
@@ -682,7 +695,7 @@ final class DownloadSession {
     func identityString(_ uuid: GATTUUID, _ bytes: [UInt8]?) -> String? {
         guard let bytes else { return nil }
         let (text, changed) = IdentityText.clean(bytes)
-        if changed, let field = MeterIdentity.field(uuid) { report.identity.raw[field] = bytes }
+        if changed, let field = MeterIdentity.field(uuid) { report.identity.raw[field] = IdentityText.raw(bytes) }
         return text
     }
 }

@@ -148,7 +148,7 @@ extension DownloadSession {
     /// The readings of this download keep the correction by the skew measured before the write.
     func keepMeterClockRight(_ skew: ClockSkew, zone: MeterTimeZone, candidates: [MeterClockAccess]) async throws(Stop) {
         guard download.options.setMeterClock,
-              abs(skew.seconds) > download.options.clinical.clockSkewThresholdSeconds else { return }
+              skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds) else { return }
         let new = zone.localTime(at: download.now() + 500)   // to the nearest second
         switch await MeterClockWriter.write(new, to: candidates, link: link) {
         case .success(let access):

@@ -10,19 +10,18 @@ extension ExclusionReason {
 
 /// Device Information strings as stored and shown: NUL bytes and other control characters removed
 /// (Ascensia Contour meters pad theirs with NULs, which ended up in Nightscout's `device`), surrounding
-/// white space trimmed; bytes that are not UTF-8 become U+FFFD.
+/// white space trimmed, at most 64 characters (`IdentityString`); bytes that are not UTF-8 become U+FFFD.
 public enum IdentityText {
     /// The text to store, nil when nothing printable is left; `changed` when it differs from the bytes.
     public static func clean(_ bytes: [UInt8]) -> (text: String?, changed: Bool) {
         let decoded = String(decoding: bytes, as: UTF8.self)
-        var scalars = String.UnicodeScalarView()
-        for s in decoded.unicodeScalars where s.properties.generalCategory != .control {
-            scalars.append(s)
-        }
-        let text = String(scalars).trimmingWhitespace()
+        let text = IdentityString.bounded(decoded.trimmingWhitespace()).trimmingWhitespace()
         let changed = Array(text.utf8) != bytes
         return (text.isEmpty ? nil : text, changed)
     }
+
+    /// The bytes as sent, kept beside a string cleaning changed: at most the 512 an attribute value holds.
+    public static func raw(_ bytes: [UInt8]) -> [UInt8] { Array(bytes.prefix(IdentityString.maxRawBytes)) }
 }
 
 extension String {
@@ -199,7 +198,7 @@ extension DownloadSession {
             }
             logger.notice("meter \(meter.address): the newest stored record is not where the count puts it; downloading everything")
         } else if let highest, highest >= count {
-            logger.notice("meter \(meter.address): the meter holds \(count) records, fewer than stored (\(highest + 1)); downloading everything")
+            logger.notice("meter \(meter.address): the meter holds \(count) records, fewer than stored (positions up to \(highest)); downloading everything")
         }
         guard let records = try await reversedReport(.reportAll, expected: count) else {
             report.outcome = .noRecords

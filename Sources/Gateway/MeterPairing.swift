@@ -189,7 +189,7 @@ public struct MeterPairing: Sendable {
     static func readString(_ link: any MeterLink, _ uuid: GATTUUID, into identity: inout MeterIdentity) async -> String? {
         guard await link.hasCharacteristic(uuid), let bytes = try? await link.read(uuid) else { return nil }
         let (text, changed) = IdentityText.clean(bytes)
-        if changed, let field = MeterIdentity.field(uuid) { identity.raw[field] = bytes }
+        if changed, let field = MeterIdentity.field(uuid) { identity.raw[field] = IdentityText.raw(bytes) }
         return text
     }
 }

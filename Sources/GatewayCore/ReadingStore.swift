@@ -54,7 +54,7 @@ public protocol ReadingStore: Sendable {
     func setBondLost(_ address: String, at: UnixMillis?, message: String?) async throws -> Bool
     /// Inserts, in one transaction, each reading not already stored (a reading is unique per meter by
     /// sequence and user-facing time), together with one outbox row per enabled destination whose
-    /// builder accepts it. Returns how many were new. Raises the meter's highest sequence seen.
+    /// builder accepts it. Returns how many were new. Advances the meter's counter position (`highestSequence`).
     @discardableResult
     func insert(_ readings: [NewReading]) async throws -> Int
     /// As `insert`, and a reading whose key is stored with other measurement bytes is a conflict, not a
@@ -62,17 +62,21 @@ public protocol ReadingStore: Sendable {
     /// has acknowledged it, gets `ExclusionReason.conflictingRecord` and loses its unsent outbox rows, in
     /// the same transaction. Bytes already kept as a conflict count as a duplicate.
     func insertReadings(_ readings: [NewReading]) async throws -> InsertOutcome
-    /// Re-evaluates the meter's readings held as `time-in-future` (see `ExclusionReason.timeInFuture`):
-    /// `reevaluate` returns each as the clinical rules would store it now, or nil to leave it. Each one no
-    /// longer in the future gets its new instant and exclusion and its outbox rows, all in one transaction;
+    /// Re-evaluates the meter's readings held for their time, `time-in-future` or `time-unresolved` (a meter
+    /// time before 2010): `reevaluate` returns each as the clinical rules would store it now, or nil to leave
+    /// it. Each one whose time is now plausible gets its new instant and exclusion and its outbox rows, all in one transaction;
     /// readings with any other exclusion are left alone. Returns the released readings as now stored.
     @discardableResult
     func releaseHeldReadings(_ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?) async throws -> [StoredReading]
     /// The meter's stored readings whose user-facing time (as the meter sent it) is one of `times`: how a
     /// download recognises a record again on a meter whose sequence numbers shift (newest first).
     func readings(_ address: String, atUserFacingTimes times: [GlucoseDateTime]) async throws -> [StoredReading]
-    /// The highest sequence number stored for this meter, nil when none.
+    /// The meter's counter position: the sequence of the newest record downloaded, which wraps from 65535
+    /// to 0 (`SequencePosition`); -1 for "ask from sequence 0"; nil when none. Inserts advance it.
     func highestSequence(_ address: String) async throws -> Int?
+    /// The largest sequence number among the meter's stored readings (not the position: after the counter
+    /// wrapped, the readings from before the wrap have larger numbers), nil when none.
+    func largestStoredSequence(_ address: String) async throws -> Int?
     /// Sets the meter's highest sequence, also downwards, after its counter restarted (a battery change):
     /// `saveMeter` and `insert` only ever raise it.
     func resetHighestSequence(_ address: String, to sequence: Int?) async throws

@@ -75,10 +75,20 @@ public struct GlucoseServer: Sendable {
 
     // MARK: Records
 
-    /// Stores a record (replacing one with the same sequence number) and keeps storage order. On a meter
-    /// that numbers newest first, a record numbered 0 is a new measurement: every stored number goes up by one.
+    /// Stores a record and keeps storage order: one with the number of a stored record replaces it in its
+    /// place, a new one goes after the newest (after 65535 comes 0: the counter wraps, and the records
+    /// before the wrap stay older). On a meter that numbers newest first, a record numbered 0 is a new
+    /// measurement: every stored number goes up by one.
     public mutating func store(_ record: MeterRecord) {
-        if meter.quirks.numbering == .newestFirst, record.sequenceNumber == 0 {
+        if meter.quirks.numbering != .newestFirst {
+            if let i = meter.records.firstIndex(where: { $0.sequenceNumber == record.sequenceNumber }) {
+                meter.records[i] = record
+            } else {
+                meter.records.append(record)
+            }
+            return
+        }
+        if record.sequenceNumber == 0 {
             meter.records = meter.records.map { r in
                 var r = r
                 r.sequenceNumber &+= 1

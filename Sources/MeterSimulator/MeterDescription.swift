@@ -21,7 +21,8 @@ public struct MeterDescription: Sendable, Equatable {
     public var hasContextCharacteristic: Bool
     /// Whether RACP accepts the user-facing-time filter (else "operand not supported").
     public var supportsTimeFilter: Bool
-    /// Stored records, in storage order (ascending sequence number).
+    /// Stored records, in storage order, oldest first: ascending sequence number, or, on a meter whose
+    /// counter went round from 65535 to 0, the numbers before the wrap first (see `storageOrder`).
     public var records: [MeterRecord]
     public var newRecords: NewRecordPlan?
     public var advertising: AdvertisingPlan
@@ -59,7 +60,7 @@ public struct MeterDescription: Sendable, Equatable {
         self.features = features
         self.hasContextCharacteristic = hasContextCharacteristic
         self.supportsTimeFilter = supportsTimeFilter
-        self.records = records.sorted { $0.sequenceNumber < $1.sequenceNumber }
+        self.records = Self.storageOrder(records)
         self.newRecords = newRecords
         self.advertising = advertising
         self.faults = faults
@@ -70,8 +71,23 @@ public struct MeterDescription: Sendable, Equatable {
     /// The BlueZ object-path form of the address: `dev_AA_BB_CC_DD_EE_FF`.
     public var deviceNode: String { "dev_" + address.replacingColons() }
 
-    /// The highest sequence number stored, nil when empty.
-    public var lastSequenceNumber: UInt16? { records.map(\.sequenceNumber).max() }
+    /// The sequence number of the newest record stored (after a wrap not the largest one), nil when empty.
+    public var lastSequenceNumber: UInt16? {
+        quirks.numbering == .newestFirst ? records.first?.sequenceNumber : records.last?.sequenceNumber
+    }
+
+    /// Records as a meter stores them, oldest first. A list that ascends, goes from a number at or above
+    /// 32768 to one below it once, and ends below where it started (65532...65535, 0...3) is a counter
+    /// that went round from 65535 to 0: kept as listed. Any other list is put in ascending sequence order.
+    static func storageOrder(_ records: [MeterRecord]) -> [MeterRecord] {
+        let numbers = records.map(\.sequenceNumber)
+        let descents = zip(numbers, numbers.dropFirst()).filter { $0 >= $1 }
+        if descents.count == 1, let (before, after) = descents.first, before >= 0x8000, after < 0x8000,
+           let first = numbers.first, let last = numbers.last, last < first {
+            return records
+        }
+        return records.sorted { $0.sequenceNumber < $1.sequenceNumber }
+    }
 
     /// Checks an address of the form `AA:BB:CC:DD:EE:FF` (hex digits, either case) and returns it upper case.
     public static func normalizedAddress(_ text: String) -> String? {

@@ -318,7 +318,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                     name = excluded.name, manufacturer = excluded.manufacturer, model = excluded.model,
                     serial = excluded.serial, firmware = excluded.firmware, features = excluded.features,
                     time_zone = excluded.time_zone, paired_at = excluded.paired_at, unpaired_at = NULL,
-                    highest_sequence = max(coalesce(excluded.highest_sequence, meter.highest_sequence), coalesce(meter.highest_sequence, excluded.highest_sequence)),
+                    highest_sequence = \(Self.laterPosition(stored: "meter.highest_sequence", new: "excluded.highest_sequence")),
                     last_sync = excluded.last_sync, last_seen = excluded.last_seen,
                     last_clock_skew_s = excluded.last_clock_skew_s,
                     bond_lost_at = excluded.bond_lost_at, bond_lost_message = excluded.bond_lost_message,
@@ -386,7 +386,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 defer { insertReading.reset() }
                 try ReadingColumns.bind(reading, to: insertReading)
                 while try insertReading.step() {}
-                meters[index].highest = max(meters[index].highest, reading.sequence)
+                meters[index].highest = SequencePosition.advanced(meters[index].highest, by: reading.sequence)
                 guard db.changes == 1 else {
                     if let conflict = try keepIfConflicting(reading, in: db) { outcome.conflicts.append(conflict) }
                     continue
@@ -396,7 +396,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             }
             for (address, _, sequence) in meters {
                 try db.execute(
-                    "UPDATE meter SET highest_sequence = max(coalesce(highest_sequence, ?1), ?1) WHERE address = ?2",
+                    "UPDATE meter SET highest_sequence = \(Self.laterPosition(stored: "highest_sequence", new: "?1")) WHERE address = ?2",
                     [.integer(Int64(sequence)), .text(address)]
                 )
             }
@@ -479,11 +479,12 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         }
     }
 
-    /// Re-evaluates the meter's readings held as `time-in-future`: `reevaluate` gets each one as stored and
-    /// returns it as the clinical rules would store it now (a corrected instant and its exclusion), or nil
-    /// to leave it. One that is no longer `time-in-future` (same sequence, user-facing time, meter instant
-    /// and bytes) is released: its instant and exclusion are updated and its outbox rows created, all in one
-    /// transaction. Readings with any other exclusion are never read. Returns the released readings as now stored.
+    /// Re-evaluates the meter's readings held for their time, `time-in-future` or `time-unresolved`:
+    /// `reevaluate` gets each one as stored and returns it as the clinical rules would store it now (a
+    /// corrected instant and its exclusion), or nil to leave it. One that is neither any more (same sequence,
+    /// user-facing time, meter instant and bytes) is released: its instant and exclusion are updated and its
+    /// outbox rows created, all in one transaction. Readings with any other exclusion are never read.
+    /// Returns the released readings as now stored.
     @discardableResult
     public func releaseHeldReadings(
         _ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?
@@ -492,8 +493,9 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         let createdAt = now()
         let released = try db.transaction {
             let held = try db.query(
-                "SELECT id, \(ReadingColumns.list) FROM reading WHERE meter = ? AND exclusion = ? ORDER BY id",
-                [.text(meterAddress), .text(ExclusionReason.timeInFuture.rawValue)], ReadingColumns.decode
+                "SELECT id, \(ReadingColumns.list) FROM reading WHERE meter = ? AND exclusion IN (?, ?) ORDER BY id",
+                [.text(meterAddress), .text(ExclusionReason.timeInFuture.rawValue), .text(ExclusionReason.timeUnresolved.rawValue)],
+                ReadingColumns.decode
             )
             guard !held.isEmpty else { return [StoredReading]() }
             let meter = try meterRow(meterAddress, in: db)
@@ -501,7 +503,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
             var released: [StoredReading] = []
             for stored in held {
                 let old = stored.reading
-                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture,
+                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.exclusion != .timeUnresolved,
+                      let heldAs = old.exclusion,
                       fresh.meterAddress == old.meterAddress, fresh.sequence == old.sequence,
                       fresh.userFacingTime == old.userFacingTime, fresh.meterInstant == old.meterInstant,
                       fresh.rawMeasurement == old.rawMeasurement, fresh.rawContext == old.rawContext
@@ -513,7 +516,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 try db.execute(
                     "UPDATE reading SET instant = ?, exclusion = ? WHERE id = ? AND exclusion = ?",
                     [SQLiteValue(updated.instant), SQLiteValue(updated.exclusion?.rawValue), .integer(stored.id),
-                     .text(ExclusionReason.timeInFuture.rawValue)]
+                     .text(heldAs.rawValue)]
                 )
                 guard db.changes == 1 else { continue }
                 try queueUploads(updated, id: stored.id, meter: meter, createdAt: createdAt, with: insertOutbox)
@@ -534,12 +537,26 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         return MeterInfo(address: address, timeZone: "UTC")
     }
 
-    /// The highest sequence seen from this meter (raised by every insert), nil when none.
+    /// The meter's counter position: the sequence of the newest record downloaded (advanced by every
+    /// insert, wrapping, see `SequencePosition`), -1 for "from sequence 0", nil when none.
     public func highestSequence(_ address: String) throws -> Int? {
         let db = try openConnection()
         let recorded = try db.queryFirst("SELECT highest_sequence FROM meter WHERE address = ?", [.text(address)]) { $0.optionalInt(0) }
         if let recorded, let value = recorded { return value }
         return try db.queryFirst("SELECT max(sequence) FROM reading WHERE meter = ?", [.text(address)]) { $0.optionalInt(0) } ?? nil
+    }
+
+    /// The largest sequence number among the meter's stored readings, nil when none.
+    public func largestStoredSequence(_ address: String) throws -> Int? {
+        try openConnection().queryFirst("SELECT max(sequence) FROM reading WHERE meter = ?", [.text(address)]) { $0.optionalInt(0) } ?? nil
+    }
+
+    /// SQL for the later of two counter positions (`SequencePosition.advanced`): `new` when the stored one
+    /// is unset or -1, or when `new` is 1 to 32767 steps after it, going round from 65535 to 0 (SQLite's
+    /// `&` works on 64-bit two's complement, so a negative difference wraps as it should).
+    static func laterPosition(stored: String, new: String) -> String {
+        "CASE WHEN \(new) IS NULL THEN \(stored) WHEN \(stored) IS NULL OR \(stored) < 0"
+            + " OR ((\(new) - \(stored)) & 65535) BETWEEN 1 AND \(SequencePosition.window) THEN \(new) ELSE \(stored) END"
     }
 
     /// Sets the highest sequence seen, also downwards (after the meter's counter restarted).

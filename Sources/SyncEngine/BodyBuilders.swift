@@ -56,8 +56,9 @@ enum UploadableReading {
         return at
     }
 
+    /// The meter's model (else its advertised name), cut to the length every meter string sent is cut to (`IdentityString`).
     static func meterModel(_ meter: MeterInfo) -> String {
-        plain(meter.model ?? meter.name ?? "meter")
+        plain(IdentityString.capped(meter.model ?? meter.name ?? "meter"))
     }
 
     static func meterSerial(_ meter: MeterInfo) -> String {
@@ -66,12 +67,12 @@ enum UploadableReading {
 
     /// The serial as the meter gave it, or its address without colons in upper case.
     private static func meterSerialText(_ meter: MeterInfo) -> String {
-        meter.serial ?? meter.address.replacingColons()
+        IdentityString.capped(meter.serial) ?? meter.address.replacingColons()
     }
 
     /// Calls `body` with the UTF-8 bytes of `glucose-gateway://<model>-<serial>`, written on the stack.
     static func withDevice<R>(_ meter: MeterInfo, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        var model = meter.model ?? meter.name ?? "meter"
+        var model = IdentityString.capped(meter.model ?? meter.name ?? "meter")
         // Without a serial, an ASCII address is written as `plain` of its `replacingColons()` straight from
         // its bytes; any other address goes through that text.
         var address = meter.address
@@ -434,7 +435,7 @@ public struct FHIRBodyBuilder: OutboxBodyBuilder {
         w.string("value", meter.address.uppercased())
         w.endObject()
         w.endArray()
-        if let manufacturer = meter.manufacturer { w.string("manufacturer", manufacturer) }
+        if let manufacturer = IdentityString.capped(meter.manufacturer) { w.string("manufacturer", manufacturer) }
         w.string("serialNumber", serial)
         w.beginArray("deviceName")
         w.beginObject()

@@ -76,6 +76,8 @@ public struct MeterPresentation: Sendable, Equatable {
     /// From the meter's row and its newest readings (newest first): the newest glucose result, and the
     /// battery state of the newest reading of all.
     public init(meter: MeterInfo, newestFirst readings: [NewReading]) {
+        // Bounded as every meter string sent (`IdentityString`), also from a row stored before the bound.
+        let meter = meter.withBoundedIdentity
         self.init(id: MQTTMeterID.of(address: meter.address), name: meter.name ?? meter.model ?? "Glucose meter \(meter.address)",
                   manufacturer: meter.manufacturer, model: meter.model, serial: meter.serial, repairNeeded: meter.bondLostAt != nil)
         newest = NewestResult.of(newestFirst: readings)

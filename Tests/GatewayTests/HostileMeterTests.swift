@@ -284,9 +284,9 @@ struct HostileIdentityTests {
         #expect(cleaned.text?.hasPrefix("A\u{FFFD}B") == true)
         #expect(cleaned.text?.contains("C") == true)
         #expect(cleaned.text?.unicodeScalars.allSatisfy { $0.properties.generalCategory != .control } == true)
-        // 512 bytes, NUL-padded halfway.
+        // 512 bytes, NUL-padded halfway: cut to 64 characters (`IdentityString`).
         let long = [UInt8](repeating: 0x4D, count: 256) + [UInt8](repeating: 0, count: 256)
-        #expect(IdentityText.clean(long) == (String(repeating: "M", count: 256), true))
+        #expect(IdentityText.clean(long) == (String(repeating: "M", count: 64), true))
     }
 
     @Test func aMeterSendingBrokenIdentityStringsIsDownloadedAndItsBytesKept() async throws {
@@ -302,9 +302,10 @@ struct HostileIdentityTests {
         #expect(report.stored == 1)
         let row = try #require(try await store.meter(MeterHandlingTests.address))
         #expect(row.manufacturer == nil)
-        #expect(row.model == String(repeating: "X", count: 512))
+        #expect(row.model == String(repeating: "X", count: 64))
         #expect(row.serial == "[31m")
         #expect(row.rawIdentity["manufacturer"] == [UInt8](repeating: 0, count: 512))
+        #expect(row.rawIdentity["model"] == [UInt8](repeating: 0x58, count: 512))
         #expect(row.rawIdentity["serial"] == Array(script.serial.utf8))
         #expect(row.handling.kinds == [.identityStringsCleaned])
     }

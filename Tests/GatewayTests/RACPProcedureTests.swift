@@ -72,17 +72,80 @@ struct RACPProcedureTests {
         #expect(p.lateRecordsOver(lastSequence: 4) == [.finish(.completed)])
     }
 
-    @Test func theTopOfTheSequenceRangeGoesStraightToTheLastRecordCheck() {
+    static func range(_ min: UInt16, _ max: UInt16) -> RACPOperand { .sequenceNumber(min: min, max: max) }
+
+    @Test func theTopOfTheSequenceRangeCountsPastTheWrap() {
         var p = RACPProcedure()
-        #expect(p.start(highestStored: Int(UInt16.max)) == [.forgetLastSequence, .write(.reportRecords(.lastRecord))])
-        // A stored sequence no meter could send is never converted into one.
+        // After 65535 the counter goes on from 0: the next 32767 numbers are the ones that can be new.
+        #expect(p.start(highestStored: Int(UInt16.max)) == [.write(.reportNumberOfRecords(.withinRange, Self.range(0, 32766)))])
+        #expect(p.received(.numberOfRecords(4), lastSequence: nil)
+                == [.announceTotal(4), .write(.reportRecords(.withinRange, Self.range(0, 32766)))])
+        #expect(p.received(Self.success(), lastSequence: 3) == [.awaitLateRecords(expected: 4)])
+        #expect(p.lateRecordsOver(lastSequence: 3) == [.finish(.completed)])
+    }
+
+    @Test func nothingPastTheWrapFallsBackToTheLastRecordCheck() {
+        var p = RACPProcedure()
+        _ = p.start(highestStored: Int(UInt16.max))
+        #expect(p.received(.numberOfRecords(0), lastSequence: nil) == [.forgetLastSequence, .write(.reportRecords(.lastRecord))])
+        #expect(p.received(Self.success(), lastSequence: 65535) == [.awaitLateRecords(expected: 1)])
+        #expect(p.lateRecordsOver(lastSequence: 65535) == [.finish(.noRecords)])
+    }
+
+    @Test func aReportThatReachesTheTopGoesOnPastTheWrap() {
+        var p = RACPProcedure()
+        #expect(p.start(highestStored: 65533) == [.write(.reportNumberFrom(sequence: 65534))])
+        _ = p.received(.numberOfRecords(2), lastSequence: nil)
+        #expect(p.received(Self.success(), lastSequence: 65535) == [.awaitLateRecords(expected: 2)])
+        // 65534 + 32767 goes round to 32764.
+        #expect(p.lateRecordsOver(lastSequence: 65535) == [.write(.reportNumberOfRecords(.withinRange, Self.range(0, 32764)))])
+        // The progress total counts both reports.
+        #expect(p.received(.numberOfRecords(3), lastSequence: 65535)
+                == [.announceTotal(5), .write(.reportRecords(.withinRange, Self.range(0, 32764)))])
+        #expect(p.received(Self.success(), lastSequence: 2) == [.awaitLateRecords(expected: 3)])
+        #expect(p.lateRecordsOver(lastSequence: 2) == [.finish(.completed)])
+    }
+
+    @Test func aReportThatReachesTheTopWithNothingPastTheWrapIsComplete() {
+        var p = RACPProcedure()
+        _ = p.start(highestStored: 65533)
+        _ = p.received(.numberOfRecords(2), lastSequence: nil)
+        _ = p.received(Self.success(), lastSequence: 65535)
+        _ = p.lateRecordsOver(lastSequence: 65535)
+        #expect(p.received(.numberOfRecords(0), lastSequence: 65535) == [.finish(.completed)])
+    }
+
+    @Test func aReportBelowTheTopDoesNotLookPastTheWrap() {
+        var p = RACPProcedure()
+        _ = p.start(highestStored: 40000)
+        _ = p.received(.numberOfRecords(2), lastSequence: nil)
+        _ = p.received(Self.success(), lastSequence: 40002)
+        #expect(p.lateRecordsOver(lastSequence: 40002) == [.finish(.completed)])
+    }
+
+    @Test func readingsFromBeforeAWrapAreNotAskedForAgain() {
+        var p = RACPProcedure()
+        // Position 3 after a wrap, readings up to 65535 stored: only 4...32770 can be new.
+        #expect(p.start(highestStored: 3, largestStored: 65535) == [.write(.reportNumberOfRecords(.withinRange, Self.range(4, 32770)))])
+        #expect(p.received(.numberOfRecords(1), lastSequence: nil)
+                == [.announceTotal(1), .write(.reportRecords(.withinRange, Self.range(4, 32770)))])
+        // Stored readings inside the window change nothing.
         var q = RACPProcedure()
-        #expect(q.start(highestStored: -3) == [.forgetLastSequence, .write(.reportRecords(.lastRecord))])
+        #expect(q.start(highestStored: 3, largestStored: 32770) == [.write(.reportNumberFrom(sequence: 4))])
+    }
+
+    @Test func aStoredPositionNoCounterHasDownloadsEverything() {
+        // A damaged database: never converted into a sequence, and nothing is skipped (the store keeps each once).
+        for bad in [-3, 65536, Int.max, Int.min] {
+            var p = RACPProcedure()
+            #expect(p.start(highestStored: bad, largestStored: Int.max) == [.write(.reportNumberAll)])
+        }
     }
 
     @Test func aMeterWithoutALastRecordQueryEndsWithNothingNew() {
         var p = RACPProcedure()
         _ = p.start(highestStored: Int(UInt16.max))
+        _ = p.received(.numberOfRecords(0), lastSequence: nil)
         #expect(p.received(Self.answer(.reportStoredRecords, .operatorNotSupported), lastSequence: nil) == [.finish(.noRecords)])
     }
 

@@ -266,6 +266,37 @@ private func seqOperand(_ v: UInt16) -> [UInt8] { [1, UInt8(v & 0xFF), UInt8(v >
         #expect(s.addGeneratedRecord()?.sequenceNumber == 0)
     }
 
+    @Test func aCounterThatWrappedKeepsItsStorageOrder() throws {
+        // 65532...65535, then 0...3, times in order, listed as stored.
+        let listed = (0..<8).map { i in
+            MeterRecord(sequenceNumber: UInt16(65532) &+ UInt16(i), baseTime: time(8 + i), result: .mgPerDL(100))
+        }
+        var s = subscribedServer(MeterDescription(address: "C0:26:DA:00:00:04", name: "m", passkey: 1, records: listed))
+        #expect(s.meter.records.map(\.sequenceNumber) == [65532, 65533, 65534, 65535, 0, 1, 2, 3])
+        #expect(s.meter.lastSequenceNumber == 3)
+        // The next record is 4, and it is the newest, past the ones from before the wrap.
+        #expect(s.nextSequenceNumber == 4)
+        #expect(s.addGeneratedRecord()?.sequenceNumber == 4)
+        #expect(s.addGeneratedRecord()?.sequenceNumber == 5)
+        try s.writeRACP([0x01, 0x01])
+        #expect(try sequences(drain(&s)) == [65532, 65533, 65534, 65535, 0, 1, 2, 3, 4, 5])
+        // The last record is the most recent one, not the largest number.
+        try s.writeRACP([0x01, 0x06])
+        #expect(try sequences(drain(&s)) == [5])
+        try s.writeRACP([0x01, 0x05])
+        #expect(try sequences(drain(&s)) == [65532])
+        // ">= 4" compares numbers: the records from before the wrap match too, in storage order.
+        try s.writeRACP([0x01, 0x03] + seqOperand(4))
+        #expect(try sequences(drain(&s)) == [65532, 65533, 65534, 65535, 4, 5])
+        try s.writeRACP([0x01, 0x04, 0x01, 0x04, 0x00, 0x02, 0x80])
+        #expect(try sequences(drain(&s)) == [4, 5])
+        // Any other order is a list to sort: a wrap is only read into one that goes round the top.
+        let shuffled = MeterDescription(address: "C0:26:DA:00:00:05", name: "m", passkey: 1, records: [listed[2], listed[0], listed[1]])
+        #expect(shuffled.records.map(\.sequenceNumber) == [65532, 65533, 65534])
+        let low = [5, 3, 4].map { MeterRecord(sequenceNumber: UInt16($0), baseTime: time($0), result: .mgPerDL(100)) }
+        #expect(MeterDescription(address: "C0:26:DA:00:00:06", name: "m", passkey: 1, records: low).records.map(\.sequenceNumber) == [3, 4, 5])
+    }
+
     @Test func reads() {
         var meter = sampleMeter()
         meter.features = 0x0420

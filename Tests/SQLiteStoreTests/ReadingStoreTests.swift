@@ -71,6 +71,30 @@ import Testing
         await store.close()
     }
 
+    @Test func thePositionGoesRoundTheCounterAndAStaleCopyDoesNotMoveItBack() async throws {
+        let store = try SQLiteStore(path: ":memory:")
+        var info = MeterInfo(address: meterA, timeZone: "Europe/Berlin")
+        try await store.saveMeter(info)
+        // 65532...65535 then 0...3, in storage order, across two batches.
+        try await store.insert([65532, 65533, 65534, 65535, 0].map { sampleReading(sequence: $0, time: "2024-03-05T08:\(10 + $0 % 50):00") })
+        #expect(try await store.highestSequence(meterA) == 0)
+        try await store.insert([1, 2, 3].map { sampleReading(sequence: $0, time: "2024-03-05T09:0\($0):00") })
+        #expect(try await store.highestSequence(meterA) == 3)
+        #expect(try await store.largestStoredSequence(meterA) == 65535)
+        // A copy saved with the number from before the wrap is behind the position, not ahead of it.
+        info.highestSequence = 65535
+        try await store.saveMeter(info)
+        #expect(try await store.highestSequence(meterA) == 3)
+        // A number more than half the range ahead is behind: the position stays.
+        try await store.insert([sampleReading(sequence: 40000, time: "2024-03-05T10:00:00")])
+        #expect(try await store.highestSequence(meterA) == 3)
+        // "From sequence 0" (-1) is behind every number.
+        try await store.resetHighestSequence(meterA, to: -1)
+        try await store.insert([sampleReading(sequence: 50000, time: "2024-03-05T11:00:00")])
+        #expect(try await store.highestSequence(meterA) == 50000)
+        await store.close()
+    }
+
     @Test func excludedReadingsAreStoredWithoutOutboxRows() async throws {
         let store = try SQLiteStore(path: ":memory:", builders: [StubBuilder(destination: .nightscout), StubBuilder(destination: .fhir)])
         try await store.insert([sampleReading(sequence: 1), sampleReading(sequence: 2, exclusion: .controlSolution)])

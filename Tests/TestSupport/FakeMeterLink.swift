@@ -396,6 +396,9 @@ public final class FakeMeterLink: MeterLink {
         case .lessThanOrEqual:
             guard case .sequenceNumber(_, let max?) = request.operand else { return nil }
             return records.filter { $0.sequence <= max }
+        case .withinRange:
+            guard case .sequenceNumber(let min?, let max?) = request.operand, min <= max else { return nil }
+            return records.filter { $0.sequence >= min && $0.sequence <= max }
         default:
             return nil
         }

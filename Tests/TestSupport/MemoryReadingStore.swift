@@ -49,7 +49,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         state.withLock { s in
             var row = meter
             if let old = s.meters[meter.address]?.highestSequence {
-                row.highestSequence = max(old, meter.highestSequence ?? old)
+                row.highestSequence = meter.highestSequence.map { SequencePosition.advanced(old, by: $0) } ?? old
             }
             s.meters[meter.address] = row
         }
@@ -89,7 +89,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
                     s.meters[r.meterAddress] = MeterInfo(address: r.meterAddress, timeZone: "UTC")
                 }
                 let old = s.meters[r.meterAddress]?.highestSequence
-                s.meters[r.meterAddress]?.highestSequence = max(old ?? r.sequence, r.sequence)
+                s.meters[r.meterAddress]?.highestSequence = SequencePosition.advanced(old, by: r.sequence)
                 guard s.keys.insert(key).inserted else {
                     guard let i = s.readings.firstIndex(where: {
                         $0.meterAddress == r.meterAddress && $0.sequence == r.sequence && $0.userFacingTime == r.userFacingTime
@@ -117,9 +117,11 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
     ) async throws -> [StoredReading] {
         let released = state.withLock { s in
             var released: [StoredReading] = []
-            for i in s.readings.indices where s.readings[i].meterAddress == meterAddress && s.readings[i].exclusion == .timeInFuture {
+            for i in s.readings.indices where s.readings[i].meterAddress == meterAddress
+                && (s.readings[i].exclusion == .timeInFuture || s.readings[i].exclusion == .timeUnresolved) {
                 let old = s.readings[i]
-                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.sequence == old.sequence,
+                guard let fresh = reevaluate(old), fresh.exclusion != .timeInFuture, fresh.exclusion != .timeUnresolved,
+                      fresh.sequence == old.sequence,
                       fresh.userFacingTime == old.userFacingTime, fresh.meterInstant == old.meterInstant else { continue }
                 s.readings[i].instant = fresh.instant
                 s.readings[i].exclusion = fresh.exclusion
@@ -145,6 +147,10 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         state.withLock { s in
             s.meters[address]?.highestSequence ?? s.readings.filter { $0.meterAddress == address }.map(\.sequence).max()
         }
+    }
+
+    public func largestStoredSequence(_ address: String) async throws -> Int? {
+        state.withLock { s in s.readings.filter { $0.meterAddress == address }.map(\.sequence).max() }
     }
 
     public func resetHighestSequence(_ address: String, to sequence: Int?) async throws {
