@@ -85,14 +85,14 @@ fi
 #    needs some 31,000 of them, which take 6 KiB instead of 750 KiB to read at every start. The flags
 #    are in scripts/package-flags.sh, which the benchmark builds with too.
 if [[ -z "$binary" ]] && ((cross)); then
-    # Cross-compiled with the trixie root's swiftlang (see scripts/trixie-root.sh). The same link options
-    # as the amd64 package where they apply to this toolchain: immediate binding, lld with packed relative
-    # relocations (DT_RELR: trixie's glibc 2.41 has them), the program's symbols not exported, and
-    # libstdc++ linked in from its archive.
+    # Cross-compiled with the trixie root's swiftlang (see scripts/trixie-root.sh), linked by its aarch64
+    # gold. Of the amd64 package's link options: immediate binding, the program's symbols not exported,
+    # and libstdc++ linked in from its archive. (Not yet lld with packed relative relocations: swiftlang
+    # 6.0.3's driver hands lld the x86-64 emulation when it links for aarch64.)
     build_dir="${GLUCOSE_GATEWAY_PACKAGE_BUILD:-$here/.build/package-$arch}"
     mkdir -p "$build_dir"
     say "cross-compiling for $arch in the trixie root"
-    EXTRA_SWIFT_FLAGS="$(printf '%s\n' -Xlinker -z -Xlinker now -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs \
+    EXTRA_SWIFT_FLAGS="$(printf '%s\n' -Xlinker -z -Xlinker now \
         -Xlinker --no-export-dynamic -Xswiftc -Xclang-linker -Xswiftc -static-libstdc++)" \
         "$here/scripts/trixie-root.sh" build "$arch" "$build_dir/glucose-gateway"
     binary="$build_dir/glucose-gateway"
