@@ -16,7 +16,7 @@ DEB_CACHE = pathlib.Path(os.environ.get("GLUCOSE_GATEWAY_DEB_CACHE", "/var/tmp/g
 CHROOT_CACHE = pathlib.Path(os.environ.get("GLUCOSE_GATEWAY_CHROOT", "/var/tmp/glucose-gateway-chroot"))
 # What the package is made of: a change to any of these builds it again.
 INPUTS = ["Package.swift", "Sources", "config", "udev", "packaging", "scripts/package-deb.sh", "scripts/package-flags.sh",
-          "scripts/install-deps.sh", "VERSION", "README.md"]
+          "scripts/install-deps.sh", "scripts/trixie-root.sh", "VERSION", "README.md"]
 KEEP_PACKAGES = 4
 
 
@@ -43,14 +43,16 @@ def input_files():
     return sorted(n for n in names if (REPO / n).is_file())
 
 
-def inputs_hash():
-    """SHA-256 over the packaged files (as they are in the work tree), the toolchain and the architecture."""
+def inputs_hash(arch=None):
+    """SHA-256 over the packaged files (as they are in the work tree), the toolchain and the architecture
+    (this machine's unless ARCH names another: that package is built with the trixie root's toolchain,
+    which scripts/trixie-root.sh, one of the inputs, names)."""
     h = hashlib.sha256()
     for name in input_files():
         h.update(name.encode() + b"\0" + (REPO / name).read_bytes() + b"\0")
     swift = shutil.which("swift") or "/opt/swift/usr/bin/swift"
     h.update(sh(swift, "--version").stdout.encode() if os.path.exists(swift) else b"no swift")
-    h.update(architecture().encode())
+    h.update((arch or architecture()).encode())
     return h.hexdigest()[:20]
 
 
@@ -116,6 +118,40 @@ def packages():
             shutil.rmtree(old, ignore_errors=True)
     assert current.exists() and upcoming.exists(), sorted(os.listdir(directory))
     return {"current": current, "next": upcoming, "dir": directory}
+
+
+def cross_package(arch="arm64"):
+    """The .deb for ARCH (another architecture than this machine's) built by `scripts/package-deb.sh --arch
+    ARCH` (cross-compiled in the trixie root, with lintian), cached as `packages` caches this machine's."""
+    key = inputs_hash(arch)
+    directory = DEB_CACHE / f"{arch}-{key}"
+    deb = directory / f"glucose-gateway_{version()}_{arch}.deb"
+    with Locked(DEB_CACHE / ".lock"):
+        if not (directory / "complete").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            started = time.monotonic()
+            r = sh(str(REPO / "scripts/package-deb.sh"), "--arch", arch, "--output", str(directory), timeout=3600)
+            (directory / "package.log").write_text(r.stdout + r.stderr)
+            if r.returncode != 0:
+                raise AssertionError(f"package-deb.sh --arch {arch} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            (directory / "build-times.txt").write_text(f"{version()}: {time.monotonic() - started:.1f} s\n")
+            (directory / "complete").write_text(key + "\n")
+        os.utime(directory)
+        others = sorted((d for d in DEB_CACHE.iterdir() if d.is_dir() and d.name.startswith(f"{arch}-") and d != directory),
+                        key=lambda d: d.stat().st_mtime, reverse=True)
+        for old in others[KEEP_PACKAGES - 1:]:
+            shutil.rmtree(old, ignore_errors=True)
+    assert deb.exists(), sorted(os.listdir(directory))
+    return deb
+
+
+def trixie_root():
+    """The trixie root of scripts/trixie-root.sh (made if missing): it holds the arm64 C run-time, so
+    qemu-aarch64-static -L ROOT runs an arm64 binary of the package on this machine."""
+    r = sh(str(REPO / "scripts/trixie-root.sh"), "prepare", timeout=3600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return pathlib.Path(r.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------------------------------- chroot

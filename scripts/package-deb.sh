@@ -7,6 +7,12 @@
 # the program's own --help texts. lintian must report no error.
 #
 #   scripts/package-deb.sh                      build and package (installs dpkg-dev and lintian if missing)
+#   scripts/package-deb.sh --arch arm64         the package for Raspberry Pi OS / Debian 13 arm64, from any
+#                                               amd64 machine: cross-compiled with Debian trixie's own Swift
+#                                               (swiftlang) in the cached root of scripts/trixie-root.sh,
+#                                               the Swift runtime linked in from its static archives, the
+#                                               dependencies computed against trixie's arm64 libraries, and
+#                                               --help run under qemu-aarch64-static (installed if missing)
 #   scripts/package-deb.sh --binary PATH        package an already built binary (built with
 #                                               --static-swift-stdlib for this architecture)
 #   scripts/package-deb.sh --output DIR         write the .deb (and its lintian report) to DIR, not dist/
@@ -18,13 +24,15 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "package-deb.sh: $*" >&2; exit 1; }
 say() { echo "package-deb.sh: $*"; }
 
 binary=""
 output="$here/dist"
 run_lintian=1
+arch="$(dpkg --print-architecture)"
+host_arch="$arch"
 while (($#)); do
     case "$1" in
         --binary) [[ $# -ge 2 ]] || { echo "package-deb.sh: --binary needs a path" >&2; exit 64; }; binary="$2"; shift 2 ;;
@@ -32,6 +40,8 @@ while (($#)); do
         --output) [[ $# -ge 2 ]] || { echo "package-deb.sh: --output needs a directory" >&2; exit 64; }; output="$2"; shift 2 ;;
         --output=*) output="${1#--output=}"; shift ;;
         --no-lintian) run_lintian=0; shift ;;
+        --arch) [[ $# -ge 2 ]] || { echo "package-deb.sh: --arch needs an architecture" >&2; exit 64; }; arch="$2"; shift 2 ;;
+        --arch=*) arch="${1#--arch=}"; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "package-deb.sh: unknown option '$1' (see --help)" >&2; exit 64 ;;
     esac
@@ -41,7 +51,12 @@ version="${GLUCOSE_GATEWAY_VERSION:-$(tr -d '[:space:]' < "$here/VERSION")}"
 [[ -n "$version" ]] || die "no version (VERSION is empty)"
 dpkg --validate-version "$version" 2>/dev/null || die "'$version' is not a valid Debian version"
 [[ "$version" != *-* ]] || die "'$version': a native package's version has no Debian revision (no '-')"
-arch="$(dpkg --print-architecture)"
+cross=0
+if [[ "$arch" != "$host_arch" ]]; then
+    [[ "$arch" == arm64 && "$host_arch" == amd64 ]] \
+        || { echo "package-deb.sh: --arch $arch: only arm64 is built on another machine (amd64) than its own" >&2; exit 64; }
+    cross=1
+fi
 maintainer="${DEBFULLNAME:-glucose-gateway maintainers} <${DEBEMAIL:-maintainers@glucose-gateway.example}>"
 if [[ -z "${SOURCE_DATE_EPOCH:-}" ]]; then
     SOURCE_DATE_EPOCH="$(git -C "$here" log -1 --format=%ct 2>/dev/null || date +%s)"
@@ -51,6 +66,7 @@ export SOURCE_DATE_EPOCH
 # 1. Tools from Debian.
 want=(dpkg-dev python3 binutils gzip)
 ((run_lintian)) && want+=(lintian)
+((cross)) && want+=(qemu-user-static)
 missing=()
 for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -68,7 +84,19 @@ fi
 #    with packed relative relocations (DT_RELR, glibc 2.36 and later): the Swift runtime's metadata
 #    needs some 31,000 of them, which take 6 KiB instead of 750 KiB to read at every start. The flags
 #    are in scripts/package-flags.sh, which the benchmark builds with too.
-if [[ -z "$binary" ]]; then
+if [[ -z "$binary" ]] && ((cross)); then
+    # Cross-compiled with the trixie root's swiftlang (see scripts/trixie-root.sh), linked by its aarch64
+    # gold. Of the amd64 package's link options: immediate binding, the program's symbols not exported,
+    # and libstdc++ linked in from its archive. (Not yet lld with packed relative relocations: swiftlang
+    # 6.0.3's driver hands lld the x86-64 emulation when it links for aarch64.)
+    build_dir="${GLUCOSE_GATEWAY_PACKAGE_BUILD:-$here/.build/package-$arch}"
+    mkdir -p "$build_dir"
+    say "cross-compiling for $arch in the trixie root"
+    EXTRA_SWIFT_FLAGS="$(printf '%s\n' -Xlinker -z -Xlinker now \
+        -Xlinker --no-export-dynamic -Xswiftc -Xclang-linker -Xswiftc -static-libstdc++)" \
+        "$here/scripts/trixie-root.sh" build "$arch" "$build_dir/glucose-gateway"
+    binary="$build_dir/glucose-gateway"
+elif [[ -z "$binary" ]]; then
     source "$here/scripts/install-deps.sh"
     export PATH="/opt/swift/usr/bin:$PATH"
     build_dir="${GLUCOSE_GATEWAY_PACKAGE_BUILD:-$here/.build/package}"
@@ -85,8 +113,31 @@ trap 'rm -rf -- "$work"' EXIT
 root="$work/root"
 install -d -m 0755 "$root"
 
-install -D -m 0755 "$binary" "$root/usr/bin/glucose-gateway"
-strip --remove-section=.comment --remove-section=.note --strip-unneeded "$root/usr/bin/glucose-gateway"
+# Tools that must know the package's architecture: for arm64 those of the trixie root (aarch64 binutils,
+# and dpkg-dev with trixie's arm64 libraries in its database), run with the work directory at /work;
+# the program itself runs under qemu-aarch64-static with the root's arm64 C libraries.
+in_arch() { # SCRIPT (run in $work/src)
+    if ((cross)); then
+        TRIXIE_BIND="$work" "$here/scripts/trixie-root.sh" run "cd /work/src && dpkg-architecture -a$arch -c bash -c \"\$1\"" "$1"
+    else
+        (cd "$work/src" && bash -c "$1")
+    fi
+}
+mkdir -p "$work/src/debian"
+program="$root/usr/bin/glucose-gateway"
+if ((cross)); then
+    sysroot="$("$here/scripts/trixie-root.sh" prepare)"
+    printf '#!/bin/sh\nexec qemu-aarch64-static -L %q %q "$@"\n' "$sysroot" "$program" > "$work/run-program"
+    chmod 0755 "$work/run-program"
+    run_program="$work/run-program"
+    strip_tool=aarch64-linux-gnu-strip
+else
+    run_program="$program"
+    strip_tool=strip
+fi
+
+install -D -m 0755 "$binary" "$program"
+in_arch "$strip_tool --remove-section=.comment --remove-section=.note --strip-unneeded ../root/usr/bin/glucose-gateway"
 # The point of the package: nothing from the toolchain at run time.
 dynamic="$(readelf -d "$root/usr/bin/glucose-gateway")"
 if grep -E 'NEEDED.*\[lib(swift|Foundation|dispatch|BlocksRuntime)' <<<"$dynamic"; then
@@ -95,10 +146,14 @@ fi
 if grep -E '\((RPATH|RUNPATH)\)' <<<"$dynamic"; then
     die "$binary has a library search path: build it with --disable-local-rpath"
 fi
-[[ "$(readelf -h "$root/usr/bin/glucose-gateway" | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print $2}')" == \
-   "$(readelf -h /bin/sh | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print $2}')" ]] \
-    || die "$binary is not built for $arch"
-"$root/usr/bin/glucose-gateway" --help >/dev/null || die "$binary --help failed"
+machine="$(readelf -h "$root/usr/bin/glucose-gateway" | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print $2}')"
+if ((cross)); then
+    [[ "$machine" == AArch64 ]] || die "$binary is not built for $arch (machine: $machine)"
+else
+    [[ "$machine" == "$(readelf -h /bin/sh | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print $2}')" ]] \
+        || die "$binary is not built for $arch"
+fi
+"$run_program" --help >/dev/null || die "$binary --help failed"
 
 # 3. System files, generated from config/ and udev/ with the package's paths, so changes there (unit
 #    hardening, new rules) reach the package as they are. Only paths and the "installed as" comments change.
@@ -140,14 +195,13 @@ date_rfc="$(date -u -R -d "@$SOURCE_DATE_EPOCH")"
 date_day="$(date -u +%Y-%m-%d -d "@$SOURCE_DATE_EPOCH")"
 install -d -m 0755 "$root/usr/share/man/man1" "$root/usr/share/bash-completion/completions" \
     "$root/usr/share/doc/glucose-gateway" "$root/usr/share/lintian/overrides"
-python3 "$here/packaging/gen-docs.py" man "$root/usr/bin/glucose-gateway" "$version" "$date_day" > "$work/glucose-gateway.1"
+python3 "$here/packaging/gen-docs.py" man "$run_program" "$version" "$date_day" > "$work/glucose-gateway.1"
 gzip -9n < "$work/glucose-gateway.1" > "$root/usr/share/man/man1/glucose-gateway.1.gz"
-python3 "$here/packaging/gen-docs.py" completion "$root/usr/bin/glucose-gateway" > "$root/usr/share/bash-completion/completions/glucose-gateway"
+python3 "$here/packaging/gen-docs.py" completion "$run_program" > "$root/usr/share/bash-completion/completions/glucose-gateway"
 bash -n "$root/usr/share/bash-completion/completions/glucose-gateway" || die "the generated completion is not valid bash"
 gzip -9n < "$here/README.md" > "$root/usr/share/doc/glucose-gateway/README.md.gz"
 install -m 0644 "$here/packaging/deb/copyright" "$root/usr/share/doc/glucose-gateway/copyright"
 install -m 0644 "$here/packaging/deb/lintian-overrides" "$root/usr/share/lintian/overrides/glucose-gateway"
-mkdir -p "$work/src/debian"
 cat > "$work/src/debian/changelog" <<EOF
 glucose-gateway ($version) stable; urgency=medium
 
@@ -162,7 +216,7 @@ chmod 0644 "$root"/usr/share/man/man1/* "$root"/usr/share/bash-completion/comple
 #    and the fields from packaging/deb/control (dpkg-gencontrol), the maintainer scripts and conffiles.
 sed "s|@MAINTAINER@|$maintainer|" "$here/packaging/deb/control" > "$work/src/debian/control"
 install -d -m 0755 "$root/DEBIAN"
-(cd "$work/src" && dpkg-shlibdeps -Tdebian/substvars "$root/usr/bin/glucose-gateway")
+in_arch "dpkg-shlibdeps -Tdebian/substvars ../root/usr/bin/glucose-gateway"
 # Packed relative relocations need a loader that knows them (the GLIBC_ABI_DT_RELR version, glibc 2.36),
 # a version without symbols that dpkg-shlibdeps does not count.
 if readelf -V "$root/usr/bin/glucose-gateway" | grep -q 'GLIBC_ABI_DT_RELR'; then
@@ -172,7 +226,7 @@ if readelf -V "$root/usr/bin/glucose-gateway" | grep -q 'GLIBC_ABI_DT_RELR'; the
         sed -i -E 's/libc6 \(>= [^)]+\)/libc6 (>= 2.36)/' "$work/src/debian/substvars"
     fi
 fi
-(cd "$work/src" && dpkg-gencontrol -pglucose-gateway -P"$root" -Tdebian/substvars -fdebian/files)
+in_arch "dpkg-gencontrol -pglucose-gateway -P../root -Tdebian/substvars -fdebian/files"
 for script in postinst prerm postrm; do
     install -m 0755 "$here/packaging/deb/$script" "$root/DEBIAN/$script"
 done

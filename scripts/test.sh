@@ -17,7 +17,18 @@ if [[ $(id -u) == 0 ]]; then
     (cd SystemTests && exec setsid "$here/.venv/bin/python" -c 'import gg_deb; gg_deb.bootstrap_chroot()') > "$chroot_log" 2>&1 &
     chroot_job=$!
 fi
-trap '[[ -n $chroot_job ]] && kill -TERM -- "-$chroot_job" 2> /dev/null; [[ -n $chroot_log ]] && rm -f "$chroot_log"' EXIT
+# The same for the Debian 13 (trixie) root with Debian's Swift 6.0.3 (scripts/trixie-root.sh), in which
+# the arm64 package is cross-compiled below: the oldest Swift the product builds with, and the toolchain a
+# Raspberry Pi OS user can install. Cached under /var/tmp/glucose-gateway-trixie: only a cold run makes it.
+trixie_job=""
+trixie_log=""
+if [[ $(id -u) == 0 ]]; then
+    trixie_log="$(mktemp)"
+    setsid scripts/trixie-root.sh prepare > "$trixie_log" 2>&1 &
+    trixie_job=$!
+fi
+trap '[[ -n $chroot_job ]] && kill -TERM -- "-$chroot_job" 2> /dev/null; [[ -n $trixie_job ]] && kill -TERM -- "-$trixie_job" 2> /dev/null
+      rm -f ${chroot_log:+"$chroot_log"} ${trixie_log:+"$trixie_log"}' EXIT
 
 echo "== build"
 swift build --build-tests
@@ -36,6 +47,21 @@ timeout --kill-after=60s "$swift_limit" swift test --skip-build --no-parallel
 swift_failed=$?
 [[ $swift_failed == 124 || $swift_failed == 137 ]] && echo "swift tests still running after $swift_limit: stopped (see the last test started above)" >&2
 set -e
+
+echo "== arm64 package (cross-compiled with Debian trixie's Swift 6.0.3)"
+# Built here, after the Swift tests and before the system tests, so the compiler has the CPU to itself;
+# SystemTests/test_deb_arm64.py then checks the cached package (gg_deb.cross_package).
+arm64_status=0
+if [[ -n $trixie_job ]]; then
+    wait "$trixie_job" || { echo "making the trixie root failed:"; tail -n 20 "$trixie_log"; }
+    trixie_job=""
+    set +e
+    (cd SystemTests && "$here/.venv/bin/python" -c 'import gg_deb; print(gg_deb.cross_package("arm64"))')
+    arm64_status=$?
+    set -e
+else
+    echo "skipped: building the arm64 package needs root (debootstrap, chroot)"
+fi
 
 echo "== system tests"
 if [[ -n $chroot_job ]]; then
@@ -69,8 +95,8 @@ if [[ $vm_status == 77 ]]; then
     vm_status=0
 fi
 
-if [[ $swift_failed != 0 || $py_status != 0 || $vm_status != 0 ]]; then
-    echo "test suite FAILED (swift: $swift_failed, system: $py_status, real stack: $vm_status)" >&2
+if [[ $swift_failed != 0 || $arm64_status != 0 || $py_status != 0 || $vm_status != 0 ]]; then
+    echo "test suite FAILED (swift: $swift_failed, arm64 package: $arm64_status, system: $py_status, real stack: $vm_status)" >&2
     exit 1
 fi
 echo "test suite passed"

@@ -20,7 +20,7 @@ public final class MeterSessionLock: Sendable {
 
     /// Runs `body` while this process holds the meter's lock (see `LockFile.withLock`).
     public static func withLock<R, E: Error>(database: String, address: String, isolation: isolated (any Actor)? = #isolation,
-                                             _ body: () async throws(E) -> R) async throws(E) -> LockAttempt<R> {
+                                             _ body: () async throws(E) -> sending R) async throws(E) -> LockAttempt<R> {
         try await LockFile.withLock(path: path(database: database, address: address), body)
     }
 

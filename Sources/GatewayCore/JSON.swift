@@ -419,14 +419,17 @@ public enum JSONParser {
     public static let maxDepth = 64
 
     public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
-        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
-            var parser = Parser(bytes: buffer)
-            parser.skipWhitespace()
-            let value = try parser.value(depth: 0)
-            parser.skipWhitespace()
-            guard parser.atEnd else { throw parser.error("unexpected data after the document") }
-            return value
-        }
+        // The error comes out as a Result: before Swift 6.1, withUnsafeBufferPointer rethrows `any Error`.
+        try bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(JSONParseError) -> JSONValue in
+                var parser = Parser(bytes: buffer)
+                parser.skipWhitespace()
+                let value = try parser.value(depth: 0)
+                parser.skipWhitespace()
+                guard parser.atEnd else { throw parser.error("unexpected data after the document") }
+                return value
+            }
+        }.get()
     }
 
     /// One element of an array read by `scanArray`.
@@ -455,20 +458,22 @@ public enum JSONParser {
     /// `has(n)` says whether it has a member named `present[n]`, whose value is checked as the rest.
     public static func scanArray(_ bytes: [UInt8], keys: [String], present: [String] = []) throws(JSONParseError) -> [ScannedElement]? {
         precondition(present.count <= 64 && !present.contains(where: keys.contains), "scanArray: at most 64 names looked for, none of them built")
-        return try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> [ScannedElement]? in
-            var parser = Parser(bytes: buffer)
-            parser.namePlaces.reserveCapacity(32)
-            parser.skipWhitespace()
-            var elements: [ScannedElement]?
-            if parser.peek() == UInt8(ascii: "[") {
-                elements = try parser.scanElements(keys: ScanKeys(keys, present: present))
-            } else {
-                try parser.skip(depth: 0)
+        return try bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(JSONParseError) -> [ScannedElement]? in
+                var parser = Parser(bytes: buffer)
+                parser.namePlaces.reserveCapacity(32)
+                parser.skipWhitespace()
+                var elements: [ScannedElement]?
+                if parser.peek() == UInt8(ascii: "[") {
+                    elements = try parser.scanElements(keys: ScanKeys(keys, present: present))
+                } else {
+                    try parser.skip(depth: 0)
+                }
+                parser.skipWhitespace()
+                guard parser.atEnd else { throw parser.error("unexpected data after the document") }
+                return elements
             }
-            parser.skipWhitespace()
-            guard parser.atEnd else { throw parser.error("unexpected data after the document") }
-            return elements
-        }
+        }.get()
     }
 
     /// Whether any of the eight bytes in `word` ends a run of plain string bytes: a quote, a backslash

@@ -37,7 +37,7 @@ public final class LockFile: Sendable {
     /// run when another process holds the lock or the file cannot be opened or locked. Rethrows what `body`
     /// throws.
     public static func withLock<R, E: Error>(path: String, isolation: isolated (any Actor)? = #isolation,
-                                             _ body: () async throws(E) -> R) async throws(E) -> LockAttempt<R> {
+                                             _ body: () async throws(E) -> sending R) async throws(E) -> LockAttempt<R> {
         let lock: LockFile?
         do {
             lock = try acquire(path: path)

@@ -41,6 +41,13 @@ final class SQLiteStatement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// Runs `body` (which binds and steps this statement), then `reset()`s whether `body` threw or not.
+    /// For actor-isolated callers: Swift 6.0.3 crashes on a `defer` there that uses a captured statement.
+    func resetting<T>(_ body: () throws -> T) rethrows -> T {
+        defer { reset() }
+        return try body()
+    }
+
     private func live() throws(SQLiteError) -> SQLiteStatementHandle {
         guard let handle else { throw SQLiteError(code: .misuse, message: "statement is finalized", sql: sql) }
         return handle

@@ -363,11 +363,13 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     /// the batch's transaction.
     public func insertReadings(_ readings: [NewReading]) throws -> InsertOutcome {
         guard !readings.isEmpty else { return InsertOutcome(inserted: 0) }
-        let db = try openConnection()
+        // Confined to this actor like every use of the connection (the closures below run on it, before
+        // this returns); unsafe only because Swift 6.0's region analysis takes their captures for a send.
+        nonisolated(unsafe) let db = try openConnection()
         let createdAt = now()
         // Every reference below is to a row of this transaction: the meter row read or created first, the
         // reading and the outbox row just inserted.
-        let outcome = try withoutForeignKeyChecks(db) { try db.transaction {
+        let outcome = try transactionWithoutForeignKeyChecks(db) {
             // Each meter's row and highest sequence, in the order first seen: a download's batch is one
             // meter's, so this is looked through once per reading without hashing its address.
             var meters: [(address: String, info: MeterInfo, highest: Int)] = []
@@ -383,9 +385,10 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                     index = meters.count - 1
                 }
                 let meter = meters[index].info
-                defer { insertReading.reset() }
-                try ReadingColumns.bind(reading, to: insertReading)
-                while try insertReading.step() {}
+                try insertReading.resetting {
+                    try ReadingColumns.bind(reading, to: insertReading)
+                    while try insertReading.step() {}
+                }
                 meters[index].highest = SequencePosition.advanced(meters[index].highest, by: reading.sequence)
                 guard db.changes == 1 else {
                     if let conflict = try keepIfConflicting(reading, in: db) { outcome.conflicts.append(conflict) }
@@ -401,7 +404,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
                 )
             }
             return outcome
-        } }
+        }
         if outcome.inserted > 0 || !outcome.conflicts.isEmpty { committed(.readings) }
         return outcome
     }
@@ -445,8 +448,10 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         """
     static let insertOutboxBodySQL = "INSERT INTO outbox_body (outbox_id, body) VALUES (?, ?)"
 
-    /// One outbox row per builder that accepts the reading (inside the caller's transaction).
-    private func queueUploads(
+    /// One outbox row per builder that accepts the reading (inside the caller's transaction). Nonisolated
+    /// (it uses no state but `builders`, a constant): Swift 6.0.3's region analysis crashes on the `defer`
+    /// below in an actor-isolated method.
+    private nonisolated func queueUploads(
         _ reading: NewReading, id readingID: Int64, meter: MeterInfo, createdAt: UnixMillis, with insert: OutboxInsert
     ) throws {
         for builder in builders {
@@ -489,7 +494,8 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
     public func releaseHeldReadings(
         _ meterAddress: String, reevaluate: @Sendable (NewReading) -> NewReading?
     ) throws -> [StoredReading] {
-        let db = try openConnection()
+        // As in insertReadings: confined to this actor, unsafe only for Swift 6.0's region analysis.
+        nonisolated(unsafe) let db = try openConnection()
         let createdAt = now()
         let released = try db.transaction {
             let held = try db.query(
@@ -654,11 +660,12 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         try with(db, "PRAGMA synchronous = NORMAL", restoring: "PRAGMA synchronous = FULL", body)
     }
 
-    /// Runs `body` (whole transactions) without foreign-key enforcement, then turns it on again whether
+    /// Runs `body` as one transaction without foreign-key enforcement, then turns it on again whether
     /// `body` threw or not. Only for writes that take every reference from rows of their own transaction
     /// (the id just inserted, a meter row read or created first): the checks cost a lookup per row.
-    private func withoutForeignKeyChecks<T>(_ db: SQLiteConnection, _ body: () throws -> T) throws -> T {
-        try with(db, "PRAGMA foreign_keys = OFF", restoring: "PRAGMA foreign_keys = ON", body)
+    /// (The transaction starts here, not in the caller's closure: Swift 6.0 refuses the nested capture.)
+    private func transactionWithoutForeignKeyChecks<T>(_ db: SQLiteConnection, _ body: () throws -> T) throws -> T {
+        try with(db, "PRAGMA foreign_keys = OFF", restoring: "PRAGMA foreign_keys = ON") { try db.transaction(body) }
     }
 
     /// Runs `body` with `setting` in force, then runs `restore` whether `body` threw or not. A connection

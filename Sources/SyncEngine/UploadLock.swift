@@ -7,7 +7,7 @@ import GatewayCore
 public enum UploadLock {
     /// Runs `body` while this process holds the upload lock (see `LockFile.withLock`).
     public static func withLock<R, E: Error>(database: String, isolation: isolated (any Actor)? = #isolation,
-                                             _ body: () async throws(E) -> R) async throws(E) -> LockAttempt<R> {
+                                             _ body: () async throws(E) -> sending R) async throws(E) -> LockAttempt<R> {
         try await LockFile.withLock(path: database + ".upload.lock", body)
     }
 }

@@ -71,7 +71,8 @@ enum MetersCommand: GatewayCommand {
             return .ok
         }
         let rows = meters.map { m -> [String] in
-            [
+            // One typed row, then the state: Swift 6.0 gives up type-checking it as one expression.
+            let row: [String] = [
                 m.info.address,
                 m.info.model ?? m.info.name ?? "-",
                 m.info.serial ?? "-",
@@ -80,7 +81,8 @@ enum MetersCommand: GatewayCommand {
                 m.info.lastSync.map(MeterCommandSupport.isoUTC) ?? "never",
                 m.info.lastClockSkewSeconds.map { "\($0) s" } ?? "-",
                 m.info.handling.isEmpty ? "-" : m.info.handling.kinds.map(\.rawValue).joined(separator: ","),
-            ] + (all ? [m.unpairedAt == nil ? "paired" : "unpaired"] : [])
+            ]
+            return all ? row + [m.unpairedAt == nil ? "paired" : "unpaired"] : row
         }
         let header = ["ADDRESS", "MODEL", "SERIAL", "TIME ZONE", "READINGS", "LAST SYNC", "CLOCK SKEW", "HANDLING"] + (all ? ["STATE"] : [])
         StandardStream.writeOutput(MeterCommandSupport.table(header, rows))
