@@ -60,9 +60,14 @@ public struct DecodedMeasurement: Sendable, Equatable {
 
     /// Nil when the value cannot be decoded even without its time (truncated, inconsistent flags).
     public init?(_ bytes: [UInt8]) {
-        guard let m = try? GlucoseMeasurement(bytes: bytes, options: .keepingInvalidBaseTime) else { return nil }
+        guard let decoded = try? DecodedMeasurement(decoding: bytes) else { return nil }
+        self = decoded
+    }
+
+    /// As `init?(_:)`, throwing the codec's reason when the value cannot be decoded even without its time.
+    public init(decoding bytes: [UInt8]) throws(GlucoseDecodingError) {
+        measurement = try GlucoseMeasurement(bytes: bytes, options: .keepingInvalidBaseTime)
         raw = bytes
-        measurement = m
     }
 
     /// False when the base time bytes were not a valid date.

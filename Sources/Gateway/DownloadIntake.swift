@@ -44,6 +44,12 @@ final class DownloadIntake: Sendable {
         var highestSequence: Int?
         var received = 0
         var malformed = 0
+        /// Undecodable 0x2A18 and 0x2A34 values not yet kept in the store, each distinct one once.
+        var undecodable: [UndecodableValue] = []
+        /// How many distinct undecodable values this download took in (kept ones included).
+        var undecodableCount = 0
+        /// (characteristic, bytes) of every undecodable value taken in, so a repeated notification is one.
+        var undecodableSeen: Set<UndecodableKey> = []
         var total: Int?
         var batchSignalled = false
         var waitingSignalled = false
@@ -70,6 +76,13 @@ final class DownloadIntake: Sendable {
             activityCount &+= 1
         }
 
+        /// Keeps an undecodable value for the store unless the same one was already taken in.
+        mutating func undecodable(_ value: UndecodableValue) {
+            guard undecodableSeen.insert(UndecodableKey(characteristic: value.characteristic, raw: value.raw)).inserted else { return }
+            undecodable.append(value)
+            undecodableCount += 1
+        }
+
         /// After taking something in: what the session must be told.
         mutating func wakes(batchSize: Int) -> Wake {
             var wake: Wake = []
@@ -84,6 +97,11 @@ final class DownloadIntake: Sendable {
             if wakeOnEveryValue { wake.insert(.value) }
             return wake
         }
+    }
+
+    struct UndecodableKey: Hashable {
+        var characteristic: UndecodableValue.Characteristic
+        var raw: [UInt8]
     }
 
     /// How many later measurements a record still waits behind for its context (see `State.committable`);
@@ -135,16 +153,11 @@ final class DownloadIntake: Sendable {
     /// Takes in a 0x2A18 value.
     func measurement(_ bytes: [UInt8]) -> Wake {
         let arrived = clock.now
-        guard let decoded = DecodedMeasurement(bytes) else {
-            let wake = state.withLock {
-                $0.heard(at: arrived)
-                $0.holding = false
-                $0.malformed += 1
-                return $0.wakes(batchSize: batchSize)
-            }
-            let seq = bytes.count >= 3 ? " (sequence \(Int(bytes[1]) | Int(bytes[2]) << 8))" : ""
-            logger.warning("meter \(address): undecodable glucose measurement\(seq) skipped")
-            return wake
+        let decoded: DecodedMeasurement
+        do {
+            decoded = try DecodedMeasurement(decoding: bytes)
+        } catch {
+            return undecodable(.glucoseMeasurement, bytes, reason: error, arrived: arrived)
         }
         let seq = decoded.measurement.sequenceNumber
         let receivedAt = now()
@@ -174,15 +187,11 @@ final class DownloadIntake: Sendable {
     /// measurement still to come.
     func context(_ bytes: [UInt8]) -> Wake {
         let arrived = clock.now
-        guard let context = try? GlucoseMeasurementContext(bytes: bytes) else {
-            let wake = state.withLock {
-                $0.heard(at: arrived)
-                $0.holding = false
-                $0.malformed += 1
-                return $0.wakes(batchSize: batchSize)
-            }
-            logger.warning("meter \(address): undecodable measurement context skipped")
-            return wake
+        let context: GlucoseMeasurementContext
+        do {
+            context = try GlucoseMeasurementContext(bytes: bytes)
+        } catch {
+            return undecodable(.glucoseMeasurementContext, bytes, reason: error, arrived: arrived)
         }
         let seq = context.sequenceNumber
         return state.withLock { s in
@@ -199,6 +208,34 @@ final class DownloadIntake: Sendable {
                 s.orphanContexts[seq] = (context, bytes)
             }
             return s.wakes(batchSize: batchSize)
+        }
+    }
+
+    /// A value the codec refused: counted as malformed, kept raw with the codec's reason for the store
+    /// (`takeUndecodable`), never a record. It ends the wait of records for their contexts, as the report's
+    /// end does: the meter is past them.
+    private func undecodable(_ characteristic: UndecodableValue.Characteristic, _ bytes: [UInt8], reason: GlucoseDecodingError,
+                             arrived: ContinuousClock.Instant) -> Wake {
+        let value = UndecodableValue(meterAddress: address, characteristic: characteristic, raw: bytes,
+                                     reason: reason.description, receivedAt: now())
+        let wake = state.withLock {
+            $0.heard(at: arrived)
+            $0.holding = false
+            $0.malformed += 1
+            $0.undecodable(value)
+            return $0.wakes(batchSize: batchSize)
+        }
+        let what = characteristic == .glucoseMeasurement ? "glucose measurement" : "measurement context"
+        let seq = value.sequence.map { " (sequence \($0))" } ?? ""
+        logger.warning("meter \(address): undecodable \(what)\(seq): \(reason); its bytes are kept, not uploaded")
+        return wake
+    }
+
+    /// The undecodable values taken in since the last call, in arrival order.
+    func takeUndecodable() -> [UndecodableValue] {
+        state.withLock { s in
+            defer { s.undecodable = [] }
+            return s.undecodable
         }
     }
 

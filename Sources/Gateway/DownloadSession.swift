@@ -146,6 +146,7 @@ final class DownloadSession {
         let taken = intake.snapshot
         report.received = taken.received
         report.malformed += taken.malformed
+        report.undecodable = taken.undecodableCount
         if report.unmatchedContexts + taken.orphanContexts.count > 0 {
             report.unmatchedContexts += taken.orphanContexts.count
             logger.warning("meter \(meter.address): \(report.unmatchedContexts) context value(s) without a matching measurement were not kept")
@@ -163,7 +164,8 @@ final class DownloadSession {
         if report.outcome == .noRecords, report.stored > 0 { report.outcome = .completed }
         await saveBookkeeping(logging: event(.downloadFinished, code: nil,
             "\(report.outcome): \(report.received) received, \(report.stored) new, \(report.duplicates) already stored"
-                + (report.conflicts > 0 ? ", \(report.conflicts) conflicting" : "")))
+                + (report.conflicts > 0 ? ", \(report.conflicts) conflicting" : "")
+                + (report.undecodable > 0 ? ", \(report.undecodable) undecodable kept raw" : "")))
         return report
     }
 
@@ -551,6 +553,7 @@ final class DownloadSession {
     /// Commits the records taken in, in batches of at most `commitBatchSize`; unless `final`, a trailing
     /// record that may still get its context stays.
     func flush(final: Bool) async throws(Stop) {
+        try await keepUndecodable()
         guard !holdCommits else {
             try holdReport()
             return

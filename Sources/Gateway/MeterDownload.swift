@@ -176,6 +176,11 @@ public struct DownloadReport: Sendable, Equatable {
     public var counterReset = false
     /// Values that could not be decoded (kept out, logged without health data).
     public var malformed = 0
+    /// Distinct 0x2A18 and 0x2A34 values of this download that could not be decoded: kept raw in the store
+    /// with the reason (`ReadingStore.keepUndecodable`), never counted as readings.
+    public var undecodable = 0
+    /// Of `undecodable`, those the store did not have yet (a re-download delivers the same bytes again).
+    public var undecodableKept = 0
     /// Contexts whose measurement never arrived in this download or was already committed.
     public var unmatchedContexts = 0
     public var skew: ClockSkew?

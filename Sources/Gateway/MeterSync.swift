@@ -26,6 +26,10 @@ public struct MeterSyncResult: Sendable, Equatable {
             var line = "\(address): \(r.stored) new reading\(r.stored == 1 ? "" : "s")"
             if r.duplicates > 0 { line += ", \(r.duplicates) already stored" }
             if r.conflicts > 0 { line += ", \(r.conflicts) conflicting with a stored reading (kept, not uploaded)" }
+            if r.undecodable > 0 {
+                line += r.undecodable == 1 ? "; 1 record could not be decoded; its bytes are kept"
+                    : "; \(r.undecodable) records could not be decoded; their bytes are kept"
+            }
             switch r.outcome {
             case .completed, .noRecords: break
             case .interrupted(let reason): line += "; interrupted (\(reason)), the next sync resumes"

@@ -62,6 +62,11 @@ public protocol ReadingStore: Sendable {
     /// has acknowledged it, gets `ExclusionReason.conflictingRecord` and loses its unsent outbox rows, in
     /// the same transaction. Bytes already kept as a conflict count as a duplicate.
     func insertReadings(_ readings: [NewReading]) async throws -> InsertOutcome
+    /// Keeps each value not already kept for its meter (the same bytes on the same characteristic are
+    /// kept once, however often a re-download delivers them), in one transaction; never uploaded and
+    /// never counted as a reading. Returns how many were new.
+    @discardableResult
+    func keepUndecodable(_ values: [UndecodableValue]) async throws -> Int
     /// Re-evaluates the meter's readings held for their time, `time-in-future` or `time-unresolved` (a meter
     /// time before 2010): `reevaluate` returns each as the clinical rules would store it now, or nil to leave
     /// it. Each one whose time is now plausible gets its new instant and exclusion and its outbox rows, all in one transaction;
@@ -135,7 +140,8 @@ public struct RecordConflict: Sendable, Equatable {
 public enum StoreChange: Sendable, Equatable {
     /// Meter rows: pairing, identity, sync bookkeeping, the highest sequence.
     case meters
-    /// New readings, with the uploads queued for them in the same transaction.
+    /// New readings, with the uploads queued for them in the same transaction; also undecodable values
+    /// kept (`ReadingStore.keepUndecodable`), which queue nothing.
     case readings
     /// The upload queue or a destination's state: rows claimed, acknowledged, released, quarantined or
     /// queued again; a state saved.

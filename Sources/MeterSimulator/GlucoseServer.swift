@@ -238,6 +238,8 @@ public struct GlucoseServer: Sendable {
                 var c = GlucoseMeasurementContext(sequenceNumber: record.sequenceNumber ^ 0x8000)
                 c.meal = 1
                 stray = c.encoded()
+            case .garbageContext?:
+                stray = [0x01, UInt8(truncatingIfNeeded: record.sequenceNumber), UInt8(truncatingIfNeeded: record.sequenceNumber >> 8)]
             case nil: break
             }
             if let context, faults.contextOrder == .before { queue.append(.value(.glucoseMeasurementContext, context)) }

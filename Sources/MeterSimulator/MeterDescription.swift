@@ -159,6 +159,9 @@ public struct MeterFaults: Sendable, Equatable {
         case invalidTime = "invalid-time"
         /// A context whose sequence number matches no record.
         case strayContext = "stray-context"
+        /// After the record, a context carrying its sequence number whose flags announce a carbohydrate
+        /// field that is not there: a value no decoder can read.
+        case garbageContext = "garbage-context"
     }
 
     /// Drop the link after this many measurements of a report procedure (nil: never).

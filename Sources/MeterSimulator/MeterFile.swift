@@ -414,7 +414,7 @@ public enum MeterFile {
                 }
                 let kindText = try m.optionalString("kind") ?? "truncated"
                 guard let kind = MeterFaults.MalformedKind(rawValue: kindText) else {
-                    throw MeterFileError(m.field("kind"), "must be truncated, invalid-time or stray-context")
+                    throw MeterFileError(m.field("kind"), "must be truncated, invalid-time, stray-context or garbage-context")
                 }
                 f.malformed[UInt16(seq)] = kind
             }

@@ -216,5 +216,22 @@ enum Schema {
             -- not IN: a query's `state = 'in_flight'` implies it.
             CREATE INDEX outbox_held ON outbox (id) WHERE state = 'in_flight' OR state = 'quarantined';
             """),
+        Migration(name: "8-undecodable-value", sql: """
+            -- Glucose Measurement and Measurement Context values the codec could not decode (cut short,
+            -- reserved or impossible values): kept as sent with the decoder's reason, never uploaded and
+            -- not readings. `sequence` is the number as sent when its two bytes are there. The same bytes
+            -- from the same meter on the same characteristic are one row, however often a re-download
+            -- delivers them.
+            CREATE TABLE undecodable_value (
+                id INTEGER PRIMARY KEY,
+                meter TEXT NOT NULL REFERENCES meter(address),
+                characteristic TEXT NOT NULL,
+                sequence INTEGER,
+                raw BLOB NOT NULL,
+                reason TEXT NOT NULL,
+                received_at INTEGER NOT NULL,
+                UNIQUE (meter, characteristic, raw)
+            ) STRICT;
+            """),
     ]
 }

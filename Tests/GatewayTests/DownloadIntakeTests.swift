@@ -167,4 +167,53 @@ struct DownloadIntakeTests {
         _ = intake.measurement([0x00])
         #expect(intake.activityMark != again)
     }
+    // MARK: Undecodable values
+
+    @Test func aTruncatedMeasurementIsKeptRawWithTheCodecsReasonAndIsNoRecord() throws {
+        let intake = Self.intake(batchSize: 10)
+        let cut = Array(Self.measurement(7).prefix(5))
+        _ = intake.measurement(Self.measurement(6))
+        _ = intake.measurement(cut)
+        // The same notification again (a re-sent value) is one undecodable value.
+        _ = intake.measurement(cut)
+        let s = intake.snapshot
+        #expect(s.received == 1)
+        #expect(s.pending.map(\.decoded.measurement.sequenceNumber) == [6])
+        #expect(s.malformed == 2)
+        #expect(s.undecodableCount == 1)
+        let kept = intake.takeUndecodable()
+        #expect(kept.count == 1)
+        let v = try #require(kept.first)
+        #expect(v.raw == cut)
+        #expect(v.characteristic == .glucoseMeasurement)
+        #expect(v.sequence == 7)
+        #expect(v.meterAddress == "AA:BB:CC:DD:EE:01")
+        // The codec's own words: the field, the byte offset, what was missing.
+        #expect(v.reason == "Base Time: value too short at byte 3 (needs 7 bytes, 2 left)")
+        // Taken once: the session keeps each in the store once per download.
+        #expect(intake.takeUndecodable().isEmpty)
+        #expect(intake.snapshot.undecodableCount == 1)
+    }
+
+    @Test func aGarbageContextIsKeptRawAndLeavesItsMeasurementAlone() throws {
+        let intake = Self.intake(batchSize: 10)
+        _ = intake.measurement(Self.measurement(3, contextFollows: true))
+        #expect(intake.snapshot.holdsRecords)
+        // Flags announce a carbohydrate (3 bytes) after the sequence number; the value ends there.
+        let garbage: [UInt8] = [0x01, 0x03, 0x00]
+        _ = intake.context(garbage)
+        let s = intake.snapshot
+        // The meter is past the record: it no longer waits for a context that will not come.
+        #expect(!s.holdsRecords)
+        #expect(s.pending.count == 1 && s.pending.first?.context == nil)
+        #expect(s.orphanContexts.isEmpty)
+        let v = try #require(intake.takeUndecodable().first)
+        #expect(v.characteristic == .glucoseMeasurementContext)
+        #expect(v.raw == garbage)
+        #expect(v.sequence == 3)
+        #expect(v.reason.contains("value too short at byte 3"))
+        // Too short even for a sequence number: kept without one.
+        _ = intake.context([0x00])
+        #expect(intake.takeUndecodable().map(\.sequence) == [nil])
+    }
 }

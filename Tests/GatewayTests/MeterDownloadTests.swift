@@ -585,6 +585,37 @@ struct MeterDownloadTests {
         #expect(Self.sequences(store) == Array(0...3))
     }
 
+    /// A truncated measurement and a context that cannot be decoded are kept as sent with the codec's
+    /// reason, not counted as readings; a second download that delivers them again keeps nothing new.
+    @Test func undecodableValuesAreKeptRawOnceAndAreNoReadings() async throws {
+        var records = Self.records(0...3)
+        let cut = Array(FakeRecord.glucose(4).measurement.prefix(5))
+        records.append(FakeRecord(rawMeasurement: cut, sequence: 4))
+        // A record whose measurement decodes and whose context (flags: carbohydrate) ends after its number.
+        records[1] = FakeRecord(rawMeasurement: records[1].measurement, sequence: 1, rawContext: [0x01, 0x01, 0x00])
+        let meter = FakeMeter(script: FakeMeterScript(records: records))
+        let store = Self.makeStore(meter)
+        let first = try await Self.download(meter, store)
+        #expect(first.stored == 4)
+        #expect(first.undecodable == 2 && first.undecodableKept == 2)
+        #expect(Self.sequences(store) == Array(0...3))
+        let kept = store.undecodable
+        #expect(kept.map(\.characteristic) == [.glucoseMeasurementContext, .glucoseMeasurement])
+        #expect(kept.map(\.sequence) == [1, 4])
+        #expect(kept.last?.raw == cut)
+        #expect(kept.allSatisfy { $0.reason.contains("value too short") && $0.meterAddress == meter.address })
+        #expect(MeterSyncResult(address: meter.address, status: .downloaded(first)).summary
+            == "\(meter.address): 4 new readings; 2 records could not be decoded; their bytes are kept")
+        #expect(store.events.contains { $0.kind == .downloadFinished && $0.message.contains("2 undecodable kept raw") })
+
+        // The truncated record was the newest: the meter delivers it again.
+        let second = try await Self.download(meter, store)
+        #expect(second.stored == 0)
+        #expect(second.undecodable >= 1 && second.undecodableKept == 0)
+        #expect(store.undecodable.count == 2)
+        #expect(Self.sequences(store) == Array(0...3))
+    }
+
     @Test func meterDroppingDuringInformationReadsIsAnInterruption() async throws {
         var script = FakeMeterScript(records: Self.records(0...3))
         script.disconnectAfterRecords = 0

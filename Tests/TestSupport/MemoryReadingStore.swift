@@ -14,6 +14,8 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         var readings: [NewReading] = []
         /// Records kept apart as conflicting with a stored reading.
         var conflicts: [NewReading] = []
+        /// Undecodable values kept, once per meter, characteristic and bytes.
+        var undecodable: [UndecodableValue] = []
         var keys: Set<String> = []
         var events: [GatewayEvent] = []
         var insertBatches: [Int] = []
@@ -31,6 +33,7 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
     public var readings: [NewReading] { state.withLock { $0.readings } }
     public var events: [GatewayEvent] { state.withLock { $0.events } }
     public var conflicts: [NewReading] { state.withLock { $0.conflicts } }
+    public var undecodable: [UndecodableValue] { state.withLock { $0.undecodable } }
     /// Sizes of the batches passed to `insert`, in order.
     public var insertBatches: [Int] { state.withLock { $0.insertBatches } }
 
@@ -109,6 +112,25 @@ public final class MemoryReadingStore: ReadingStore, Sendable {
         }
         if outcome.inserted > 0 || !outcome.conflicts.isEmpty { feed.emit(.readings) }
         return outcome
+    }
+
+    /// As the SQLite store: the same bytes from the same meter on the same characteristic are kept once.
+    /// Fails with the inserts (`failInserts(after:)`), as a full disk fails every write.
+    @discardableResult
+    public func keepUndecodable(_ values: [UndecodableValue]) async throws -> Int {
+        let kept = try state.withLock { s throws(Failure) in
+            if let n = s.failInsertsAfter, n <= 0 { throw Failure(description: "database or disk is full") }
+            var kept = 0
+            for v in values where !s.undecodable.contains(where: {
+                $0.meterAddress == v.meterAddress && $0.characteristic == v.characteristic && $0.raw == v.raw
+            }) {
+                s.undecodable.append(v)
+                kept += 1
+            }
+            return kept
+        }
+        if kept > 0 { feed.emit(.readings) }
+        return kept
     }
 
     @discardableResult

@@ -10,13 +10,17 @@ enum ReadingsCommand: GatewayCommand {
     usage: glucose-gateway readings [--meter ADDRESS] [--since TIME] [--limit N] [--json | --csv]
 
     Exports the readings stored on this gateway, oldest first, every one of them: also those kept out of
-    upload (control solution, HI/LO, sensor faults, ketone, unresolved time), with the reason.
+    upload (control solution, HI/LO, sensor faults, ketone, unresolved time), with the reason. Records
+    the meter sent that could not be decoded come first, as `undecodable` with their bytes and why.
       --meter ADDRESS  only this meter's readings
       --since TIME     only readings at or after TIME: 2024-05-01, 2024-05-01T08:00 (gateway time zone),
-                       2024-05-01T08:00Z or +02:00, or relative: 30m, 24h, 7d
-      --limit N        at most N readings
+                       2024-05-01T08:00Z or +02:00, or relative: 30m, 24h, 7d (undecodable records:
+                       received at or after TIME)
+      --limit N        at most N rows
       --json           a JSON array: times in UTC (time = corrected, meter_time = as the meter's clock
-                       said), local_time as the meter showed it, values in mg/dL and mmol/L
+                       said), local_time as the meter showed it, values in mg/dL and mmol/L; an
+                       undecodable record has exclusion "undecodable", characteristic, raw (hex) and
+                       reason, and no reading fields
       --csv            the same fields as comma-separated values with a header line
     """
     static let options = OptionTable(values: ["--meter", "--since", "--limit"], flags: ["--json", "--csv"])
@@ -42,23 +46,38 @@ enum ReadingsCommand: GatewayCommand {
             }
             since = t
         }
-        let readings = try await MeterCommandSupport.withStore(config, readingOnly: "readings") { store in
+        let rows = try await MeterCommandSupport.withStore(config, readingOnly: "readings") { store in
             if let meter, try await store.meters(includingUnpaired: true).contains(where: { $0.info.address == meter }) == false {
                 throw GatewayFailure(.failure, "no meter \(meter) in this gateway's database (see glucose-gateway meters --all)")
             }
-            return try await store.readings(ReadingFilter(meterAddress: meter, since: since, limit: limit))
+            // Undecodable records first: they have no time of their own, as readings with an unresolved
+            // time, which also come first. The limit counts both.
+            let undecodable = try await store.undecodableValues(ReadingFilter(meterAddress: meter, since: since, limit: limit))
+            let left = limit.map { max(0, $0 - undecodable.count) }
+            let readings = left == 0 ? [] : try await store.readings(ReadingFilter(meterAddress: meter, since: since, limit: left))
+            return undecodable.map(Row.undecodable) + readings.map(Row.reading)
         }
         if json {
-            StandardStream.writeOutput(JSONValue.array(readings.map(jsonObject)).prettyText + "\n")
+            StandardStream.writeOutput(JSONValue.array(rows.map(jsonObject)).prettyText + "\n")
         } else if csv {
             var out = csvHeader.joined(separator: ",") + "\n"
-            for r in readings { out += csvRow(r).map(csvField).joined(separator: ",") + "\n" }
+            for r in rows { out += csvRow(r).map(csvField).joined(separator: ",") + "\n" }
             StandardStream.writeOutput(out)
         } else {
-            StandardStream.writeOutput(table(readings))
+            StandardStream.writeOutput(table(rows))
         }
         return .ok
     }
+
+    /// One line of the export: a stored reading, or a value the meter sent that could not be decoded.
+    /// Both in one listing, because the export promises every record the gateway kept, with the reason
+    /// when it is not uploaded; an undecodable one is that reason's extreme case (nothing but bytes).
+    enum Row {
+        case reading(StoredReading)
+        case undecodable(StoredUndecodableValue)
+    }
+
+    static let undecodableExclusion = "undecodable"
 
     static func decimal(_ value: Double?, digits: Int) -> String? {
         guard let value, value.isFinite else { return nil }
@@ -90,6 +109,28 @@ enum ReadingsCommand: GatewayCommand {
         "medication_id": "medicationID", "medication_amount": "medicationAmount", "medication_unit": "medicationUnit",
         "hba1c_percent": "hba1cPercent",
     ]
+
+    static func jsonObject(_ row: Row) -> JSONValue {
+        switch row {
+        case .reading(let stored): return jsonObject(stored)
+        case .undecodable(let stored): return jsonObject(stored)
+        }
+    }
+
+    /// Only what the gateway knows of an undecodable record; no id (its numbering is not the readings').
+    static func jsonObject(_ stored: StoredUndecodableValue) -> JSONValue {
+        let v = stored.value
+        var o = JSONObjectBuilder()
+        o.add("meter", v.meterAddress)
+        o.add("sequence", v.sequence)
+        o.add("exclusion", undecodableExclusion)
+        o.add("characteristic", v.characteristic.rawValue)
+        o.add("raw", hexString(v.raw))
+        o.add("reason", v.reason)
+        o.add("received_at", MeterCommandSupport.isoUTC(v.receivedAt))
+        // The deprecated camelCase key, as on every row (`DeprecatedJSONKeys`).
+        return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
+    }
 
     static func jsonObject(_ stored: StoredReading) -> JSONValue {
         let r = stored.reading
@@ -133,7 +174,26 @@ enum ReadingsCommand: GatewayCommand {
     static let csvHeader = [
         "id", "meter", "sequence", "time", "meter_time", "local_time", "base_time", "time_offset_min", "analyte",
         "mgdl", "mmoll", "unit", "special", "type", "sample_location", "sensor_status", "exclusion", "meal", "received_at",
+        // Appended, so existing columns keep their positions; empty on readings.
+        "characteristic", "raw", "reason",
     ]
+
+    static func csvRow(_ row: Row) -> [String] {
+        switch row {
+        case .reading(let stored): return csvRow(stored) + ["", "", ""]
+        case .undecodable(let stored):
+            let v = stored.value
+            var cells = [String](repeating: "", count: csvHeader.count)
+            cells[1] = v.meterAddress
+            cells[2] = v.sequence.map(String.init) ?? ""
+            cells[16] = undecodableExclusion
+            cells[18] = MeterCommandSupport.isoUTC(v.receivedAt)
+            cells[19] = v.characteristic.rawValue
+            cells[20] = hexString(v.raw)
+            cells[21] = v.reason
+            return cells
+        }
+    }
 
     static func csvRow(_ stored: StoredReading) -> [String] {
         let r = stored.reading
@@ -164,11 +224,18 @@ enum ReadingsCommand: GatewayCommand {
         return (decimal(r.mgdl, digits: 0) ?? "-") + " mg/dL"
     }
 
-    static func table(_ readings: [StoredReading]) -> String {
+    static func table(_ readings: [Row]) -> String {
         if readings.isEmpty { return "no readings\n" }
-        let rows = readings.map { s -> [String] in
-            let r = s.reading
-            return [r.userFacingTime.isoString.replacingT(), r.meterAddress, String(r.sequence), value(r), r.exclusion.map { "not uploaded: \($0.rawValue)" } ?? ""]
+        let rows = readings.map { row -> [String] in
+            switch row {
+            case .reading(let s):
+                let r = s.reading
+                return [r.userFacingTime.isoString.replacingT(), r.meterAddress, String(r.sequence), value(r), r.exclusion.map { "not uploaded: \($0.rawValue)" } ?? ""]
+            case .undecodable(let s):
+                let v = s.value
+                return ["-", v.meterAddress, v.sequence.map(String.init) ?? "-", "undecodable",
+                        "not uploaded: \(v.characteristic) \(v.reason); bytes in --json"]
+            }
         }
         return MeterCommandSupport.table(["METER TIME", "METER", "SEQ", "VALUE", "NOTE"], rows)
     }

@@ -56,7 +56,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --control-at SEQ   --high-at SEQ   --low-at SEQ   (repeatable)
       --new-record-every S   --advertise always|off|ON/OFF (seconds on/off bursts)
       Faults: --drop-after N   --drop-times K   --fail-after N   --notify-delay-ms MS   --context-before
-              --malformed-at SEQ[:truncated|invalid-time|stray-context]   --zero-count-as-no-records
+              --malformed-at SEQ[:truncated|invalid-time|stray-context|garbage-context]
+              --zero-count-as-no-records
       Clock: --clock cts|gls-date-time|vendor|vendor-v1.5|none (default none)
              --clock-skew S (meter minus true time)
              --clock-read-only   --clock-utc-offset MIN (the meter's zone, no DST; default 0)
@@ -352,7 +353,7 @@ enum SimulateMeterCommand: GatewayCommand {
             }
             let kindText = parts.count > 1 ? parts[1] : "truncated"
             guard let kind = MeterFaults.MalformedKind(rawValue: kindText) else {
-                throw GatewayFailure(.usage, "--malformed-at kind must be truncated, invalid-time or stray-context")
+                throw GatewayFailure(.usage, "--malformed-at kind must be truncated, invalid-time, stray-context or garbage-context")
             }
             faults.malformed[seq] = kind
         }
