@@ -62,6 +62,15 @@ PY
 }
 
 # The static busybox of the initramfs: the host's for x86_64, the arm64 root's for arm64.
+# Before debootstrap's second stage the arm64 root holds busybox-static only as a .deb in its apt cache:
+# the binary is taken from it.
 rb_arch_busybox() {
-    if rb__arm; then echo "$RB_ROOT/usr/bin/busybox"; else echo /bin/busybox; fi
+    rb__arm || { echo /bin/busybox; return 0; }
+    if [[ -x $RB_ROOT/usr/bin/busybox ]]; then echo "$RB_ROOT/usr/bin/busybox"; return 0; fi
+    local deb dir="$RB_WORK/busybox-arm64"
+    if [[ ! -x $dir/usr/bin/busybox ]]; then
+        deb="$(ls "$RB_ROOT"/var/cache/apt/archives/busybox-static_*_arm64.deb 2> /dev/null | head -n 1)"
+        [[ -n $deb ]] && rm -rf "$dir" && dpkg -x "$deb" "$dir"
+    fi
+    echo "$dir/usr/bin/busybox"
 }

@@ -330,10 +330,10 @@ rb_boot() {
     # A release root other than the host's: the host's root as well (read-only), from which the initramfs
     # binds the tree under test, the gateway binary's directory, /opt/swift and the kernel's modules.
     : > "$job/$name.binds"
-    if [[ -n $RB_ROOT && -z ${RB_ROOT_RW:-} ]]; then
+    if [[ -n $RB_ROOT ]]; then
         q+=(-fsdev "local,id=hostfs,path=/,readonly=on,security_model=none,multidevs=remap"
             -device "virtio-9p-pci,fsdev=hostfs,mount_tag=hostfs")
-        rb_release_binds "$(rb_gateway_bin 2> /dev/null)" > "$job/$name.binds"
+        [[ -z ${RB_ROOT_RW:-} ]] && rb_release_binds "$(rb_gateway_bin 2> /dev/null)" > "$job/$name.binds"
     fi
     q+=("${qargs[@]}")
     local initprog="$init"

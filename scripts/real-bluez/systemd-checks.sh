@@ -66,6 +66,8 @@ trap cleanup EXIT
 # the meter side would ask the gateway's agent for its own PIN.
 sed 's/^#Channels = .*/Channels = 1/' /etc/bluetooth/main.conf > /run/rb-main.conf
 mount --bind /run/rb-main.conf /etc/bluetooth/main.conf
+# (trixie ships no /etc/dbus-1/system.d: its packages keep their policies under /usr/share.)
+mkdir -p /etc/dbus-1/system.d
 cat > /etc/dbus-1/system.d/zz-testbed-default-agent.conf <<'EOF'
 <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
