@@ -21,6 +21,16 @@ export RB_NAME RB_REPO RB_LIBDIR RB_KVER
 # shellcheck source=scripts/real-bluez/guest-tmp.sh
 source "$RB_LIBDIR/guest-tmp.sh"
 rb_private_tmp "$RB_REPO" "$RB_LIBDIR" "${RB_GATEWAY_BIN:-}" "${RB_SCRIPT:-}"
+# arm64: the gateway is the package under test, installed as a user would (apt install ./FILE.deb) on
+# this VM's throw-away overlay; its dependencies wait in the root's apt cache (no network here).
+if [[ -n ${RB_DEB:-} ]]; then
+    t_deb=$SECONDS
+    if DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$RB_DEB" > "$RB_OUT/apt-install.log" 2>&1; then
+        note "apt install $(basename "$RB_DEB"): ok in $((SECONDS - t_deb)) s"
+    else
+        note "apt install $(basename "$RB_DEB") failed: $(tail -n 2 "$RB_OUT/apt-install.log" | tr '\n' ' ')"
+    fi
+fi
 # The gateway under test at a path every user can reach: the checkout may live in a directory only its
 # owner can enter (mktemp -d gives 0700, as CI work directories do), which the service user cannot
 # traverse. A bind mount of the file needs no copy; its libraries come from /opt/swift and the system.

@@ -3,8 +3,7 @@
 # read-only over 9p under a tmpfs overlay, binds the test kernel's module tree and the job directory into
 # it, and switches to the PID 1 named by rb.init= on the kernel command line. With a release root (9p tag
 # hostroot is then that root, tag hostfs the host's /), the host paths listed in the job's VMNAME.binds
-# are bound in at their own paths. rb.rootrw=1 mounts the root read-write without the overlay (used once,
-# to finish debootstrap in the VM).
+# are bound in at their own paths.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
@@ -24,14 +23,10 @@ fi
 name="$(arg rb.name)"; init="$(arg rb.init)"; kdir="$(arg rb.kdir)"
 kver="$(uname -r)"
 mkdir -p /ro /rw
-if [ "$(arg rb.rootrw)" = 1 ]; then
-    mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 hostroot /newroot || { say "cannot mount the root"; sleep 2; echo o > /proc/sysrq-trigger; }
-else
-    mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroot /ro || { say "cannot mount the host root"; sleep 2; echo o > /proc/sysrq-trigger; }
-    mount -t tmpfs -o size=512m,mode=0755 tmpfs /rw
-    mkdir -p /rw/upper /rw/work
-    mount -t overlay -o lowerdir=/ro,upperdir=/rw/upper,workdir=/rw/work overlay /newroot || { say "overlay failed"; echo o > /proc/sysrq-trigger; }
-fi
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroot /ro || { say "cannot mount the host root"; sleep 2; echo o > /proc/sysrq-trigger; }
+mount -t tmpfs -o size=512m,mode=0755 tmpfs /rw
+mkdir -p /rw/upper /rw/work
+mount -t overlay -o lowerdir=/ro,upperdir=/rw/upper,workdir=/rw/work overlay /newroot || { say "overlay failed"; echo o > /proc/sysrq-trigger; }
 # The host's own root, when the VM's root is a release root: the kernel's modules and the binds come from it.
 host=/newroot
 mkdir -p /host

@@ -246,7 +246,8 @@ rb_prepare() {
     if [[ $(uname -m) != x86_64 ]]; then rb_log "no VM: this bed runs amd64 kernels, host is $(uname -m)"; return $RB_SKIP; fi
     # Runs started side by side share the cache: one prepares it at a time.
     local lockfd status=0
-    exec {lockfd}> "$RB_WORK/.prepare.lock"
+    # One lock per release: a long first preparation of one (the arm64 root) does not hold up the others.
+    exec {lockfd}> "$RB_WORK/.prepare-${RB_RELEASE}.lock"
     flock "$lockfd"
     rb__prepare_locked || status=$?
     exec {lockfd}>&-
@@ -264,6 +265,7 @@ rb__prepare_locked() {
     rb_pick_accel
     export RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD RB_ACCEL
     rb_release_finish || { rb_log "no VM: the $RB_RELEASE root cannot be finished"; return $RB_SKIP; }
+    rb_release_deb_depends || { rb_log "the dependencies of $RB_DEB cannot be fetched"; return 1; }
     RB_PREPARED=1
     export RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD RB_ACCEL RB_PREPARED RB_WORK
     rb_log "release $RB_RELEASE ($RB_ARCH${RB_ROOT:+, root $RB_ROOT}), kernel $RB_KVER ($pkg), accel $RB_ACCEL, work dir $RB_WORK"
@@ -308,15 +310,12 @@ rb_boot() {
     [[ -z $smp ]] && smp=2
     timeout=$((timeout * RB_SLOW))
     [[ -z $controllers ]] && { [[ -n $air ]] && controllers=1 || controllers=2; }
-    # RB_ROOT_RW=1 (finishing a debootstrap): the release root writable, owners and modes kept.
-    local rootopts="readonly=on,security_model=none"
-    [[ -n ${RB_ROOT_RW:-} && -n $RB_ROOT ]] && { rootopts="security_model=passthrough"; cmdline+=" rb.rootrw=1"; }
     local -a q=("$(rb_arch_qemu)")
     mapfile -t -O 1 q < <(rb_arch_qemu_base "$RB_ACCEL")
     q+=(-m "$mem" -smp "$smp" -nic none -no-reboot -display none -nodefaults
         -serial "file:$job/$name.console"
         -kernel "$RB_VMLINUZ" -initrd "$RB_INITRD"
-        -fsdev "local,id=hostroot,path=${RB_ROOT:-/},$rootopts,multidevs=remap"
+        -fsdev "local,id=hostroot,path=${RB_ROOT:-/},readonly=on,security_model=none,multidevs=remap"
         -device "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot"
         -fsdev "local,id=rbjob,path=$job,security_model=none,multidevs=remap"
         -device "virtio-9p-pci,fsdev=rbjob,mount_tag=rbjob")
@@ -333,7 +332,7 @@ rb_boot() {
     if [[ -n $RB_ROOT ]]; then
         q+=(-fsdev "local,id=hostfs,path=/,readonly=on,security_model=none,multidevs=remap"
             -device "virtio-9p-pci,fsdev=hostfs,mount_tag=hostfs")
-        [[ -z ${RB_ROOT_RW:-} ]] && rb_release_binds "$(rb_gateway_bin 2> /dev/null)" > "$job/$name.binds"
+        rb_release_binds "$(rb_gateway_bin 2> /dev/null)" > "$job/$name.binds"
     fi
     q+=("${qargs[@]}")
     local initprog="$init"
@@ -475,6 +474,7 @@ rb_two_vms() {
     done
     local gg
     gg="$(rb_gateway_bin 2> /dev/null)" && envs+=(--env "RB_GATEWAY_BIN=$gg")
+    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] && envs+=(--env "RB_DEB=$RB_DEB")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-two}")"
     RB_LAST_JOB="$job"
@@ -506,6 +506,7 @@ rb_one_vm() {
     local gg
     local -a genv=()
     gg="$(rb_gateway_bin 2> /dev/null)" && genv+=(--env "RB_GATEWAY_BIN=$gg")
+    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] && genv+=(--env "RB_DEB=$RB_DEB")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-one}")"
     RB_LAST_JOB="$job"

@@ -132,16 +132,33 @@ rb_release_finish() {
     # PID 1 mounts its own there.
     for d in proc sys; do [[ -L $root/$d ]] && rm -f "$root/$d" && mkdir -p "$root/$d"; done
     job="$(rb_job_dir second-stage)"
+    # dpkg over 9p (a round trip per file operation, an fsync per file) would take an hour under TCG:
+    # the root is copied into the VM's memory, finished there, and comes back as one tar stream.
     cat > "$job/second-stage.sh" <<'SH'
 #!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 name="$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^rb.name=//p')"
+out="/run/rbjob/$name"
+mkdir -p "$out" /run/stage
+mount -t tmpfs -o size=2500m tmpfs /run/stage
+echo "rb-guest: copying the root into memory" > /dev/console
+tar -C / --one-file-system -cf - . | tar -C /run/stage -xf -
+mkdir -p /run/stage/proc /run/stage/sys /run/stage/dev
+mount -t proc proc /run/stage/proc
+mount --bind /dev /run/stage/dev
+echo "force-unsafe-io" > /run/stage/etc/dpkg/dpkg.cfg.d/rb-unsafe-io
 echo "rb-guest: debootstrap --second-stage" > /dev/console
-# container=lxc skips debootstrap's test of device nodes on the target, which 9p cannot open; the
-# VM's /dev is the kernel's devtmpfs anyway.
-container=lxc /debootstrap/debootstrap --second-stage > "/run/rbjob/$name/second-stage.log" 2>&1
+# container=lxc skips debootstrap's own device nodes; /dev is the kernel's devtmpfs.
+container=lxc chroot /run/stage /debootstrap/debootstrap --second-stage > "$out/second-stage.log" 2>&1
 rc=$?
+rm -f /run/stage/etc/dpkg/dpkg.cfg.d/rb-unsafe-io
+umount /run/stage/proc /run/stage/dev
+if [ "$rc" = 0 ]; then
+    echo "rb-guest: writing the root back" > /dev/console
+    tar -C /run/stage -cf /run/rbjob/root.tar . || rc=1
+fi
 echo "rb-guest: RB-EXIT-CODE=$rc" > /dev/console
 echo "$rc" > "/run/rbjob/$name.rc"
 sync
@@ -150,13 +167,14 @@ sleep 10
 SH
     chmod 755 "$job/second-stage.sh"
     rb_log "debootstrap's second stage in an $RB_ARCH VM (once; 10-20 minutes under TCG)"
-    RB_PREPARED=1 RB_ROOT_RW=1 rb_boot stage2 --job "$job" --init /run/rbjob/second-stage.sh --timeout 1200 --mem 2048
+    RB_PREPARED=1 rb_boot stage2 --job "$job" --init /run/rbjob/second-stage.sh --timeout 1200 --mem 3584
     rb_wait stage2
     local rc=$?
     if [[ $rc != 0 ]]; then
         rb_log "second stage failed (exit $rc); see $job/stage2/second-stage.log and $job/stage2.console"
         return 1
     fi
+    rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xf "$job/root.tar" && rm -f "$job/root.tar" || return 1
     rm -f "$root.stage1"
     rb__root_settings "$root"
     echo "trixie $RB_ARCH $(rb_host_mirror) second stage $((SECONDS - t0))s" > "$root.ready"
@@ -200,4 +218,19 @@ rb_kernel_download() {
     else
         apt-get download -q "$1"
     fi
+}
+
+# arm64 with RB_DEB: the package's dependencies fetched into the root's apt cache on the host (apt
+# resolves them against the root's own status and lists; nothing is unpacked), so `apt install ./DEB` in
+# the VM needs no network. Once per package (by its checksum).
+rb_release_deb_depends() {
+    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] || return 0
+    [[ -f $RB_DEB ]] || { rb_log "RB_DEB=$RB_DEB: no such file"; return 1; }
+    local sum
+    sum="$(sha256sum "$RB_DEB" | cut -c1-16)"
+    [[ -f $RB_ROOT.deb-$sum ]] && return 0
+    rb_log "fetching the dependencies of $(basename "$RB_DEB") into the arm64 root's apt cache"
+    rb_root_apt "$RB_ROOT" install -y --download-only --no-install-recommends "$RB_DEB" > "$RB_ROOT.deb-deps.log" 2>&1 || {
+        rb_log "apt --download-only failed: $(tail -n 2 "$RB_ROOT.deb-deps.log")"; return 1; }
+    touch "$RB_ROOT.deb-$sum"
 }

@@ -78,14 +78,28 @@ cat > /etc/dbus-1/system.d/zz-testbed-default-agent.conf <<'EOF'
 </busconfig>
 EOF
 
-say "install with scripts/install.sh (no Bluetooth controller yet)"
-run "$repo/scripts/install.sh" --binary "$binary" > "$out/install.log" 2>&1
-rc=$?
-tail -n 3 "$out/install.log"
-check "scripts/install.sh --binary installs, enables and starts the unit" "$rc"
+if [[ -n ${RB_DEB:-} ]]; then
+    # The Debian package, as a Raspberry Pi user installs it; its maintainer scripts enable and start
+    # the unit (the root's policy-rc.d, which keeps services down while the cached root is made, goes).
+    say "install with apt install ./$(basename "$RB_DEB") (no Bluetooth controller yet)"
+    rm -f /usr/sbin/policy-rc.d
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$RB_DEB" > "$out/install.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/install.log"
+    check "apt install of the package succeeds" "$rc"
+    systemctl is-enabled --quiet "$unit" || run systemctl enable --now "$unit"
+    check "the package enabled the unit" "$(systemctl is-enabled --quiet "$unit"; echo $?)"
+else
+    say "install with scripts/install.sh (no Bluetooth controller yet)"
+    run "$repo/scripts/install.sh" --binary "$binary" > "$out/install.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/install.log"
+    check "scripts/install.sh --binary installs, enables and starts the unit" "$rc"
+fi
 # From here on the service user runs the installed copy: the binary given may sit in a checkout other
 # users cannot enter (a 0700 mktemp directory, as in CI), and the unit runs the installed one anyway.
-installed=/usr/local/bin/glucose-gateway
+installed="$(systemctl show -p ExecStart --value "$unit" | sed -n 's/.*path=\([^ ;]*\).*/\1/p')"
+[[ -x $installed ]] || installed=/usr/local/bin/glucose-gateway
 
 say "the unit is up: READY=1 reached (Type=notify is active only after it), STATUS= set"
 wait_for 30 systemctl is-active --quiet "$unit"
