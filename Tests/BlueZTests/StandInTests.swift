@@ -122,6 +122,19 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         await rig.close()
     }
 
+    /// BlueZ 5.82 removes a connected device only once its link is down (`RemoveDevice` replies first):
+    /// when `removeDevice` returns, the object with its `Paired=true` must be gone, or `pair` would take
+    /// it for a working bond and keep the stale key (the bond-loss scenario on trixie).
+    @Test func removingAConnectedDeviceWaitsUntilBlueZHasDroppedIt() async throws {
+        let rig = try await StandInRig(records: 3) { $0.removalAfterDisconnect = 10 }
+        let link = try await rig.connectedLink()
+        #expect(await rig.client.device(address: StandInRig.address)?.connected == true)
+        #expect(try await rig.client.removeDevice(address: StandInRig.address))
+        #expect(await rig.client.device(address: StandInRig.address) == nil)
+        await link.disconnect()
+        await rig.close()
+    }
+
     /// The stand-in playing 5.66/5.82 lists no signal on Device1, as their introspection does.
     @Test func withoutTheDisconnectedSignalDevice1IntrospectsNoSignal() async throws {
         let rig = try await StandInRig(records: 1) { $0.disconnectedSignal = false }

@@ -446,7 +446,10 @@ trap 'exit 130' INT
 rb_gateway_bin() {
     if [[ $RB_RELEASE == arm64 ]]; then
         [[ -n ${RB_DEB:-} && -f $RB_DEB ]] || { rb_log "arm64: no gateway package (set RB_DEB to the arm64 .deb)"; return 1; }
-        echo /usr/bin/glucose-gateway
+        # Where the package puts the executable (usr/bin, as a rule).
+        local path
+        path="$(dpkg-deb -c "$RB_DEB" 2> /dev/null | awk '{print $NF}' | grep -m1 '/bin/glucose-gateway$')"
+        echo "/${path#./}"
         return 0
     fi
     local bin="${RB_GATEWAY_BIN:-$RB_REPO/.build/debug/glucose-gateway}"
