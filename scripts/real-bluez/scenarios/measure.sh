@@ -2,6 +2,7 @@
 # rb-topology: one VM, no Bluetooth (the stand-in on a private bus, a Nightscout double on the guest's loopback)
 # rb-ci: no
 # rb-releases: bookworm trixie arm64
+# rb-needs-bluetooth: no
 # rb-timeout: 1200
 # RB_MEASURE_RECORDS (default 1000). TCG's wall times mean nothing; the counts and the memory do.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"

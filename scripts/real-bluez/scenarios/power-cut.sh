@@ -2,6 +2,7 @@
 # rb-topology: one VM per boot, no Bluetooth (simulate-meter --standin on a private dbus-daemon); one virtio disk per cut; the Nightscout double on the host, reached over virtio-serial (power-cut-relay.py)
 # rb-ci: yes
 # rb-releases: bookworm trixie arm64
+# rb-needs-bluetooth: no
 # rb-timeout: 1200
 #
 # Environment: RB_POWER_CUTS (default 20; 4 under --ci, RB_CI=1), RB_POWER_CUT_SEED (replays a run: the
