@@ -117,13 +117,14 @@ rb__root_settings() {
     local root="$1"
     printf '#!/bin/sh\n# No service starts while packages are installed in this root.\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
     chmod 755 "$root/usr/sbin/policy-rc.d"
-    # Mount points for the host paths bound in, and the system user scripts/install.sh expects to create.
+    # Mount points for the job directory and the host's /opt/swift.
     mkdir -p "$root/run/rbjob" "$root/opt"
     rm -f "$root/etc/hostname"
 }
 
-# The second stage of a foreign-architecture debootstrap, run as PID 1 of a VM of that architecture on
-# the root itself (read-write), since this host cannot execute the root's programs.
+# The second stage of a foreign-architecture debootstrap, run as PID 1 of a VM of that architecture
+# (this host cannot execute the root's programs): the VM copies the root into its memory, finishes it
+# there and writes it back as a tar stream into the job directory, which replaces the cached root.
 rb_release_finish() {
     local root="$RB_ROOT"
     [[ -n $root && -f $root.stage1 && ! -f $root.ready ]] || return 0
