@@ -3,25 +3,38 @@
 # throw-away QEMU VMs, btvirt controllers, real SMP and GATT, the meter played by
 # `glucose-gateway simulate-meter --bluez`.
 #
-#   scripts/test-real-bluez.sh [--list] [--ci] [SCENARIO...]
+#   scripts/test-real-bluez.sh [--list] [--ci] [--release R]... [SCENARIO...]
 #
 # Scenarios are the files scripts/real-bluez/scenarios/*.sh (a new file is a new scenario). With no
 # SCENARIO every one runs (with --ci, or RB_CI=1, only those marked "# rb-ci: yes"). Each prints its steps
 # with their exit status; the run ends with "N passed, N failed".
+#
+# Releases (the VMs' Debian and architecture): bookworm (the host's root, x86_64, the default), trixie
+# (a cached Debian 13 root, x86_64), arm64 (a cached Debian 13 arm64 root on qemu's virt board, the
+# gateway installed from RB_DEB, the arm64 .deb). --release R (repeatable) or RB_RELEASE=R picks them.
+# A scenario names the releases it runs on with "# rb-releases: ..." (default "bookworm trixie") and
+# the ones CI runs it on with "# rb-ci-releases: ..." (default "bookworm"); --ci without --release runs
+# every scenario marked "rb-ci: yes" on each of its CI releases.
 # Exit status: 0 all passed; 1 a scenario failed; 77 skipped: no VM can boot here (the reason is printed).
 # Environment: RB_WORK (cache and job directories, default /var/tmp/glucose-gateway-vm), RB_KERNEL_PKG,
 # RB_ACCEL (kvm|tcg), RB_GATEWAY_BIN (default .build/debug/glucose-gateway), RB_SCENARIO_TIMEOUT (300 s, or
-# the scenario's "# rb-timeout:" line). Scenarios see RB_CI=1 under --ci (a scenario may then run less).
+# the scenario's "# rb-timeout:" line; times 3 on arm64), RB_DEB (arm64: the .deb to install).
+# Scenarios see RB_CI=1 under --ci (a scenario may then run less) and RB_RELEASE.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="$here/real-bluez/scenarios"
 ci="${RB_CI:-0}"
 list=0
 wanted=()
+releases=()
+next_is_release=0
 for arg in "$@"; do
+    if [[ $next_is_release == 1 ]]; then releases+=("$arg"); next_is_release=0; continue; fi
     case "$arg" in
         --list) list=1 ;;
         --ci) ci=1 ;;
+        --release) next_is_release=1 ;;
+        --release=*) releases+=("${arg#--release=}") ;;
         -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "test-real-bluez: unknown option $arg" >&2; exit 64 ;;
         *) wanted+=("$arg") ;;
@@ -29,6 +42,12 @@ for arg in "$@"; do
 done
 
 header() { sed -n "s/^# rb-$2: //p" "$1" | head -n 1; }
+releases_of() { local r; r="$(header "$1" releases)"; echo "${r:-bookworm trixie}"; }
+ci_releases_of() { local r; r="$(header "$1" ci-releases)"; echo "${r:-bookworm}"; }
+((${#releases[@]} == 0)) && [[ -n ${RB_RELEASE:-} ]] && releases=("$RB_RELEASE")
+for r in "${releases[@]}"; do
+    case "$r" in bookworm|trixie|arm64) ;; *) echo "test-real-bluez: --release bookworm|trixie|arm64 (got '$r')" >&2; exit 64 ;; esac
+done
 all=()
 for f in "$dir"/*.sh; do [[ -e $f ]] && all+=("$(basename "$f" .sh)"); done
 
@@ -36,37 +55,64 @@ if [[ $list == 1 ]]; then
     for s in "${all[@]}"; do
         printf '%-22s ci=%-3s %s\n' "$s" "$(header "$dir/$s.sh" ci)" "$(header "$dir/$s.sh" about)"
         printf '%-22s        topology: %s\n' "" "$(header "$dir/$s.sh" topology)"
+        printf '%-22s        releases: %s; in CI on: %s\n' "" "$(releases_of "$dir/$s.sh")" \
+            "$([[ "$(header "$dir/$s.sh" ci)" == yes ]] && ci_releases_of "$dir/$s.sh" || echo -)"
     done
     exit 0
 fi
 
-run=()
+# The runs: SCENARIO@RELEASE pairs, grouped by release (one preparation each).
+picked=()
 if ((${#wanted[@]})); then
     for s in "${wanted[@]}"; do
         [[ -f $dir/$s.sh ]] || { echo "test-real-bluez: no scenario '$s' (see --list)" >&2; exit 64; }
-        run+=("$s")
+        picked+=("$s")
     done
 else
     for s in "${all[@]}"; do
         [[ $ci == 1 && "$(header "$dir/$s.sh" ci)" != yes ]] && continue
-        run+=("$s")
+        picked+=("$s")
     done
 fi
+run=()
+for r in bookworm trixie arm64; do
+    for s in "${picked[@]}"; do
+        if ((${#releases[@]})); then
+            [[ " ${releases[*]} " == *" $r "* ]] || continue
+        elif [[ $ci == 1 ]]; then
+            [[ " $(ci_releases_of "$dir/$s.sh") " == *" $r "* ]] || continue
+        else
+            [[ $r == bookworm ]] || continue
+        fi
+        run+=("$s@$r")
+    done
+done
 
 # shellcheck source=real-bluez/lib.sh
 source "$here/real-bluez/lib.sh"
 # Every scenario runs the gateway binary of this tree (or RB_GATEWAY_BIN): without one, each would boot its
 # VMs only to fail on "command not found", so say it once and stop before any VM starts.
-rb_gateway_bin > /dev/null || exit 2
-rb_prepare
-status=$?
-if [[ $status == "$RB_SKIP" ]]; then
-    echo "test-real-bluez: skipped: no VM can boot on this machine (reason above)"
-    exit "$RB_SKIP"
-elif [[ $status != 0 ]]; then
-    echo "test-real-bluez: preparation failed"
-    exit 1
-fi
+# Prepares RELEASE (kernel, root, initramfs) once; 0, or RB_SKIP / 1 with the reason printed.
+declare -A prepared=()
+prepare_release() {
+    local r="$1"
+    [[ -n ${prepared[$r]:-} ]] && return "${prepared[$r]}"
+    unset RB_PREPARED RB_ROOT RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD
+    RB_RELEASE="$r"
+    local t0=$SECONDS status=0
+    # On arm64 the gateway comes from RB_DEB (checked per scenario: some need no gateway).
+    [[ $r == arm64 ]] || rb_gateway_bin > /dev/null || status=2
+    ((status == 0)) && { rb_prepare; status=$?; }
+    prepared[$r]=$status
+    if [[ $status == "$RB_SKIP" ]]; then
+        echo "test-real-bluez: $r skipped: no VM can boot for it here (reason above)"
+    elif [[ $status != 0 ]]; then
+        echo "test-real-bluez: preparation of $r failed"
+    else
+        echo "test-real-bluez: $r prepared in $((SECONDS - t0)) s"
+    fi
+    return "$status"
+}
 
 passed=0 failed=0 skipped=0
 summary=()
@@ -77,13 +123,45 @@ transcript="$(mktemp "${TMPDIR:-/tmp}/test-real-bluez.XXXXXX")"
 child=""
 trap '[[ -n $child ]] && kill -TERM "$child" 2> /dev/null; wait 2> /dev/null; exit 130' INT TERM
 trap 'rm -f "$transcript" "$transcript.tee"' EXIT
-for s in "${run[@]}"; do
-    echo "=== scenario $s: $(header "$dir/$s.sh" about)"
+for pair in "${run[@]}"; do
+    s="${pair%@*}" r="${pair#*@}"
+    label="$s"
+    ((${#releases[@]} > 1)) || [[ $ci == 1 || $r != bookworm ]] && label="$s@$r"
+    if ! prepare_release "$r"; then
+        st="${prepared[$r]}"
+        if [[ $st == "$RB_SKIP" ]]; then
+            skipped=$((skipped + 1)); summary+=("$(printf '%-30s %-28s %4ss' "$label" "skipped (no VM)" 0)")
+        else
+            failed=$((failed + 1)); summary+=("$(printf '%-30s %-28s %4ss' "$label" "FAILED (preparation)" 0)")
+        fi
+        continue
+    fi
+    if [[ " $(releases_of "$dir/$s.sh") " != *" $r "* ]]; then
+        echo "=== scenario $label: skipped: it runs on $(releases_of "$dir/$s.sh") only"
+        skipped=$((skipped + 1)); summary+=("$(printf '%-30s %-28s %4ss' "$label" "skipped (not for $r)" 0)")
+        continue
+    fi
+    # Debian's arm64 kernel is built without hci_vhci (CONFIG_BT_HCIVHCI is not set; the amd64 one has it
+    # as a module): no btvirt controller can exist there, so a scenario that needs Bluetooth is skipped
+    # with that reason instead of failing after three tries at setting controllers up.
+    if [[ "$(header "$dir/$s.sh" needs-bluetooth)" != no ]] &&
+        ! grep -q '^CONFIG_BT_HCIVHCI=[ym]' "$RB_KDIR/boot/config-$RB_KVER" 2> /dev/null; then
+        echo "=== scenario $label: skipped: kernel $RB_KVER has no hci_vhci (CONFIG_BT_HCIVHCI is not set), so no btvirt controller"
+        skipped=$((skipped + 1)); summary+=("$(printf '%-30s %-28s %4ss' "$label" "skipped (no hci_vhci)" 0)")
+        continue
+    fi
+    if [[ $r == arm64 && "$(header "$dir/$s.sh" needs-gateway)" != no ]] && ! rb_gateway_bin > /dev/null; then
+        echo "=== scenario $label: skipped: no arm64 package (set RB_DEB to the arm64 .deb)"
+        skipped=$((skipped + 1)); summary+=("$(printf '%-30s %-28s %4ss' "$label" "skipped (no RB_DEB)" 0)")
+        continue
+    fi
+    echo "=== scenario $label: $(header "$dir/$s.sh" about)"
     echo "    topology: $(header "$dir/$s.sh" topology)"
     t0=$SECONDS
     # A scenario may ask for a longer limit with "# rb-timeout: SECONDS"; RB_SCENARIO_TIMEOUT wins.
     limit="${RB_SCENARIO_TIMEOUT:-$(header "$dir/$s.sh" timeout)}"
-    RB_SCENARIO="$s" RB_CI="$ci" timeout --kill-after=10 "${limit:-300}" bash "$dir/$s.sh" \
+    limit=$(( ${limit:-300} * RB_SLOW ))
+    RB_SCENARIO="$s" RB_CI="$ci" RB_RELEASE="$r" timeout --kill-after=10 "$limit" bash "$dir/$s.sh" \
         > >(echo "$BASHPID" > "$transcript.tee"; exec tee "$transcript") 2>&1 &
     child=$!
     wait "$child"; rc=$?
@@ -96,7 +174,7 @@ for s in "${run[@]}"; do
         sleep 0.1
     done
     if [[ $rc != 0 && $rc != "$RB_SKIP" ]]; then
-        recap+=("--- $s (exit $rc):")
+        recap+=("--- $label (exit $rc):")
         while IFS= read -r line; do recap+=("    $line"); done < <(
             grep -a -E 'FAIL|RB-EXIT-CODE=[1-9]|exit [1-9][0-9]* \(want 0\)|timed out|time limit' "$transcript" | head -n 25)
         recap+=("    (the whole transcript is above; the VMs' consoles and logs are in the job directory it names)")
@@ -109,8 +187,8 @@ for s in "${run[@]}"; do
     else
         verdict="FAILED (exit $rc$([[ $rc == 124 ]] && echo ', time limit'))"; failed=$((failed + 1))
     fi
-    echo "=== scenario $s: $verdict in ${took}s"
-    summary+=("$(printf '%-22s %-28s %4ss' "$s" "$verdict" "$took")")
+    echo "=== scenario $label: $verdict in ${took}s"
+    summary+=("$(printf '%-30s %-28s %4ss' "$label" "$verdict" "$took")")
 done
 echo
 printf '%s\n' "${summary[@]}"

@@ -45,6 +45,9 @@ public actor BlueZClient {
 
     /// Default timeout of ordinary calls (properties, discovery, GATT operations).
     public var callTimeout: Duration = .seconds(15)
+    /// How long `removeDevice` waits for BlueZ to drop a device it removes only once its link is down
+    /// (5.82: a connected device's disconnection takes up to a supervision timeout).
+    public var removalTimeout: Duration = .seconds(10)
 
     /// Whether a meter link takes notifications through `AcquireNotify` sockets where bluetoothd offers
     /// them (else, and where an acquisition fails, through `StartNotify` and the bus).

@@ -189,8 +189,16 @@ extension BlueZClient {
         } catch where error.name == BlueZErrorNames.doesNotExist {
             return false
         }
-        // InterfacesRemoved was sent before the reply: let the mirror apply it before anyone looks again.
+        // BlueZ 5.66 sends InterfacesRemoved before the reply: let the mirror apply it before anyone looks
+        // again. BlueZ 5.82 replies at once for a connected device and removes it (object, bond and key)
+        // only when its link is down: until then the object still says Paired=true, which a caller
+        // waiting for the meter would take for a working bond. Wait for the object to go (bounded: the
+        // removal stands either way).
         await caughtUp()
+        let path = device.path
+        _ = try? await wait(timeout: removalTimeout, for: "the removal of \(address)") { objects, _ in
+            objects[path] == nil ? true : nil
+        }
         return true
     }
 

@@ -104,6 +104,51 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         await rig.close()
     }
 
+    /// BlueZ 5.66 and 5.82 (Raspberry Pi OS bookworm and trixie) send no `Device1.Disconnected`: a meter
+    /// that forgot its bond is then known only by links that drop right after they came up, before their
+    /// services were resolved, three times in a row.
+    @Test func meterThatForgotItsBondIsReportedAsBondLostWithoutADisconnectedSignal() async throws {
+        let rig = try await StandInRig(records: 3) { $0.disconnectedSignal = false }
+        let link = try await rig.connectedLink()
+        await link.disconnect()
+        try await rig.standIn.forgetBond(StandInRig.address)
+        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6)
+        let error = await #expect(throws: MeterLinkError.self) {
+            try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20), retry: retry)
+        }
+        #expect(error?.kind == .bondLost)
+        #expect(error?.message.contains("org.bluez.Reason") == false)
+        #expect(await rig.client.device(address: StandInRig.address)?.paired == true)
+        await rig.close()
+    }
+
+    /// BlueZ 5.82 removes a connected device only once its link is down (`RemoveDevice` replies first):
+    /// when `removeDevice` returns, the object with its `Paired=true` must be gone, or `pair` would take
+    /// it for a working bond and keep the stale key (the bond-loss scenario on trixie).
+    @Test func removingAConnectedDeviceWaitsUntilBlueZHasDroppedIt() async throws {
+        let rig = try await StandInRig(records: 3) { $0.removalAfterDisconnect = 10 }
+        let link = try await rig.connectedLink()
+        #expect(await rig.client.device(address: StandInRig.address)?.connected == true)
+        #expect(try await rig.client.removeDevice(address: StandInRig.address))
+        #expect(await rig.client.device(address: StandInRig.address) == nil)
+        await link.disconnect()
+        await rig.close()
+    }
+
+    /// The stand-in playing 5.66/5.82 lists no signal on Device1, as their introspection does.
+    @Test func withoutTheDisconnectedSignalDevice1IntrospectsNoSignal() async throws {
+        let rig = try await StandInRig(records: 1) { $0.disconnectedSignal = false }
+        _ = try await rig.discover()
+        let path = "/org/bluez/hci0/dev_" + StandInRig.address.split(separator: ":").joined(separator: "_")
+        let reply = try await rig.client.connection.call(
+            destination: "org.bluez", path: path, interface: "org.freedesktop.DBus.Introspectable",
+            member: "Introspect", timeout: .seconds(5))
+        let xml = try #require(reply.first?.string)
+        #expect(xml.contains("org.bluez.Device1"))
+        #expect(!xml.contains("name=\"Disconnected\""))
+        await rig.close()
+    }
+
     @Test func discoverPairConnectAndReportAllInOrder() async throws {
         let rig = try await StandInRig(records: 60)
         let device = try await rig.discover()

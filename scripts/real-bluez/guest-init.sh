@@ -11,6 +11,7 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts -o gid=5,mode=620,ptmxmode=666
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mkdir -p /run/lock /run/rb /var/lib/bluetooth
+chmod 0755 /run/rb
 
 name="$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^rb.name=//p')"
 export RB_JOB=/run/rbjob RB_OUT="/run/rbjob/$name"
@@ -20,6 +21,24 @@ export RB_NAME RB_REPO RB_LIBDIR RB_KVER
 # shellcheck source=scripts/real-bluez/guest-tmp.sh
 source "$RB_LIBDIR/guest-tmp.sh"
 rb_private_tmp "$RB_REPO" "$RB_LIBDIR" "${RB_GATEWAY_BIN:-}" "${RB_SCRIPT:-}"
+# arm64: the gateway is the package under test, installed as a user would (apt install ./FILE.deb) on
+# this VM's throw-away overlay; its dependencies wait in the root's apt cache (no network here).
+if [[ -n ${RB_DEB:-} ]]; then
+    t_deb=$SECONDS
+    if DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$RB_DEB" > "$RB_OUT/apt-install.log" 2>&1; then
+        note "apt install $(basename "$RB_DEB"): ok in $((SECONDS - t_deb)) s"
+    else
+        note "apt install $(basename "$RB_DEB") failed: $(tail -n 2 "$RB_OUT/apt-install.log" | tr '\n' ' ')"
+    fi
+fi
+# The gateway under test at a path every user can reach: the checkout may live in a directory only its
+# owner can enter (mktemp -d gives 0700, as CI work directories do), which the service user cannot
+# traverse. A bind mount of the file needs no copy; its libraries come from /opt/swift and the system.
+if [[ -n ${RB_GATEWAY_BIN:-} && -f $RB_GATEWAY_BIN ]]; then
+    mkdir -p /run/rb/gateway && : > /run/rb/gateway/glucose-gateway
+    mount --bind "$RB_GATEWAY_BIN" /run/rb/gateway/glucose-gateway && RB_GATEWAY_BIN=/run/rb/gateway/glucose-gateway
+    export RB_GATEWAY_BIN
+fi
 mkdir -p "$RB_OUT"
 note() { echo "rb-guest [$(cut -d' ' -f1 /proc/uptime)s]: $*"; }
 finish() {

@@ -5,7 +5,8 @@
 #   rb_private_tmp PATH...   mounts the tmpfs; every PATH under /tmp stays the host's
 rb_private_tmp() {
     mkdir -p /run/host-tmp
-    mount --bind /tmp /run/host-tmp
+    # Recursively: on a release root the tree under test may be bound below /tmp already.
+    mount --rbind /tmp /run/host-tmp
     mount -t tmpfs -o mode=1777 tmpfs /tmp
     local keep
     for keep in "$@"; do

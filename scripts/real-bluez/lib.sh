@@ -69,6 +69,10 @@ RB_GOOD_KERNELS=(linux-image-6.1.0-54-amd64 linux-image-6.1.0-53-amd64 linux-ima
 RB_BAD_KERNELS=(linux-image-6.1.0-55-amd64 linux-image-6.1.0-56-amd64 linux-image-6.1.0-57-amd64)
 RB_PACKAGES=(qemu-system-x86 bluez bluez-test-tools busybox-static kmod dbus python3-dbus python3-gi cpio
              util-linux procps coreutils)
+# shellcheck source=release.sh
+source "$RB_LIBDIR/release.sh"
+# shellcheck source=arch.sh
+source "$RB_LIBDIR/arch.sh"
 declare -gA RB_PIDS=()
 RB_FOLLOWERS=()
 
@@ -76,7 +80,10 @@ rb_log() { printf 'rb: %s\n' "$*" >&2; }
 
 rb__need_install() {
     local p
-    for p in "${RB_PACKAGES[@]}"; do
+    local -a want=("${RB_PACKAGES[@]}")
+    [[ $RB_RELEASE != bookworm ]] && want+=(debootstrap)
+    [[ $RB_RELEASE == arm64 ]] && want+=(qemu-system-arm)
+    for p in "${want[@]}"; do
         dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || { echo "$p"; }
     done
 }
@@ -122,6 +129,7 @@ rb__available() { apt-cache show --no-all-versions "$1" > /dev/null 2>&1; }
 # already cached). Prints the package name.
 rb_pick_kernel() {
     local pkg
+    [[ $RB_RELEASE != bookworm ]] && { rb_release_kernel; return; }
     if [[ -n ${RB_KERNEL_PKG:-} ]]; then
         if rb__is_bad_kernel "$RB_KERNEL_PKG"; then
             rb_log "refusing $RB_KERNEL_PKG: 6.1.0-55/56/57 (6.1.192) crash bluetoothd in the kernel on the first disconnect after pairing (list_del corruption in hci_chan_del); use ${RB_GOOD_KERNELS[*]}"
@@ -150,12 +158,14 @@ rb_get_kernel() {
         deb="$(ls "$RB_WORK"/dl/"${pkg}"_*.deb 2> /dev/null | head -n 1)"
         if [[ -z $deb ]]; then
             rb_log "downloading $pkg"
-            (cd "$RB_WORK/dl" && apt-get download -q "$pkg" > "$RB_WORK/dl/download.log" 2>&1) || {
+            (cd "$RB_WORK/dl" && rb_kernel_download "$pkg" > "$RB_WORK/dl/download.log" 2>&1) || {
                 rb_log "apt-get download $pkg failed: $(tail -n 1 "$RB_WORK/dl/download.log")"; return 1; }
             deb="$(ls "$RB_WORK"/dl/"${pkg}"_*.deb | head -n 1)"
         fi
         rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
         dpkg -x "$deb" "$dir.tmp" || return 1
+        # trixie's kernels keep their modules under /usr/lib/modules (merged /usr): one layout for all.
+        if [[ -d $dir.tmp/usr/lib/modules ]]; then mkdir -p "$dir.tmp/lib" && mv "$dir.tmp/usr/lib/modules" "$dir.tmp/lib/"; fi
         local ver
         ver="$(ls "$dir.tmp/lib/modules" | head -n 1)"
         depmod -b "$dir.tmp" "$ver" || return 1
@@ -163,18 +173,20 @@ rb_get_kernel() {
     fi
     RB_KDIR="$dir"
     RB_KVER="$(ls "$dir/lib/modules" | head -n 1)"
-    RB_VMLINUZ="$dir/boot/vmlinuz-$RB_KVER"
+    RB_VMLINUZ="$(rb_arch_kernel_image "$dir/boot/vmlinuz-$RB_KVER")" || return 1
 }
 
 # The initramfs: busybox-static, the modules to reach the 9p root and the overlay, and its /init.
 rb_build_initramfs() {
     local out="$RB_WORK/initramfs-$RB_KVER.cpio.gz" stamp
-    stamp="$(cat "$RB_LIBDIR/initramfs-init.sh" /bin/busybox | md5sum | cut -c1-12)"
+    local busybox
+    busybox="$(rb_arch_busybox)"
+    stamp="$(cat "$RB_LIBDIR/initramfs-init.sh" "$busybox" | md5sum | cut -c1-12)"
     RB_INITRD="$out"
     [[ -f $out && "$(cat "$out.stamp" 2> /dev/null)" == "$stamp" ]] && return 0
     local tree="$RB_WORK/initramfs-tree"
     rm -rf "$tree" && mkdir -p "$tree"/{bin,dev,proc,sys,newroot,mods}
-    cp /bin/busybox "$tree/bin/busybox"
+    cp "$busybox" "$tree/bin/busybox"
     cp "$RB_LIBDIR/initramfs-init.sh" "$tree/init" && chmod 755 "$tree/init"
     # Modules in load order (dependencies first), as modprobe resolves them against the test kernel.
     local m line order=()
@@ -186,9 +198,15 @@ rb_build_initramfs() {
         done < <(modprobe -d "$RB_KDIR" -S "$RB_KVER" --show-depends "$m" 2> /dev/null)
     done
     : > "$tree/mods/order"
+    # busybox's insmod hands the file to the kernel as it is: compressed modules (trixie's .ko.xz) are
+    # unpacked here.
     for m in "${order[@]}"; do
-        cp "$m" "$tree/mods/"
-        basename "$m" >> "$tree/mods/order"
+        case "$m" in
+            *.xz) xz -dc "$m" > "$tree/mods/$(basename "${m%.xz}")" ;;
+            *.zst) zstd -qdc "$m" > "$tree/mods/$(basename "${m%.zst}")" ;;
+            *) cp "$m" "$tree/mods/" ;;
+        esac
+        m="$(basename "$m")"; m="${m%.xz}"; echo "${m%.zst}" >> "$tree/mods/order"
     done
     (cd "$tree" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp" && mv "$out.tmp" "$out"
     echo "$stamp" > "$out.stamp"
@@ -207,6 +225,7 @@ rb__qemu_base() {
 rb_pick_accel() {
     if [[ -n ${RB_ACCEL:-} ]]; then return 0; fi
     RB_ACCEL=tcg
+    [[ $RB_ARCH != amd64 ]] && return 0
     if [[ -c /dev/kvm && -w /dev/kvm ]] && grep -qwE 'vmx|svm' /proc/cpuinfo; then
         local cache="$RB_WORK/accel-$RB_KVER"
         if [[ -f $cache ]]; then RB_ACCEL="$(cat "$cache")"; return 0; fi
@@ -227,7 +246,8 @@ rb_prepare() {
     if [[ $(uname -m) != x86_64 ]]; then rb_log "no VM: this bed runs amd64 kernels, host is $(uname -m)"; return $RB_SKIP; fi
     # Runs started side by side share the cache: one prepares it at a time.
     local lockfd status=0
-    exec {lockfd}> "$RB_WORK/.prepare.lock"
+    # One lock per release: a long first preparation of one (the arm64 root) does not hold up the others.
+    exec {lockfd}> "$RB_WORK/.prepare-${RB_RELEASE}.lock"
     flock "$lockfd"
     rb__prepare_locked || status=$?
     exec {lockfd}>&-
@@ -236,15 +256,19 @@ rb_prepare() {
 
 rb__prepare_locked() {
     rb_install_packages || { rb_log "no VM: required packages are missing"; return $RB_SKIP; }
-    command -v qemu-system-x86_64 > /dev/null || { rb_log "no VM: qemu-system-x86_64 is not available"; return $RB_SKIP; }
+    rb_release_prepare || { rb_log "no VM: the $RB_RELEASE root cannot be made"; return $RB_SKIP; }
+    command -v "$(rb_arch_qemu)" > /dev/null || { rb_log "no VM: $(rb_arch_qemu) is not available"; return $RB_SKIP; }
     local pkg
     pkg="$(rb_pick_kernel)" || { rb_log "no VM: no usable kernel"; return $RB_SKIP; }
     rb_get_kernel "$pkg" || { rb_log "no VM: cannot obtain $pkg"; return $RB_SKIP; }
     rb_build_initramfs || { rb_log "no VM: building the initramfs failed"; return $RB_SKIP; }
     rb_pick_accel
+    export RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD RB_ACCEL
+    rb_release_finish || { rb_log "no VM: the $RB_RELEASE root cannot be finished"; return $RB_SKIP; }
+    rb_release_deb_depends || { rb_log "the dependencies of $RB_DEB cannot be fetched"; return 1; }
     RB_PREPARED=1
     export RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD RB_ACCEL RB_PREPARED RB_WORK
-    rb_log "kernel $RB_KVER ($pkg), accel $RB_ACCEL, work dir $RB_WORK"
+    rb_log "release $RB_RELEASE ($RB_ARCH${RB_ROOT:+, root $RB_ROOT}), kernel $RB_KVER ($pkg), accel $RB_ACCEL, work dir $RB_WORK"
 }
 
 rb_job_dir() {
@@ -284,13 +308,14 @@ rb_boot() {
     mkdir -p "$job/$name"
     rm -f "$job/$name.rc"
     [[ -z $smp ]] && smp=2
+    timeout=$((timeout * RB_SLOW))
     [[ -z $controllers ]] && { [[ -n $air ]] && controllers=1 || controllers=2; }
-    local -a q=(qemu-system-x86_64)
-    mapfile -t -O 1 q < <(rb__qemu_base "$RB_ACCEL")
-    q+=(-machine q35 -m "$mem" -smp "$smp" -nic none -no-reboot -display none -nodefaults
+    local -a q=("$(rb_arch_qemu)")
+    mapfile -t -O 1 q < <(rb_arch_qemu_base "$RB_ACCEL")
+    q+=(-m "$mem" -smp "$smp" -nic none -no-reboot -display none -nodefaults
         -serial "file:$job/$name.console"
         -kernel "$RB_VMLINUZ" -initrd "$RB_INITRD"
-        -fsdev "local,id=hostroot,path=/,readonly=on,security_model=none,multidevs=remap"
+        -fsdev "local,id=hostroot,path=${RB_ROOT:-/},readonly=on,security_model=none,multidevs=remap"
         -device "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot"
         -fsdev "local,id=rbjob,path=$job,security_model=none,multidevs=remap"
         -device "virtio-9p-pci,fsdev=rbjob,mount_tag=rbjob")
@@ -301,6 +326,14 @@ rb_boot() {
         *) rb_log "rb_boot: --air server|client"; return 64 ;;
     esac
     [[ -n $air ]] && q+=(-device virtio-serial-pci -device "virtserialport,chardev=air,name=rb.air")
+    # A release root other than the host's: the host's root as well (read-only), from which the initramfs
+    # binds the tree under test, the gateway binary's directory, /opt/swift and the kernel's modules.
+    : > "$job/$name.binds"
+    if [[ -n $RB_ROOT ]]; then
+        q+=(-fsdev "local,id=hostfs,path=/,readonly=on,security_model=none,multidevs=remap"
+            -device "virtio-9p-pci,fsdev=hostfs,mount_tag=hostfs")
+        rb_release_binds "$(rb_gateway_bin 2> /dev/null)" > "$job/$name.binds"
+    fi
     q+=("${qargs[@]}")
     local initprog="$init"
     [[ $init == rb ]] && initprog="$RB_LIBDIR/guest-init.sh"
@@ -322,7 +355,7 @@ rb_boot() {
     } > "$job/$name.env"
     : > "$job/$name.initargs"
     for e in "${iargs[@]}"; do printf '%s\n' "$e" >> "$job/$name.initargs"; done
-    local append="console=ttyS0 loglevel=4 panic=-1 rb.name=$name rb.init=$initprog rb.kdir=$RB_KDIR$cmdline"
+    local append="console=$(rb_arch_console) loglevel=4 panic=-1 rb.name=$name rb.init=$initprog rb.kdir=$RB_KDIR$cmdline"
     : > "$job/$name.console"
     timeout --kill-after=5 "$timeout" "${q[@]}" -append "$append" > "$job/$name.qemu.log" 2>&1 < /dev/null &
     RB_PIDS[$name]=$!
@@ -409,7 +442,16 @@ trap 'exit 130' INT
 # --- helpers for scenarios --------------------------------------------------------------------------------
 
 # The gateway binary under test: $RB_GATEWAY_BIN, else .build/debug/glucose-gateway of this tree.
+# On arm64 the gateway is the package RB_DEB, installed in each VM (guest-init.sh): its path there.
 rb_gateway_bin() {
+    if [[ $RB_RELEASE == arm64 ]]; then
+        [[ -n ${RB_DEB:-} && -f $RB_DEB ]] || { rb_log "arm64: no gateway package (set RB_DEB to the arm64 .deb)"; return 1; }
+        # Where the package puts the executable (usr/bin, as a rule).
+        local path
+        path="$(dpkg-deb -c "$RB_DEB" 2> /dev/null | awk '{print $NF}' | grep -m1 '/bin/glucose-gateway$')"
+        echo "/${path#./}"
+        return 0
+    fi
     local bin="${RB_GATEWAY_BIN:-$RB_REPO/.build/debug/glucose-gateway}"
     [[ -x $bin ]] || { rb_log "no gateway binary at $bin (swift build, or set RB_GATEWAY_BIN)"; return 1; }
     echo "$bin"
@@ -435,6 +477,7 @@ rb_two_vms() {
     done
     local gg
     gg="$(rb_gateway_bin 2> /dev/null)" && envs+=(--env "RB_GATEWAY_BIN=$gg")
+    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] && envs+=(--env "RB_DEB=$RB_DEB")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-two}")"
     RB_LAST_JOB="$job"
@@ -466,6 +509,7 @@ rb_one_vm() {
     local gg
     local -a genv=()
     gg="$(rb_gateway_bin 2> /dev/null)" && genv+=(--env "RB_GATEWAY_BIN=$gg")
+    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] && genv+=(--env "RB_DEB=$RB_DEB")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-one}")"
     RB_LAST_JOB="$job"

@@ -70,6 +70,11 @@ if [[ $$ == 1 ]]; then
     rb_private_tmp "$GG_REPO" "$GG_BIN" "$(dirname "${BASH_SOURCE[0]}")"
     ip link set lo up
 fi
+# arm64: the gateway is the package, installed on this boot's overlay (its dependencies are cached).
+if [[ -n ${RB_DEB:-} && ! -x $GG_BIN ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$RB_DEB" > /run/apt-install.log 2>&1 ||
+        echo "RB-NOTE apt install of $RB_DEB failed: $(tail -n 1 /run/apt-install.log)"
+fi
 modprobe -a virtio_blk ext4 virtio_console >/dev/null 2>&1
 # The virtio-serial port by its name (no udev here to make the /dev/virtio-ports/ link).
 port_dev=""

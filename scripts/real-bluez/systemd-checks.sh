@@ -66,6 +66,8 @@ trap cleanup EXIT
 # the meter side would ask the gateway's agent for its own PIN.
 sed 's/^#Channels = .*/Channels = 1/' /etc/bluetooth/main.conf > /run/rb-main.conf
 mount --bind /run/rb-main.conf /etc/bluetooth/main.conf
+# (trixie ships no /etc/dbus-1/system.d: its packages keep their policies under /usr/share.)
+mkdir -p /etc/dbus-1/system.d
 cat > /etc/dbus-1/system.d/zz-testbed-default-agent.conf <<'EOF'
 <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -76,11 +78,28 @@ cat > /etc/dbus-1/system.d/zz-testbed-default-agent.conf <<'EOF'
 </busconfig>
 EOF
 
-say "install with scripts/install.sh (no Bluetooth controller yet)"
-run "$repo/scripts/install.sh" --binary "$binary" > "$out/install.log" 2>&1
-rc=$?
-tail -n 3 "$out/install.log"
-check "scripts/install.sh --binary installs, enables and starts the unit" "$rc"
+if [[ -n ${RB_DEB:-} ]]; then
+    # The Debian package, as a Raspberry Pi user installs it; its maintainer scripts enable and start
+    # the unit (the root's policy-rc.d, which keeps services down while the cached root is made, goes).
+    say "install with apt install ./$(basename "$RB_DEB") (no Bluetooth controller yet)"
+    rm -f /usr/sbin/policy-rc.d
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$RB_DEB" > "$out/install.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/install.log"
+    check "apt install of the package succeeds" "$rc"
+    systemctl is-enabled --quiet "$unit" || run systemctl enable --now "$unit"
+    check "the package enabled the unit" "$(systemctl is-enabled --quiet "$unit"; echo $?)"
+else
+    say "install with scripts/install.sh (no Bluetooth controller yet)"
+    run "$repo/scripts/install.sh" --binary "$binary" > "$out/install.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/install.log"
+    check "scripts/install.sh --binary installs, enables and starts the unit" "$rc"
+fi
+# From here on the service user runs the installed copy: the binary given may sit in a checkout other
+# users cannot enter (a 0700 mktemp directory, as in CI), and the unit runs the installed one anyway.
+installed="$(systemctl show -p ExecStart --value "$unit" | sed -n 's/.*path=\([^ ;]*\).*/\1/p')"
+[[ -x $installed ]] || installed=/usr/local/bin/glucose-gateway
 
 say "the unit is up: READY=1 reached (Type=notify is active only after it), STATUS= set"
 wait_for 30 systemctl is-active --quiet "$unit"
@@ -172,14 +191,14 @@ write_config
 
 say "pair as the service user with the service stopped (as the README says)"
 run systemctl stop "$unit"
-run as_user "$binary" pair "$meter" --pin "$pin" --timezone Europe/Berlin --wait 30
+run as_user "$installed" pair "$meter" --pin "$pin" --timezone Europe/Berlin --wait 30
 ok=$?; check "glucose-gateway pair (service user, real BlueZ, passkey entry)" "$ok"
 
 say "the daemon under every hardening line downloads, stores and uploads"
 start_at="$(date +%s)"
 run systemctl start "$unit"
 ok=$?; check "systemctl start" "$ok"
-stored() { [[ "$(as_user "$binary" --config "$conf" readings --json 2>/dev/null | grep -c '"sequence"')" -ge 5 ]]; }
+stored() { [[ "$(as_user "$installed" --config "$conf" readings --json 2>/dev/null | grep -c '"sequence"')" -ge 5 ]]; }
 if ! wait_for 45 stored; then
     # btvirt reports an advertisement only when advertising or scanning is switched on; when the
     # daemon's scan missed those moments, registering the meter again switches its advertising on anew.
@@ -189,7 +208,7 @@ if ! wait_for 45 stored; then
     wait_for 60 stored
 fi
 ok=$?; check "the daemon stored all 5 readings of the meter" "$ok"
-run as_user "$binary" --config "$conf" readings
+run as_user "$installed" --config "$conf" readings
 entries() { curl -s "http://127.0.0.1:$ns_control/__entries" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
 uploaded() { [[ "$(entries)" -ge 5 ]]; }
 wait_for 30 uploaded

@@ -48,7 +48,7 @@ for u in getty@tty1.service serial-getty@ttyS0.service console-getty.service sys
          modprobe@loop.service sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount \
          sys-fs-fuse-connections.mount dev-hugepages.mount keyboard-setup.service console-setup.service \
          systemd-journal-flush.service systemd-hwdb-update.service ldconfig.service \
-         systemd-journal-catalog-update.service systemd-update-done.service; do
+         systemd-journal-catalog-update.service systemd-update-done.service tmp.mount; do
     ln -sf /dev/null "$units/$u"
 done
 mkdir -p /etc/systemd/system-generators

@@ -44,6 +44,8 @@ enum SimulateMeterCommand: GatewayCommand {
       --temporary-timeout S   (--standin) seconds before an unpaired, unconnected device expires (30)
       --no-acquire-notify     (--standin) do not offer AcquireNotify on notify characteristics (BlueZ does,
                               and so does the stand-in by default; --acquire-notify is accepted as well)
+      --no-disconnected-signal  (--standin) no Device1.Disconnected signal when a link ends, as BlueZ
+                              5.66 and 5.82 (Raspberry Pi OS bookworm and trixie); 5.83+ sends one
       --adapter hciN          (--bluez) adapter to register on; (--standin) name of the simulated adapter
       --display-passkey       (--bluez) show a kernel-chosen passkey instead of imposing the meter's PIN
       --adapter-address A     (--standin) address of the simulated adapter
@@ -94,7 +96,7 @@ enum SimulateMeterCommand: GatewayCommand {
             "--fail-after", "--notify-delay-ms", "--clock", "--clock-skew", "--clock-utc-offset", "--profile",
         ],
         flags: [
-            "--standin", "--bluez", "--acquire-notify", "--no-acquire-notify", "--display-passkey", "--no-bonding", "--with-context",
+            "--standin", "--bluez", "--acquire-notify", "--no-acquire-notify", "--no-disconnected-signal", "--display-passkey", "--no-bonding", "--with-context",
             "--no-context-characteristic", "--context-before", "--zero-count-as-no-records", "--clock-read-only", "--list-profiles",
         ],
         repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
@@ -124,6 +126,7 @@ enum SimulateMeterCommand: GatewayCommand {
         let adapterAddress = try arguments.option("--adapter-address")
         let offersAcquire = arguments.flag("--acquire-notify")
         let acquireNotify = offersAcquire || !arguments.flag("--no-acquire-notify")
+        let disconnectedSignal = !arguments.flag("--no-disconnected-signal")
         let displayPasskey = arguments.flag("--display-passkey")
         var meters: [MeterDescription] = []
         for path in files { meters.append(try loadMeter(path)) }
@@ -147,6 +150,7 @@ enum SimulateMeterCommand: GatewayCommand {
             options.clock = clock
             options.statePath = statePath
             options.offerAcquireNotify = acquireNotify
+            options.disconnectedSignal = disconnectedSignal
             if let t = temporaryTimeout { options.temporaryTimeout = t }
             if let adapter { options.adapterName = adapter }
             if let a = adapterAddress {

@@ -197,6 +197,22 @@ extension BlueZStandIn {
         }
         devices[address]?.pairTask?.cancel()
         devices[address]?.connectTask?.cancel()
+        if let delay = options.removalAfterDisconnect, devices[address]?.connected == true {
+            // BlueZ 5.82: the reply goes out now; the link, then the object and its bond, go later.
+            let clock = options.clock
+            Task { [weak self] in
+                try? await clock.sleep(seconds: delay)
+                guard let self, !run.isOver else { return }
+                await self.finishRemoval(address)
+            }
+            return
+        }
+        await finishRemoval(address)
+    }
+
+    /// Takes the link down, then removes the device object and forgets its bond.
+    private func finishRemoval(_ address: String) async {
+        guard devices[address]?.exported == true else { return }
         await disconnectLink(address, reason: "org.bluez.Reason.Local")
         await unexportDevice(address)
         devices.removeValue(forKey: address)

@@ -67,7 +67,7 @@ extension BlueZStandIn {
                     throw bluezError("NotSupported", "Operation is not supported")
                 },
             ], properties: deviceProperties(address), writableProperties: ["Trusted", "Alias", "Blocked"],
-            signals: ["Disconnected": "ss"],
+            signals: options.disconnectedSignal ? ["Disconnected": "ss"] : [:],
             setter: { [weak self] name, value, call in
                 guard let self else { return }
                 await self.setDeviceProperty(address, name, value, call)
@@ -268,7 +268,7 @@ extension BlueZStandIn {
         for path in acquired.keys where path.hasPrefix(devicePath(address) + "/") { await releaseAcquired(path) }
         if let m = meters[address] { await m.peripheral.linkDown() }
         if wasResolved { await setDevice(address, ["ServicesResolved": .bool(false)]) }
-        if let c = connection, d.exported {
+        if let c = connection, d.exported, options.disconnectedSignal {
             let message = switch reason {
             case "org.bluez.Reason.Remote": "Connection terminated by remote user"
             case "org.bluez.Reason.Authentication": "Connection terminated due to authentication failure"

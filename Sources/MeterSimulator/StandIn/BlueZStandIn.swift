@@ -23,6 +23,16 @@ public struct StandInOptions: Sendable {
     /// A value goes into the socket the moment the meter sends it, while signals go out through the bus
     /// later, as with bluetoothd.
     public var offerAcquireNotify = true
+    /// Send `Device1.Disconnected(reason, message)` before `Connected=false`, as BlueZ 5.83+ does. BlueZ
+    /// 5.66 (Debian 12) and 5.82 (Debian 13, Raspberry Pi OS trixie) have no such signal: their
+    /// introspection lists none on Device1 (seen in the real-stack bed's bluez-objects.txt), so a link
+    /// ends with `ServicesResolved=false` and `Connected=false` alone and the gateway has no reason to go by.
+    public var disconnectedSignal = true
+    /// Simulated seconds a connected device stays after `Adapter1.RemoveDevice` has replied, or nil to
+    /// remove it before the reply (BlueZ 5.66). BlueZ 5.82 replies at once, disconnects, and removes the
+    /// object, its bond and its key only when the link is down: until then the object still says
+    /// `Paired=true` and a `Connect` still uses the old key (seen in the bond-loss scenario on trixie).
+    public var removalAfterDisconnect: Double?
 
     public init(busAddress: String) {
         self.busAddress = busAddress

@@ -16,6 +16,10 @@ rb_check "the stored readings are untouched (same ids, received times)" cmp -s "
 rb_step "third sync (with ADDRESS)" 0 gw sync "$METER" --wait 20
 gw_check_incremental "the third sync finds nothing new"
 gw_check_readings "still exactly the 5 records after the third sync"
+# bluetoothd's objects and interfaces after a download (connection closed, bond kept), kept with the run's
+# artifacts: BlueZ versions are compared on this file.
+/usr/bin/python3 "$RB_LIBDIR/guest/dump_objects.py" > "$RB_OUT/bluez-objects.txt" 2>&1
+rb_note "bluetoothd $(/usr/libexec/bluetooth/bluetoothd -v): $(grep -c . "$RB_OUT/bluez-objects.txt") interface lines in bluez-objects.txt"
 rb_step "status" 0 gw status --json
 rb_check "status sees bluetoothd and the powered adapter" grep -q '"powered": true' <<< "$RB_OUTPUT"
 rb_done

@@ -9,13 +9,21 @@ useradd --system --no-create-home --shell /usr/sbin/nologin --groups bluetooth g
 install -d -m 0700 -o glucose-gateway -g glucose-gateway /var/lib/glucose-gateway
 chmod 0755 "$GW_DIR"
 # bluetooth.conf with only its root policy: neither the bluetooth group nor everyone may call BlueZ.
-/usr/bin/python3 - /etc/dbus-1/system.d/bluetooth.conf <<'PY'
-import re, sys
-path = sys.argv[1]
-text = open(path).read()
-text = re.sub(r'<policy (group="bluetooth"|context="default")>.*?</policy>', '', text, flags=re.S)
-open(path, "w").write(text)
+# BlueZ 5.66 (bookworm) installs it in /etc/dbus-1/system.d, 5.82 (trixie) in /usr/share/dbus-1/system.d
+# (with a default policy that lets everyone call org.bluez): whichever is there is cut down.
+policies=(/etc/dbus-1/system.d/bluetooth.conf /usr/share/dbus-1/system.d/bluetooth.conf)
+/usr/bin/python3 - "${policies[@]}" <<'PY'
+import os, re, sys
+found = [p for p in sys.argv[1:] if os.path.exists(p)]
+if not found:
+    sys.exit("no bluetooth.conf")
+for path in found:
+    text = open(path).read()
+    text = re.sub(r'<policy (group="bluetooth"|context="default")>.*?</policy>', '', text, flags=re.S)
+    open(path, "w").write(text)
+    print("root-only policy:", path)
 PY
+rb_check "BlueZ's D-Bus policy cut down to root" test $? = 0
 reload() {
     dbus-send --system --print-reply --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig > /dev/null
 }
@@ -24,7 +32,7 @@ gw_wait_meter
 rb_step "scan as glucose-gateway without the gateway's policy" any gw scan --timeout 3
 rb_check "BlueZ refuses the unprivileged user without the policy" test "$RB_RC" != 0
 rb_check "the refusal is the bus policy's" grep -q "AccessDenied\|not allowed\|denied" <<< "$RB_OUTPUT"
-rb_step "install the project's D-Bus policy" 0 install -m 0644 "$RB_REPO/config/glucose-gateway-dbus.conf" /etc/dbus-1/system.d/glucose-gateway.conf
+rb_step "install the project's D-Bus policy" 0 install -D -m 0644 "$RB_REPO/config/glucose-gateway-dbus.conf" /etc/dbus-1/system.d/glucose-gateway.conf
 rb_step "reload the bus policy" 0 reload
 rb_step "scan as glucose-gateway" 0 gw scan --timeout 8 --json
 rb_check "scan lists the meter" grep -q "\"address\": \"$METER\"" <<< "$RB_OUTPUT"

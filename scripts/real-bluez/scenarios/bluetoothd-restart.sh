@@ -1,6 +1,7 @@
 # rb-about: bluetoothd killed (SIGKILL) and restarted while run is up: the daemon recovers and downloads again
 # rb-topology: two VMs: the gateway VM's own bluetoothd is killed; the meter VM's stays up
 # rb-ci: yes
+# rb-releases: bookworm trixie arm64
 # A SIGKILLed bluetoothd leaves its LE discovery running in the kernel: the new bluetoothd's StartDiscovery
 # gets "busy" and answers InProgress without keeping a session, which the gateway must not take for its
 # own session. The meter's new record comes 35 s after it starts: bluetoothd is killed some 13-15 s after

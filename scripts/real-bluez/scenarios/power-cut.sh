@@ -1,6 +1,8 @@
 # rb-about: power cuts: qemu SIGKILLed at random moments of a 1,000-record download and of an upload, the database on an ext4 virtual disk; after each cut the store is intact, keeps all the server holds, the next sync or upload completes, every record exactly once in the store and on the server
 # rb-topology: one VM per boot, no Bluetooth (simulate-meter --standin on a private dbus-daemon); one virtio disk per cut; the Nightscout double on the host, reached over virtio-serial (power-cut-relay.py)
 # rb-ci: yes
+# rb-releases: bookworm trixie arm64
+# rb-needs-bluetooth: no
 # rb-timeout: 1200
 #
 # Environment: RB_POWER_CUTS (default 20; 4 under --ci, RB_CI=1), RB_POWER_CUT_SEED (replays a run: the
@@ -56,7 +58,8 @@ boot() { # NAME MODE [IMAGES...] -- env...
         --qemu-arg -device --qemu-arg virtio-serial-pci \
         --qemu-arg -chardev --qemu-arg "socket,id=ns,path=$job/nightscout.sock" \
         --qemu-arg -device --qemu-arg "virtserialport,chardev=ns,name=rb.nightscout" \
-        --env "GG_BIN=$gg" --env "GG_REPO=$RB_REPO" --env "PC_COUNT=$records" "${envs[@]}"
+        --env "GG_BIN=$gg" --env "GG_REPO=$RB_REPO" --env "PC_COUNT=$records" "${envs[@]}" \
+        $([[ $RB_RELEASE == arm64 ]] && printf -- '--env RB_DEB=%s' "$RB_DEB")
 }
 collect() { # NAME: its check lines into the summary
     local f="$job/$1/results.txt"
