@@ -56,9 +56,15 @@ if [[ -n $trixie_job ]]; then
     wait "$trixie_job" || { echo "making the trixie root failed:"; tail -n 20 "$trixie_log"; }
     trixie_job=""
     set +e
-    (cd SystemTests && "$here/.venv/bin/python" -c 'import gg_deb; print(gg_deb.cross_package("arm64"))')
+    arm64_deb="$(cd SystemTests && "$here/.venv/bin/python" -c 'import gg_deb; print(gg_deb.cross_package("arm64"))')"
     arm64_status=$?
     set -e
+    # The emulated Raspberry Pi of the real-stack bed installs this package (scenarios on release arm64).
+    arm64_deb="${arm64_deb##*$'\n'}"
+    if [[ $arm64_status == 0 && -f $arm64_deb ]]; then
+        echo "$arm64_deb"
+        export RB_DEB="${RB_DEB:-$arm64_deb}"
+    fi
 else
     echo "skipped: building the arm64 package needs root (debootstrap, chroot)"
 fi
