@@ -1,7 +1,7 @@
 // swift-tools-version: 6.0
 //
 // glucose-gateway: a headless Bluetooth LE glucose-meter gateway.
-// Targets depend downward only (see README "Layout"). No outside Swift packages:
+// Targets depend downward only (see docs/layout.md). No outside Swift packages:
 // C libraries come from Debian packages through system-library targets.
 // Oldest Swift: 6.0 for the product (Debian 13's swiftlang 6.0.3 builds it, see scripts/trixie-root.sh);
 // 6.1 for the tests, which use the error that Swift Testing's #expect(throws:) returns from 6.1 on.

@@ -16,7 +16,8 @@ DEB_CACHE = pathlib.Path(os.environ.get("GLUCOSE_GATEWAY_DEB_CACHE", "/var/tmp/g
 CHROOT_CACHE = pathlib.Path(os.environ.get("GLUCOSE_GATEWAY_CHROOT", "/var/tmp/glucose-gateway-chroot"))
 # What the package is made of: a change to any of these builds it again.
 INPUTS = ["Package.swift", "Sources", "config", "udev", "packaging", "scripts/package-deb.sh", "scripts/package-flags.sh",
-          "scripts/install-deps.sh", "scripts/trixie-root.sh", "VERSION", "README.md"]
+          "scripts/install-deps.sh", "scripts/trixie-root.sh", "VERSION", "README.md",
+          *(f"docs/{page}.md" for page in ("install", "configuration", "meters", "uploads", "unattended"))]
 KEEP_PACKAGES = 4
 
 

@@ -1,5 +1,5 @@
 """What the gateway must make of a simulated meter's records, worked out from the meter's own record list
-(the stand-in's control interface `Describe`, a meter file) by the rules the README states, not by the
+(the stand-in's control interface `Describe`, a meter file) by the rules docs/uploads.md states, not by the
 gateway's code: the user-facing time (base time + offset) read in the meter's zone and stored in UTC, less
 the measured clock skew when it exceeds the threshold; the value as recorded; and the reason a reading is
 kept out of the upload. A record the rules here do not cover fails the test loudly instead of being guessed.
@@ -155,7 +155,7 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
             meter_time, time = iso_utc(meter_instant), iso_utc(instant)
         if exclusion is None and analyte == "ketone":
             exclusion = "ketone"
-        # Before every other reason, as the README says: a future HI must not become a note ahead of time.
+        # Before every other reason, as docs/uploads.md says: a future HI must not become a note ahead of time.
         if time is not None and received_at is not None and (instant - received_at).total_seconds() > future_tolerance_s:
             exclusion = "time-in-future"
         # A ForaCare TN'G adds a HI dated 2037 when its memory is full: not a measurement, its own reason
@@ -178,7 +178,7 @@ FORA_MARKER_YEAR = 2037
 
 
 def is_fora_tng(meter):
-    """A ForaCare TN'G as the README's meter table tells it: advertised name "TNG...", and no manufacturer
+    """A ForaCare TN'G as the meter table in docs/meters.md tells it: advertised name "TNG...", and no manufacturer
     string or one starting "Fora"."""
     manufacturer = meter.get("deviceInformation", {}).get("manufacturer")
     return (meter.get("name", "").upper().startswith("TNG")

@@ -1,6 +1,6 @@
 """One key style for every command's --json output: snake_case. The camelCase keys that `meters --json` and
 `readings --json` printed up to 0.1 are still written for one release, after the new ones and with the same
-values (README, "Meter commands in detail"); these tests pin both, so dropping the old keys is a decision."""
+values (README, "Commands"); these tests pin both, so dropping the old keys is a decision."""
 import json
 import re
 

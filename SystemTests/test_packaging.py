@@ -31,6 +31,11 @@ INSTALLED_FILES = {
     "etc/sysusers.d/glucose-gateway.conf": 0o644,
     "etc/glucose-gateway/glucose-gateway.toml": 0o640,
     "usr/local/share/doc/glucose-gateway/README.md": 0o644,
+    "usr/local/share/doc/glucose-gateway/docs/install.md": 0o644,
+    "usr/local/share/doc/glucose-gateway/docs/configuration.md": 0o644,
+    "usr/local/share/doc/glucose-gateway/docs/meters.md": 0o644,
+    "usr/local/share/doc/glucose-gateway/docs/uploads.md": 0o644,
+    "usr/local/share/doc/glucose-gateway/docs/unattended.md": 0o644,
 }
 OWN_DIRECTORIES = {
     "etc/glucose-gateway": 0o750,
@@ -78,6 +83,8 @@ def test_install_then_uninstall_into_a_root(tmp_path):
         "etc/sysusers.d/glucose-gateway.conf": SYSUSERS,
         "etc/glucose-gateway/glucose-gateway.toml": REPO / "config/glucose-gateway.toml",
         "usr/local/share/doc/glucose-gateway/README.md": REPO / "README.md",
+        **{f"usr/local/share/doc/glucose-gateway/docs/{page}.md": REPO / "docs" / f"{page}.md"
+           for page in ("install", "configuration", "meters", "uploads", "unattended")},
     }
     assert set(sources) == set(INSTALLED_FILES)
     for rel, src in sources.items():

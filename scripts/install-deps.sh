@@ -27,7 +27,7 @@ if ! command -v swift >/dev/null 2>&1; then
     if [[ -x /opt/swift/usr/bin/swift ]]; then
         export PATH="/opt/swift/usr/bin:$PATH"
     else
-        echo "error: no Swift toolchain found; install Swift 6 (see README, 'Install on a Raspberry Pi')" >&2
+        echo "error: no Swift toolchain found; install Swift 6 (see docs/install.md)" >&2
         exit 69
     fi
 fi

@@ -68,7 +68,7 @@ if [[ -z "$binary" ]]; then
     if ((live)); then
         "$here/scripts/install-deps.sh"
     fi
-    swift="$(find_swift)" || { echo "install.sh: no Swift toolchain found (see README, 'Install on a Raspberry Pi')" >&2; exit 69; }
+    swift="$(find_swift)" || { echo "install.sh: no Swift toolchain found (see docs/install.md)" >&2; exit 69; }
     say "building the release binary with $swift (this takes a while on a Raspberry Pi)"
     build=("$swift" build -c release --product glucose-gateway --package-path "$here")
     if ((live)) && [[ -n "${SUDO_USER:-}" && "${SUDO_USER}" != root ]]; then
@@ -103,6 +103,9 @@ put 0644 "$here/udev/90-glucose-gateway.rules" /etc/udev/rules.d/90-glucose-gate
 put 0644 "$here/config/glucose-gateway-dbus.conf" /etc/dbus-1/system.d/glucose-gateway.conf
 put 0644 "$here/config/glucose-gateway.sysusers" /etc/sysusers.d/glucose-gateway.conf
 put 0644 "$here/README.md" "$docdir/README.md"
+for page in install configuration meters uploads unattended; do
+    put 0644 "$here/docs/$page.md" "$docdir/docs/$page.md"
+done
 
 # 3. The service user (group glucose-gateway, member of bluetooth).
 if ((live)); then

@@ -200,6 +200,11 @@ gzip -9n < "$work/glucose-gateway.1" > "$root/usr/share/man/man1/glucose-gateway
 python3 "$here/packaging/gen-docs.py" completion "$run_program" > "$root/usr/share/bash-completion/completions/glucose-gateway"
 bash -n "$root/usr/share/bash-completion/completions/glucose-gateway" || die "the generated completion is not valid bash"
 gzip -9n < "$here/README.md" > "$root/usr/share/doc/glucose-gateway/README.md.gz"
+# The pages an installer needs beside the README (the developers' pages stay in the source tree).
+install -d -m 0755 "$root/usr/share/doc/glucose-gateway/docs"
+for page in install configuration meters uploads unattended; do
+    gzip -9n < "$here/docs/$page.md" > "$root/usr/share/doc/glucose-gateway/docs/$page.md.gz"
+done
 install -m 0644 "$here/packaging/deb/copyright" "$root/usr/share/doc/glucose-gateway/copyright"
 install -m 0644 "$here/packaging/deb/lintian-overrides" "$root/usr/share/lintian/overrides/glucose-gateway"
 cat > "$work/src/debian/changelog" <<EOF

@@ -1,7 +1,7 @@
 # Sourced by scripts/package-deb.sh and scripts/bench/sync-vs-peer.sh (and scripts/bench/text-order.sh), so
 # the benchmark measures the gateway exactly as the package builds it. Needs $here (the repository),
 # $build_dir (the scratch path) and the toolchain's clang on PATH; sets package_flags for `swift build`.
-# See README, "How the gateway compares with a Python peer", for what each flag saves.
+# See docs/performance.md, "How the gateway compares with a Python peer", for what each flag saves.
 #   --static-swift-stdlib            the Swift runtime linked in: the package needs no toolchain
 #   --disable-local-rpath            no $ORIGIN search path
 #   -z now                           immediate binding: a fully read-only relocation table

@@ -6,7 +6,7 @@ import Glibc
 
 /// Plain HTTP/1.1 (`http://`, no proxy) over a socket of its own, so that an upload to a server on the
 /// gateway itself or on the local network never maps libcurl and the TLS libraries behind it (about 8 MB
-/// of resident memory and 5 ms of CPU per process, see the README). `https://` and anything this does not
+/// of resident memory and 5 ms of CPU per process, see docs/performance.md). `https://` and anything this does not
 /// parse stays with libcurl (``CurlHTTPClient`` decides).
 ///
 /// What it speaks: one request at a time per connection; `Content-Length`, `chunked` and

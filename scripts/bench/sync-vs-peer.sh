@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The gateway against a bleak-based Python peer, for a 1,000-record sync with upload to the loopback
-# Nightscout double, measured in one run (see README, "How the gateway compares with a Python peer").
+# Nightscout double, measured in one run (see docs/performance.md, "How the gateway compares with a Python peer").
 # Builds the benchmarks and the gateway the way the Debian package builds it (scripts/package-flags.sh:
 # the Swift runtime linked in, immediate binding, packed relative relocations, ...), makes the test virtual environment with bleak if it is missing, then runs
 #   glucose-gateway-bench sync-vs-peer --gateway <that gateway> "$@"

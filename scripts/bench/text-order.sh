@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes packaging/text-order.txt, the order in which the package links the gateway's hot code (see
-# packaging/text-order.py and README, "How the gateway compares with a Python peer"). Builds the gateway
+# packaging/text-order.py and docs/performance.md, "How the gateway compares with a Python peer"). Builds the gateway
 # as the package does (scripts/package-flags.sh, which writes a linker map), then runs it under valgrind's
 # callgrind on a private bus with `simulate-meter --standin` (1,000 records) and the loopback Nightscout
 # double: `pair`, a `sync` with upload, `status` and `--help`. Every function that ran is listed, in its

@@ -37,7 +37,7 @@ enum ReadingsCommand: GatewayCommand {
         let config = try context.loadConfig(forMeterCommand: name)
         var since: UnixMillis?
         if let sinceText {
-            // A wall time without an offset is in the gateway's zone ([gateway] time_zone), as the README
+            // A wall time without an offset is in the gateway's zone ([gateway] time_zone), as `readings --help`
             // says, not in the zone of whoever runs the command (their TZ).
             let zoneName = config.gateway.timeZone ?? MeterTimeZone.systemIdentifier(environment: context.environment)
             let zone = MeterTimeZone(identifier: zoneName, environment: context.environment)
