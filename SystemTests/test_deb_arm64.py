@@ -1,8 +1,9 @@
 """The arm64 Debian package for Raspberry Pi OS / Debian 13 (`scripts/package-deb.sh --arch arm64`):
 cross-compiled on this machine with Debian trixie's own Swift toolchain in the trixie root of
 scripts/trixie-root.sh, then checked here: its control data says arm64 with dependencies computed for
-arm64, its program is an aarch64 ELF with the Swift runtime linked in, lintian reports no error, and
-qemu-aarch64-static runs it (with the root's arm64 C libraries) for --help and a decode.
+arm64, its program is an aarch64 ELF with the Swift runtime linked in, never writable and executable at
+once, with RELRO and immediate binding, lintian reports no error, and qemu-aarch64-static runs it (with
+the root's arm64 C libraries) for --help and a decode.
 
 Building the package and the root needs root (debootstrap, chroot, mounts), as CI runs."""
 import json
@@ -70,11 +71,47 @@ def test_program_is_aarch64_with_the_swift_runtime_linked_in(program):
     assert ".symtab" not in sh("readelf", "-SW", str(program)).stdout   # stripped
 
 
+def load_segments(program):
+    """[(flags, type)] of the program headers, e.g. ("R E", "LOAD"), from readelf -lW."""
+    headers = sh("readelf", "-lW", str(program)).stdout
+    found = re.findall(r"^\s+([A-Z_]+)\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+([RWE ]+?)\s+0x[0-9a-f]+$",
+                       headers, re.M)
+    assert found, headers
+    return [(flags, kind) for kind, flags in found], headers
+
+
+def test_program_is_never_writable_and_executable(program):
+    """W^X for a network-facing daemon: code in a read-and-execute LOAD segment of its own, the read-only
+    data apart from it, and no LOAD segment both writable and executable."""
+    segments, headers = load_segments(program)
+    loads = [flags.replace(" ", "") for flags, kind in segments if kind == "LOAD"]
+    assert not [f for f in loads if "W" in f and "E" in f], headers
+    assert "RE" in loads and "R" in loads and "RW" in loads, headers
+
+
+def test_program_has_relro_with_immediate_binding(program):
+    """The relocated data (the GOT, .data.rel.ro, the conformance records) read-only after start: a
+    GNU_RELRO segment, and immediate binding so that the PLT's GOT entries are covered by it too."""
+    segments, headers = load_segments(program)
+    assert "GNU_RELRO" in [kind for _, kind in segments], headers
+    dynamic = sh("readelf", "-d", str(program)).stdout
+    assert re.search(r"\(FLAGS\)\s+.*\bBIND_NOW\b", dynamic), dynamic
+    assert re.search(r"\(FLAGS_1\)\s+Flags:.*\bNOW\b", dynamic), dynamic
+
+
+def test_libstdcxx_is_linked_in(program):
+    """The runtime's few libstdc++ functions come from its archive: no libstdc++.so.6 to load at start."""
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^]]+)\]", sh("readelf", "-d", str(program)).stdout)
+    assert needed and not [n for n in needed if n.startswith("libstdc++")], needed
+
+
 def test_lintian_reports_no_errors(deb):
     gg_deb.ensure_host_packages("lintian")
     r = sh("lintian", "--display-info", "--pedantic", "--fail-on", "error", str(deb), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not [l for l in r.stdout.splitlines() if l.startswith("E: ")], r.stdout
+    # Its hardening checks agree with the program headers above.
+    assert "hardening-no-relro" not in r.stdout and "hardening-no-bindnow" not in r.stdout, r.stdout
 
 
 def test_help_runs_under_qemu(run_arm64):

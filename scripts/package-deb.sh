@@ -86,14 +86,16 @@ fi
 #    are in scripts/package-flags.sh, which the benchmark builds with too.
 if [[ -z "$binary" ]] && ((cross)); then
     # Cross-compiled with the trixie root's swiftlang (see scripts/trixie-root.sh), linked by its aarch64
-    # gold. Of the amd64 package's link options: a read-only relocation table after start (RELRO with
-    # immediate binding), the program's symbols not exported, and libstdc++ asked for from its archive. (Not yet lld with packed relative relocations: swiftlang
-    # 6.0.3's driver hands lld the x86-64 emulation when it links for aarch64.)
+    # GNU ld, which the root's build gives separate read-only, code and data segments and libstdc++
+    # from its archive. Of the amd64 package's link options: a read-only relocation table after start
+    # (RELRO with immediate binding) and the program's symbols not exported. (Not lld with packed
+    # relative relocations: swiftlang 6.0.3's lld fails an assertion on the root's linker script, and
+    # without it leaves the writable .rodata writable for good.)
     build_dir="${GLUCOSE_GATEWAY_PACKAGE_BUILD:-$here/.build/package-$arch}"
     mkdir -p "$build_dir"
     say "cross-compiling for $arch in the trixie root"
     EXTRA_SWIFT_FLAGS="$(printf '%s\n' -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now \
-        -Xlinker --no-export-dynamic -Xswiftc -Xclang-linker -Xswiftc -static-libstdc++)" \
+        -Xlinker --no-export-dynamic)" \
         "$here/scripts/trixie-root.sh" build "$arch" "$build_dir/glucose-gateway"
     binary="$build_dir/glucose-gateway"
 elif [[ -z "$binary" ]]; then

@@ -130,7 +130,7 @@ build() { # ARCH OUTPUT
     exec 9>&-
     local flags=(-c release --product glucose-gateway --static-swift-stdlib --disable-local-rpath
                  --package-path /src --scratch-path "/build/$arch")
-    local env=()
+    local env=() setup="" relink=""
     case "$arch" in
         amd64) ;;
         arm64)
@@ -141,7 +141,37 @@ build() { # ARCH OUTPUT
             flags+=(--triple aarch64-unknown-linux-gnu --sdk /
                     -Xswiftc -resource-dir -Xswiftc "$arm64_swift/usr/libexec/swift/lib/swift_static"
                     -Xcc -I -Xcc "$arm64_swift/usr/include/aarch64-linux-gnu")
-            env+=(PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig) ;;
+            env+=(PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
+            # Linked by the root's aarch64 GNU ld. This compiler (and the runtime archives built with
+            # it) puts some protocol conformance descriptors in .rodata sections marked writable; ld
+            # gives the output .rodata the union of its inputs' flags, so the code and everything after
+            # it shared one read-write-execute LOAD segment, with no room for a RELRO segment. The
+            # script below sends those writable .rodata inputs to a section after .data.rel.ro,
+            # read-only once the loader has relocated it (their relocations are all relative: nothing
+            # is written there at run time anyway), and -z separate-code gives the code a LOAD segment
+            # of its own, apart from the read-only data. (INSERT keeps ld's own script, and the
+            # inputs are assigned to this section before its .rodata rule sees them.)
+            mkdir -p "$cache/build"
+            printf '%s\n' '/* Made by scripts/trixie-root.sh: .rodata inputs marked writable go with the RELRO data. */' \
+                'SECTIONS' '{' '  .data.rel.ro.rodata : { INPUT_SECTION_FLAGS (SHF_WRITE) *(.rodata .rodata.*) }' '}' \
+                'INSERT AFTER .data.rel.ro;' > "$cache/build/rodata-relro.ld.new"
+            if cmp -s "$cache/build/rodata-relro.ld.new" "$cache/build/rodata-relro.ld"; then
+                rm -f -- "$cache/build/rodata-relro.ld.new"
+            else
+                mv -- "$cache/build/rodata-relro.ld.new" "$cache/build/rodata-relro.ld"
+            fi
+            # libstdc++ linked in: the runtime's link arguments (static-stdlib-args.lnk) name -lstdc++
+            # themselves, so clang's -static-libstdc++ has no effect on them; ld takes the archive
+            # when the first directory with a libstdc++ holds nothing else.
+            setup='mkdir -p /build/static-libstdc++-arm64
+cxx="$(/usr/libexec/swift/bin/clang --target=aarch64-linux-gnu -print-file-name=libstdc++.a)"
+[[ "$cxx" == /* ]] || { echo "trixie-root.sh: no arm64 libstdc++.a in the root" >&2; exit 1; }
+ln -sfn "$cxx" /build/static-libstdc++-arm64/libstdc++.a
+'
+            flags+=(-Xlinker -T -Xlinker /build/rodata-relro.ld -Xlinker -z -Xlinker separate-code
+                    -Xswiftc -Xclang-linker -Xswiftc -L/build/static-libstdc++-arm64)
+            # swift build links again when its link flags change, not when the script's text does.
+            relink=/build/rodata-relro.ld ;;
         *) die "unknown architecture '$arch' (amd64 or arm64)" ;;
     esac
     if [[ -n "${EXTRA_SWIFT_FLAGS:-}" ]]; then
@@ -152,7 +182,9 @@ build() { # ARCH OUTPUT
     say "swift build ${flags[*]}"
     local quoted
     quoted="$(printf '%q ' "${flags[@]}")"
-    in_root "$root" "env ${env[*]} swift build $quoted && cp \"\$(swift build $quoted --show-bin-path)/glucose-gateway\" /build/glucose-gateway-$arch.out"
+    local program="\"\$(swift build $quoted --show-bin-path)/glucose-gateway\""
+    [[ -z "$relink" ]] || setup+="[[ ! $relink -nt $program ]] || rm -f -- $program"$'\n'
+    in_root "$root" "${setup}env ${env[*]} swift build $quoted && cp $program /build/glucose-gateway-$arch.out"
     install -m 0755 "$cache/build/glucose-gateway-$arch.out" "$output"
 }
 
