@@ -217,7 +217,8 @@ glucose-gateway ($version) stable; urgency=medium
  -- $maintainer  $date_rfc
 EOF
 gzip -9n < "$work/src/debian/changelog" > "$root/usr/share/doc/glucose-gateway/changelog.gz"
-chmod 0644 "$root"/usr/share/man/man1/* "$root"/usr/share/bash-completion/completions/* "$root"/usr/share/doc/glucose-gateway/*
+chmod 0644 "$root"/usr/share/man/man1/* "$root"/usr/share/bash-completion/completions/* "$root"/usr/share/doc/glucose-gateway/docs/*
+find "$root"/usr/share/doc/glucose-gateway -maxdepth 1 -type f -exec chmod 0644 {} +
 
 # 5. Control data: dependencies from the binary's NEEDED libraries (dpkg-shlibdeps), the installed size
 #    and the fields from packaging/deb/control (dpkg-gencontrol), the maintainer scripts and conffiles.
