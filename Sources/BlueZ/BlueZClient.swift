@@ -55,8 +55,6 @@ public actor BlueZClient {
 
     public func setAcquiresNotifications(_ on: Bool) { acquiresNotifications = on }
 
-    public func setRemovalTimeout(_ timeout: Duration) { removalTimeout = timeout }
-
     init(connection: DBusConnection, logger: Logger, ownsConnection: Bool) {
         self.connection = connection
         self.logger = logger
