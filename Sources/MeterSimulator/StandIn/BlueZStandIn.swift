@@ -35,8 +35,8 @@ public struct StandInOptions: Sendable {
     public var removalAfterDisconnect: Double?
     /// BlueZ 5.82 after a link that ended in an authentication failure (the meter refused the stored
     /// key): bluetoothd still counts the device's GATT profiles as connected, so `Adapter1.RemoveDevice`
-    /// takes its "connected" path: it replies at once and marks the device temporary, and the object
-    /// with `Paired=true`, its bond and its key stay until the *next* link to it ends (seen in the
+    /// takes its "connected" path: it replies at once (bluetoothd marks the device temporary), and the
+    /// object with `Paired=true`, its bond and its key stay until the *next* link to it ends (seen in the
     /// bond-loss scenario on trixie: `Removing temporary device` only after the next `Connect` was
     /// refused). False removes such a device at once, as BlueZ 5.66 does.
     public var removalWaitsForNextLinkAfterAuthenticationFailure = false
