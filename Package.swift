@@ -53,7 +53,7 @@ let package = Package(
         .testTarget(name: "GlucoseProfileTests", dependencies: ["GlucoseProfile", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Gateway", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SQLiteStore", "TestSupport"], swiftSettings: strict),

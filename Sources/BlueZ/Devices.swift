@@ -193,8 +193,11 @@ extension BlueZClient {
         // again. BlueZ 5.82 replies at once for a connected device and removes it (object, bond and key)
         // only when its link is down: until then the object still says Paired=true, which a caller
         // waiting for the meter would take for a working bond. Wait for the object to go (bounded: the
-        // removal stands either way).
+        // removal stands either way). Not for a device that was not connected: bluetoothd removes it
+        // before replying, except 5.82 after a link the meter ended by refusing the key, which keeps it
+        // until the next link ends; waiting cannot help there (`MeterPairing` connects once instead).
         await caughtUp()
+        guard device.connected else { return true }
         let path = device.path
         _ = try? await wait(timeout: removalTimeout, for: "the removal of \(address)") { objects, _ in
             objects[path] == nil ? true : nil

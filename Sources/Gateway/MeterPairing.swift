@@ -63,6 +63,8 @@ public struct MeterPairing: Sendable {
         }
         if nearby.paired, let known = try? await store.meter(address), known.bondLostAt != nil {
             // The meter lost the bond (state re-pair needed): the key BlueZ keeps is useless; pair anew.
+            // `dropStaleBond` returns only once BlueZ no longer shows the device paired, so the bond is
+            // never taken for a kept one below.
             nearby = try await dropStaleBond(address)
         }
         var keptBond = nearby.paired
@@ -145,14 +147,49 @@ public struct MeterPairing: Sendable {
     }
 
     /// Removes the key BlueZ keeps for a meter that lost the bond, then waits for the meter to be seen
-    /// again (removing the device drops BlueZ's object for it).
+    /// again (removing the device drops BlueZ's object for it). Returns the meter as BlueZ shows it
+    /// without the bond, or throws: a meter still shown paired here would be taken for a kept bond and
+    /// connected with the stale key.
+    ///
+    /// BlueZ 5.82 (Raspberry Pi OS trixie) may not remove the device when asked: after the link that the
+    /// meter ended by refusing the key, bluetoothd still counts the device's profiles as connected, so
+    /// `RemoveDevice` takes its "connected" path (it replies and leaves the removal to the end of the
+    /// link) and the object, `Paired=true` and the key stay until the next link to the meter ends. So
+    /// when the device still says paired, one connection attempt is made: the meter refuses the stale
+    /// key, that link ends and bluetoothd carries out the removal. Each step is bounded (the connection
+    /// by `connectTimeout`, the removal by the radio, the meter by `advertiseTimeout`) and none repeats.
     private func dropStaleBond(_ address: String) async throws(GatewayFailure) -> NearbyMeter {
         logger.notice("\(address) lost its bond with this gateway; removing the stale key and pairing again with the PIN")
+        try await forgetStaleBond(address)
+        let nearby = try await waitAgain(address)
+        guard nearby.paired else { return nearby }
+        logger.notice("\(address): bluetoothd still holds the stale key (it removes it when the next link ends); connecting once so it does")
+        do {
+            let link = try await radio.connect(address: address, timeout: connectTimeout)
+            // The meter took the key after all; the removal asked for still stands (on 5.82 it happens
+            // as this link ends), and the PIN given is checked below like any other.
+            await link.disconnect()
+        } catch {
+            logger.info("\(address): the connection with the stale key failed as expected: \(error.message)")
+        }
+        // Gone already in the usual case (then this returns at once); else asked again, now the link is down.
+        try await forgetStaleBond(address)
+        let again = try await waitAgain(address)
+        guard !again.paired else {
+            throw GatewayFailure(.unavailable, "bluetoothd did not remove the stale bond of \(address); restart bluetoothd (systemctl restart bluetooth), then pair again: glucose-gateway pair \(address) --pin PIN")
+        }
+        return again
+    }
+
+    private func forgetStaleBond(_ address: String) async throws(GatewayFailure) {
         do {
             _ = try await radio.forget(address: address)
         } catch {
             throw Self.failure(error, address: address, step: "removing the stale bond")
         }
+    }
+
+    private func waitAgain(_ address: String) async throws(GatewayFailure) -> NearbyMeter {
         do {
             return try await radio.waitForMeter(address: address, timeout: advertiseTimeout)
         } catch {

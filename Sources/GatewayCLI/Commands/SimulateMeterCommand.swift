@@ -46,6 +46,9 @@ enum SimulateMeterCommand: GatewayCommand {
                               and so does the stand-in by default; --acquire-notify is accepted as well)
       --no-disconnected-signal  (--standin) no Device1.Disconnected signal when a link ends, as BlueZ
                               5.66 and 5.82 (Raspberry Pi OS bookworm and trixie); 5.83+ sends one
+      --deferred-removal      (--standin) after a link the meter ended by refusing the stored key,
+                              RemoveDevice answers but the device, its bond and key stay until its next
+                              link ends, as BlueZ 5.82 (trixie); by default removed at once, as 5.66
       --adapter hciN          (--bluez) adapter to register on; (--standin) name of the simulated adapter
       --display-passkey       (--bluez) show a kernel-chosen passkey instead of imposing the meter's PIN
       --adapter-address A     (--standin) address of the simulated adapter
@@ -96,7 +99,7 @@ enum SimulateMeterCommand: GatewayCommand {
             "--fail-after", "--notify-delay-ms", "--clock", "--clock-skew", "--clock-utc-offset", "--profile",
         ],
         flags: [
-            "--standin", "--bluez", "--acquire-notify", "--no-acquire-notify", "--no-disconnected-signal", "--display-passkey", "--no-bonding", "--with-context",
+            "--standin", "--bluez", "--acquire-notify", "--no-acquire-notify", "--no-disconnected-signal", "--deferred-removal", "--display-passkey", "--no-bonding", "--with-context",
             "--no-context-characteristic", "--context-before", "--zero-count-as-no-records", "--clock-read-only", "--list-profiles",
         ],
         repeatable: ["--meter", "--control-at", "--high-at", "--low-at", "--malformed-at"]
@@ -127,6 +130,7 @@ enum SimulateMeterCommand: GatewayCommand {
         let offersAcquire = arguments.flag("--acquire-notify")
         let acquireNotify = offersAcquire || !arguments.flag("--no-acquire-notify")
         let disconnectedSignal = !arguments.flag("--no-disconnected-signal")
+        let deferredRemoval = arguments.flag("--deferred-removal")
         let displayPasskey = arguments.flag("--display-passkey")
         var meters: [MeterDescription] = []
         for path in files { meters.append(try loadMeter(path)) }
@@ -151,6 +155,7 @@ enum SimulateMeterCommand: GatewayCommand {
             options.statePath = statePath
             options.offerAcquireNotify = acquireNotify
             options.disconnectedSignal = disconnectedSignal
+            options.removalWaitsForNextLinkAfterAuthenticationFailure = deferredRemoval
             if let t = temporaryTimeout { options.temporaryTimeout = t }
             if let adapter { options.adapterName = adapter }
             if let a = adapterAddress {

@@ -197,6 +197,13 @@ extension BlueZStandIn {
         }
         devices[address]?.pairTask?.cancel()
         devices[address]?.connectTask?.cancel()
+        if devices[address]?.profilesLeftConnected == true, devices[address]?.connected != true {
+            // BlueZ 5.82 after an authentication failure: the reply goes out, and the object, its bond
+            // and its key go only when the device's next link ends (`disconnectLink`).
+            logger.info("\(address): removal deferred until its next link ends (its profiles still count as connected)")
+            devices[address]?.removalPending = true
+            return
+        }
         if let delay = options.removalAfterDisconnect, devices[address]?.connected == true {
             // BlueZ 5.82: the reply goes out now; the link, then the object and its bond, go later.
             let clock = options.clock
@@ -211,7 +218,7 @@ extension BlueZStandIn {
     }
 
     /// Takes the link down, then removes the device object and forgets its bond.
-    private func finishRemoval(_ address: String) async {
+    func finishRemoval(_ address: String) async {
         guard devices[address]?.exported == true else { return }
         await disconnectLink(address, reason: "org.bluez.Reason.Local")
         await unexportDevice(address)

@@ -200,6 +200,7 @@ extension BlueZStandIn {
         try run.check()
         guard adapterPresent, devices[address] != nil else { throw bluezError("Failed", "br-connection-canceled") }
         devices[address]?.connected = true
+        devices[address]?.profilesLeftConnected = false
         await peripheral.linkUp()
         // Notify sessions survive a disconnect: the client configuration is written again on connect.
         for s in m.layout.services {
@@ -278,5 +279,12 @@ extension BlueZStandIn {
                                     arguments: [.string(reason), .string(message)])
         }
         await setDevice(address, ["Connected": .bool(false)])
+        if options.removalWaitsForNextLinkAfterAuthenticationFailure, reason == "org.bluez.Reason.Authentication" {
+            devices[address]?.profilesLeftConnected = true
+        }
+        if devices[address]?.removalPending == true {
+            logger.info("\(address): its link ended; carrying out the removal asked for before")
+            await finishRemoval(address)
+        }
     }
 }

@@ -33,6 +33,13 @@ public struct StandInOptions: Sendable {
     /// object, its bond and its key only when the link is down: until then the object still says
     /// `Paired=true` and a `Connect` still uses the old key (seen in the bond-loss scenario on trixie).
     public var removalAfterDisconnect: Double?
+    /// BlueZ 5.82 after a link that ended in an authentication failure (the meter refused the stored
+    /// key): bluetoothd still counts the device's GATT profiles as connected, so `Adapter1.RemoveDevice`
+    /// takes its "connected" path: it replies at once (bluetoothd marks the device temporary), and the
+    /// object with `Paired=true`, its bond and its key stay until the *next* link to it ends (seen in the
+    /// bond-loss scenario on trixie: `Removing temporary device` only after the next `Connect` was
+    /// refused). False removes such a device at once, as BlueZ 5.66 does.
+    public var removalWaitsForNextLinkAfterAuthenticationFailure = false
 
     public init(busAddress: String) {
         self.busAddress = busAddress
@@ -85,6 +92,11 @@ public actor BlueZStandIn {
         var pairAgent: (sender: String, path: String)?
         /// The connection that called `Pair`; bluetoothd cancels the bonding when it leaves the bus.
         var pairCaller: String?
+        /// The last link ended in an authentication failure and bluetoothd still counts the device's
+        /// profiles as connected (`removalWaitsForNextLinkAfterAuthenticationFailure`).
+        var profilesLeftConnected = false
+        /// `RemoveDevice` was answered; the device goes when its next link ends.
+        var removalPending = false
     }
 
     /// A scripted `Connect` outcome (control method `FailConnect`).
