@@ -87,27 +87,7 @@ extension SQLiteStore {
 
     /// Stored readings, ordered by instant (unresolved instants first), then by row id.
     public func readings(_ filter: ReadingFilter = ReadingFilter()) throws -> [StoredReading] {
-        var conditions: [String] = []
-        var values: [SQLiteValue] = []
-        if let meter = filter.meterAddress {
-            conditions.append("meter = ?")
-            values.append(.text(meter))
-        }
-        if let since = filter.since {
-            conditions.append("instant >= ?")
-            values.append(.integer(since))
-        }
-        if let until = filter.until {
-            conditions.append("instant < ?")
-            values.append(.integer(until))
-        }
-        var sql = "SELECT id, \(ReadingColumns.list) FROM reading"
-        if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-        sql += " ORDER BY instant, id"
-        if let limit = filter.limit {
-            sql += " LIMIT ?"
-            values.append(.integer(Int64(max(0, limit))))
-        }
+        let (sql, values) = filter.query("SELECT id, \(ReadingColumns.list) FROM reading", time: "instant")
         return try openConnection().query(sql, values, ReadingColumns.decode)
     }
 
@@ -190,5 +170,34 @@ extension SQLiteStore {
             GatewayEvent(at: row.int64(0), kind: EventKind(rawValue: row.text(1)), meterAddress: row.optionalText(2),
                          code: row.optionalInt(3), message: row.text(4))
         }
+    }
+}
+
+extension ReadingFilter {
+    /// `select` narrowed to this filter: the meter, `time` (the table's time column) from `since` and before
+    /// `until`, ordered by `time` then row id, at most `limit` rows. Every value is bound, never spliced.
+    func query(_ select: String, time: String) -> (sql: String, values: [SQLiteValue]) {
+        var conditions: [String] = []
+        var values: [SQLiteValue] = []
+        if let meterAddress {
+            conditions.append("meter = ?")
+            values.append(.text(meterAddress))
+        }
+        if let since {
+            conditions.append("\(time) >= ?")
+            values.append(.integer(since))
+        }
+        if let until {
+            conditions.append("\(time) < ?")
+            values.append(.integer(until))
+        }
+        var sql = select
+        if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
+        sql += " ORDER BY \(time), id"
+        if let limit {
+            sql += " LIMIT ?"
+            values.append(.integer(Int64(max(0, limit))))
+        }
+        return (sql, values)
     }
 }

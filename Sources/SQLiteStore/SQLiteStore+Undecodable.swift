@@ -34,27 +34,8 @@ extension SQLiteStore {
     /// or after `filter.since` and before `filter.until` (their only time is when they arrived), at most
     /// `filter.limit`.
     public func undecodableValues(_ filter: ReadingFilter = ReadingFilter()) throws -> [StoredUndecodableValue] {
-        var conditions: [String] = []
-        var values: [SQLiteValue] = []
-        if let meter = filter.meterAddress {
-            conditions.append("meter = ?")
-            values.append(.text(meter))
-        }
-        if let since = filter.since {
-            conditions.append("received_at >= ?")
-            values.append(.integer(since))
-        }
-        if let until = filter.until {
-            conditions.append("received_at < ?")
-            values.append(.integer(until))
-        }
-        var sql = "SELECT id, meter, characteristic, raw, reason, received_at FROM undecodable_value"
-        if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-        sql += " ORDER BY received_at, id"
-        if let limit = filter.limit {
-            sql += " LIMIT ?"
-            values.append(.integer(Int64(max(0, limit))))
-        }
+        let (sql, values) = filter.query(
+            "SELECT id, meter, characteristic, raw, reason, received_at FROM undecodable_value", time: "received_at")
         return try openConnection().query(sql, values) { row in
             // The sequence is derived from the bytes again rather than read back, so the two never disagree.
             StoredUndecodableValue(id: row.int64(0), value: UndecodableValue(
