@@ -155,6 +155,13 @@ else
     [[ "$machine" == "$(readelf -h /bin/sh | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print $2}')" ]] \
         || die "$binary is not built for $arch"
 fi
+# W^X and RELRO: the unit's MemoryDenyWriteExecute= kills a program with a segment that is both writable
+# and executable at its start, and such a segment leaves the code writable everywhere else.
+segments="$(readelf -lW "$root/usr/bin/glucose-gateway")"
+if awk '$1 == "LOAD" && $(NF - 1) ~ /W/ && $(NF - 1) ~ /E/ { found = 1 } END { exit !found }' <<<"$segments"; then
+    die "$binary has a segment that is both writable and executable"
+fi
+grep -q GNU_RELRO <<<"$segments" || die "$binary has no read-only relocation segment (RELRO)"
 "$run_program" --help >/dev/null || die "$binary --help failed"
 
 # 3. System files, generated from config/ and udev/ with the package's paths, so changes there (unit
