@@ -144,9 +144,10 @@ for pair in "${run[@]}"; do
     # Debian's arm64 kernel is built without hci_vhci (CONFIG_BT_HCIVHCI is not set; the amd64 one has it
     # as a module): no btvirt controller can exist in such a VM. A two-VM scenario (rb_two_vms) still
     # runs: its meter VM is an x86_64 one and the gateway VM's controller comes over a virtio console as
-    # an H4 UART. Any other scenario that needs Bluetooth is skipped with that reason.
+    # an H4 UART; so does one that asks rb_kernel_has_vhci itself (systemd). Any other scenario that
+    # needs Bluetooth is skipped with that reason.
     if [[ "$(header "$dir/$s.sh" needs-bluetooth)" != no ]] && ! rb_kernel_has_vhci; then
-        if ! grep -q '^rb_two_vms ' "$dir/$s.sh"; then
+        if ! grep -q '^rb_two_vms \|rb_kernel_has_vhci' "$dir/$s.sh"; then
             echo "=== scenario $label: skipped: kernel $RB_KVER has no hci_vhci (CONFIG_BT_HCIVHCI is not set), so no btvirt controller"
             skipped=$((skipped + 1)); summary+=("$(printf '%-30s %-28s %4ss' "$label" "skipped (no hci_vhci)" 0)")
             continue
