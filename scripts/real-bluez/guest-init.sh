@@ -62,7 +62,8 @@ ip link set lo up 2> /dev/null
 # controller that comes over a virtio console (--air uart: a kernel without hci_vhci).
 driver=hci_vhci
 [[ $RB_AIR == uart ]] && driver=hci_uart
-for m in drbg ecdh_generic cmac ecb bluetooth "$driver"; do
+[[ $RB_CONTROLLERS == 0 ]] && driver=""
+for m in drbg ecdh_generic cmac ecb bluetooth $driver; do
     modprobe "$m" || note "modprobe $m failed"
 done
 
@@ -132,7 +133,9 @@ start_btvirt_then_bluetoothd() {
 }
 case "$RB_AIR" in
     "")
-        for try in 1 2 3; do
+        # No controller wanted (--controllers 0: a scenario without radio): bluetoothd alone.
+        ((RB_CONTROLLERS == 0)) && start_bluetoothd
+        ((RB_CONTROLLERS == 0)) || for try in 1 2 3; do
             start_btvirt_then_bluetoothd $RB_BTVIRT
             wait_controllers "$RB_CONTROLLERS" 25 && break
             retry_note "try $try"

@@ -48,7 +48,8 @@
 #                              multiplies by the scenario's RB_SLOW
 #         --bluetoothd-args ARGS  (rb) bluetoothd arguments (default: "-f main-noeatt.conf", EATT off;
 #                              "" for Debian's defaults, EATT on)
-#         --controllers N      (rb) controllers to wait for under bluetoothd (default: 2 local, 1 with --air)
+#         --controllers N      (rb) controllers to wait for under bluetoothd (default: 2 local, 1 with --air; 0: no btvirt,
+#                              for scenarios without radio)
 #         --btmon              (rb) record btmon -w $RB_OUT/btsnoop.log
 #         --env NAME=VALUE     exported to SCRIPT (rb) via DIR/VMNAME.env (repeatable)
 #   rb_wait VMNAME            waits for the VM to end; returns the guest script's exit status (rb mode),

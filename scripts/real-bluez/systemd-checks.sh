@@ -87,8 +87,12 @@ if [[ -n ${RB_DEB:-} ]]; then
     rc=$?
     tail -n 3 "$out/install.log"
     check "apt install of the package succeeds" "$rc"
-    systemctl is-enabled --quiet "$unit" || run systemctl enable --now "$unit"
+    systemctl is-enabled --quiet "$unit" || run systemctl enable "$unit"
     check "the package enabled the unit" "$(systemctl is-enabled --quiet "$unit"; echo $?)"
+    # The package enables the unit but does not start it (its postinst: a meter is paired first, with
+    # the service stopped); the user starts it, as here.
+    check "the package did not start the unit" "$(systemctl is-active --quiet "$unit"; echo $?)" 3
+    run systemctl start "$unit"
 else
     say "install with scripts/install.sh (no Bluetooth controller yet)"
     run "$repo/scripts/install.sh" --binary "$binary" > "$out/install.log" 2>&1
