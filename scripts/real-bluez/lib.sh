@@ -399,7 +399,7 @@ rb_boot() {
         echo "RB_LIBDIR=$(rb__quote "$RB_LIBDIR")"
         echo "RB_KVER=$(rb__quote "$RB_KVER")"
         echo "RB_BTVIRT=$(rb__quote "$btvirt")"
-        echo "RB_AIR=$(rb__quote "$air")"
+        echo "export RB_AIR=$(rb__quote "$air")"
         echo "RB_BLUETOOTHD_ARGS=$(rb__quote "$bdargs")"
         echo "RB_CONTROLLERS=$(rb__quote "$controllers")"
         echo "RB_BTMON=$btmon"
