@@ -197,6 +197,8 @@ if ((n < RB_CONTROLLERS)); then
     finish 125
 fi
 note "CONTROLLERS-READY ($n)"
+# For the other VM of a pair (guest/meter.sh may wait for it: RB_METER_AWAIT_GATEWAY).
+touch "$RB_JOB/ready.$RB_NAME"
 
 if ((${#RB_SCRIPT[@]} == 0)); then
     finish 0

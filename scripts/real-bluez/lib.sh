@@ -552,7 +552,7 @@ rb_two_vms() {
         # controller comes over a virtio console attached as an H4 UART, as a Pi's on-board one is.
         local mbin
         mbin="$(RB_RELEASE="$RB_METER_RELEASE" rb_gateway_bin)" || return 1
-        menvs+=(--env "RB_GATEWAY_BIN=$mbin")
+        menvs+=(--env "RB_GATEWAY_BIN=$mbin" --env RB_METER_AWAIT_GATEWAY=gw)
         mrel=(--release "$RB_METER_RELEASE")
         gair=uart
     fi
