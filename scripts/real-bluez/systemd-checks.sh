@@ -100,6 +100,37 @@ else
     tail -n 3 "$out/install.log"
     check "scripts/install.sh --binary installs, enables and starts the unit" "$rc"
 fi
+# A program image with a segment both writable and executable cannot be mapped under the unit's
+# MemoryDenyWriteExecute=yes (systemd 257 on Linux >= 6.3 sets PR_SET_MDWE, which the kernel applies to
+# the program's own segments at exec): the daemon dies with SIGSEGV before its first instruction.
+installed_bin="$(systemctl show -p ExecStart --value "$unit" | sed -n 's/.*path=\([^ ;]*\).*/\1/p')"
+run python3 - "${installed_bin:-/usr/bin/glucose-gateway}" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read(65536)
+phoff, = struct.unpack_from("<Q", data, 32)
+phentsize, phnum = struct.unpack_from("<HH", data, 54)
+bad = 0
+for i in range(phnum):
+    p_type, p_flags = struct.unpack_from("<II", data, phoff + i * phentsize)
+    if p_type == 1:
+        flags = "R" * bool(p_flags & 4) + "W" * bool(p_flags & 2) + "E" * bool(p_flags & 1)
+        print(f"LOAD {flags}")
+        bad += (p_flags & 3) == 3
+    elif p_type == 0x6474E552:
+        print("GNU_RELRO")
+sys.exit(1 if bad else 0)
+PY
+check "no program segment is both writable and executable (MemoryDenyWriteExecute can map it)" $?
+# RB_SYSTEMD_WITHOUT_MDWE=1 (a diagnosis, never a pass): a drop-in turns MemoryDenyWriteExecute off, so
+# the rest of the hardening is tried on a program image that has such a segment; the unit-property check
+# below then fails, as it should.
+if [[ -n ${RB_SYSTEMD_WITHOUT_MDWE:-} ]]; then
+    say "diagnosis: drop-in MemoryDenyWriteExecute=no (RB_SYSTEMD_WITHOUT_MDWE)"
+    mkdir -p /etc/systemd/system/$unit.d
+    printf '[Service]\nMemoryDenyWriteExecute=no\n' > /etc/systemd/system/$unit.d/rb-without-mdwe.conf
+    systemctl daemon-reload
+    systemctl restart "$unit"
+fi
 # From here on the service user runs the installed copy: the binary given may sit in a checkout other
 # users cannot enter (a 0700 mktemp directory, as in CI), and the unit runs the installed one anyway.
 installed="$(systemctl show -p ExecStart --value "$unit" | sed -n 's/.*path=\([^ ;]*\).*/\1/p')"

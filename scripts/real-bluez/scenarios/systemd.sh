@@ -11,6 +11,8 @@ t0=$SECONDS
 # arm64: the package is installed with apt in the VM instead of scripts/install.sh.
 deb=()
 [[ $RB_RELEASE == arm64 ]] && deb=(--env "RB_DEB=$RB_DEB")
+# A diagnosis (the run then fails its unit-property check): MemoryDenyWriteExecute off by a drop-in.
+[[ -n ${RB_SYSTEMD_WITHOUT_MDWE:-} ]] && deb+=(--env "RB_SYSTEMD_WITHOUT_MDWE=$RB_SYSTEMD_WITHOUT_MDWE")
 # A kernel without hci_vhci (Debian's arm64): the meter is guest/meter.sh in an x86_64 VM running
 # btvirt's server, and this VM's only controller comes over a virtio console attached with btattach.
 air=()
