@@ -18,7 +18,8 @@
 # Exit status: 0 all passed; 1 a scenario failed; 77 skipped: no VM can boot here (the reason is printed).
 # Environment: RB_WORK (cache and job directories, default /var/tmp/glucose-gateway-vm), RB_KERNEL_PKG,
 # RB_ACCEL (kvm|tcg), RB_GATEWAY_BIN (default .build/debug/glucose-gateway), RB_SCENARIO_TIMEOUT (300 s, or
-# the scenario's "# rb-timeout:" line; times 3 on arm64), RB_DEB (arm64: the .deb to install).
+# the scenario's "# rb-timeout:" line; times 3 on arm64), RB_DEB (arm64: the .deb to install),
+# RB_METER_RELEASE (arm64: the x86_64 release of the meter VM, default bookworm; it runs RB_GATEWAY_BIN).
 # Scenarios see RB_CI=1 under --ci (a scenario may then run less) and RB_RELEASE.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
