@@ -21,6 +21,8 @@ export RB_NAME RB_REPO RB_LIBDIR RB_KVER
 # shellcheck source=scripts/real-bluez/guest-tmp.sh
 source "$RB_LIBDIR/guest-tmp.sh"
 rb_private_tmp "$RB_REPO" "$RB_LIBDIR" "${RB_GATEWAY_BIN:-}" "${RB_SCRIPT:-}"
+note() { echo "rb-guest [$(cut -d' ' -f1 /proc/uptime)s]: $*"; }
+mkdir -p "$RB_OUT"
 # arm64: the gateway is the package under test, installed as a user would (apt install ./FILE.deb) on
 # this VM's throw-away overlay; its dependencies wait in the root's apt cache (no network here).
 if [[ -n ${RB_DEB:-} ]]; then
@@ -40,7 +42,6 @@ if [[ -n ${RB_GATEWAY_BIN:-} && -f $RB_GATEWAY_BIN ]]; then
     export RB_GATEWAY_BIN
 fi
 mkdir -p "$RB_OUT"
-note() { echo "rb-guest [$(cut -d' ' -f1 /proc/uptime)s]: $*"; }
 finish() {
     local rc="$1"
     note "RB-EXIT-CODE=$rc"
@@ -57,7 +58,12 @@ note "PID 1 up (kernel $(uname -r))"
 hostname "$RB_NAME"
 ip link set lo up 2> /dev/null
 
-for m in drbg ecdh_generic cmac ecb bluetooth hci_vhci; do
+# The controller's driver: hci_vhci for btvirt's controllers, hci_uart (H4 line discipline) for the
+# controller that comes over a virtio console (--air uart: a kernel without hci_vhci).
+driver=hci_vhci
+[[ $RB_AIR == uart ]] && driver=hci_uart
+[[ $RB_CONTROLLERS == 0 ]] && driver=""
+for m in drbg ecdh_generic cmac ecb bluetooth $driver; do
     modprobe "$m" || note "modprobe $m failed"
 done
 
@@ -127,7 +133,9 @@ start_btvirt_then_bluetoothd() {
 }
 case "$RB_AIR" in
     "")
-        for try in 1 2 3; do
+        # No controller wanted (--controllers 0: a scenario without radio): bluetoothd alone.
+        ((RB_CONTROLLERS == 0)) && start_bluetoothd
+        ((RB_CONTROLLERS == 0)) || for try in 1 2 3; do
             start_btvirt_then_bluetoothd $RB_BTVIRT
             wait_controllers "$RB_CONTROLLERS" 25 && break
             retry_note "try $try"
@@ -148,6 +156,24 @@ case "$RB_AIR" in
         # The other VM creates its controller only now: its commands have somebody to answer them.
         sleep 0.5
         touch "$RB_JOB/air.up" ;;
+    uart)
+        deadline=$((SECONDS + 180 * ${RB_SLOW:-1}))
+        while [[ ! -f $RB_JOB/air.up ]] && ((SECONDS < deadline)); do sleep 0.2; done
+        [[ -f $RB_JOB/air.up ]] || note "the server VM never brought up the air"
+        # The virtio console rb.air is a tty, hvc0 (the VM's only virtio console; the kernel's console is
+        # the board's UART): btattach puts the HCI line discipline (hci_uart, H4) on it, and the kernel
+        # registers the controller whose other end is a btdev of the meter VM's btvirt. No flow control:
+        # virtio's queues are lossless.
+        tty=/dev/hvc0
+        note "controller over $tty (btattach -P h4)"
+        for try in 1 2 3; do
+            fail_base="$(timeouts)"
+            btattach -B "$tty" -P h4 -N >> "$RB_OUT/btattach.log" 2>&1 &
+            echo $! > /run/rb/btattach.pid
+            wait_controllers 1 $((25 * ${RB_SLOW:-1})) && break
+            retry_note "try $try"
+            kill "$(cat /run/rb/btattach.pid)"; sleep 1
+        done ;;
     client)
         deadline=$((SECONDS + 180))
         while [[ ! -f $RB_JOB/air.up ]] && ((SECONDS < deadline)); do sleep 0.2; done
@@ -171,6 +197,8 @@ if ((n < RB_CONTROLLERS)); then
     finish 125
 fi
 note "CONTROLLERS-READY ($n)"
+# For the other VM of a pair (guest/meter.sh may wait for it: RB_METER_AWAIT_GATEWAY).
+touch "$RB_JOB/ready.$RB_NAME"
 
 if ((${#RB_SCRIPT[@]} == 0)); then
     finish 0

@@ -58,8 +58,9 @@ rb_await() {
     rb_note "timed out waiting for flag $1"
     return 1
 }
+# Waits for the gateway VM to end; the limit multiplies by RB_SLOW (an emulated arm64 gateway VM).
 rb_guest_wait_gateway_done() {
-    local deadline=$((SECONDS + ${1:-240}))
+    local deadline=$((SECONDS + ${1:-240} * ${RB_SLOW:-1}))
     while ((SECONDS < deadline)); do [[ -f $RB_JOB/gateway.done ]] && return 0; sleep 0.3; done
     return 1
 }

@@ -36,13 +36,20 @@
 #         --mem MiB            memory (default 1024)   --smp N  vCPUs (default 2, 1 each when two VMs run)
 #         --timeout S          hard limit for the VM's life (default 300); qemu is killed after it
 #         --btvirt ARGS        (rb) btvirt arguments, default "-L -l2": two LE controllers in this VM
-#         --air server|client  (two VMs) joins this VM's controllers to one btvirt "air" over virtio-serial:
-#                              "server" runs btvirt -s -L -l1 (its own controller plus the air), "client"
-#                              gets one controller whose other end is a btdev of the server's btvirt.
-#                              Needs the same --job DIR on both; boot the server first.
+#         --air server|client|uart  (two VMs) joins this VM's controllers to one btvirt "air" over
+#                              virtio-serial: "server" runs btvirt -s -L -l1 (its own controller plus the
+#                              air), "client" gets one controller whose other end is a btdev of the
+#                              server's btvirt (through /dev/vhci); "uart" the same controller through a
+#                              virtio console (/dev/hvc0) attached with btattach as an H4 UART (hci_uart),
+#                              for kernels without hci_vhci. Needs the same --job DIR on both; boot the
+#                              server first.
+#         --release R          boot this VM with release R's kernel and root instead of RB_RELEASE's
+#                              (the arm64 gateway VM's meter is an x86_64 VM); its time limit still
+#                              multiplies by the scenario's RB_SLOW
 #         --bluetoothd-args ARGS  (rb) bluetoothd arguments (default: "-f main-noeatt.conf", EATT off;
 #                              "" for Debian's defaults, EATT on)
-#         --controllers N      (rb) controllers to wait for under bluetoothd (default: 2 local, 1 with --air)
+#         --controllers N      (rb) controllers to wait for under bluetoothd (default: 2 local, 1 with --air; 0: no btvirt,
+#                              for scenarios without radio)
 #         --btmon              (rb) record btmon -w $RB_OUT/btsnoop.log
 #         --env NAME=VALUE     exported to SCRIPT (rb) via DIR/VMNAME.env (repeatable)
 #   rb_wait VMNAME            waits for the VM to end; returns the guest script's exit status (rb mode),
@@ -282,7 +289,8 @@ rb_boot() {
     local name="$1"; shift
     local job="" init=rb mem=1024 smp="" timeout=300 btvirt="-L -l2" air="" bdargs="-f $RB_LIBDIR/main-noeatt.conf" controllers="" btmon=0
     local -a qargs=() iargs=() envs=() script=()
-    local cmdline=""
+    local cmdline="" release=""
+    local -a all=("$@")
     while (($#)); do
         case "$1" in
             --job) job="$2"; shift 2 ;;
@@ -295,6 +303,7 @@ rb_boot() {
             --timeout) timeout="$2"; shift 2 ;;
             --btvirt) btvirt="$2"; shift 2 ;;
             --air) air="$2"; shift 2 ;;
+            --release) release="$2"; shift 2 ;;
             --bluetoothd-args) bdargs="$2"; shift 2 ;;
             --controllers) controllers="$2"; shift 2 ;;
             --btmon) btmon=1; shift ;;
@@ -304,6 +313,17 @@ rb_boot() {
         esac
     done
     [[ -n $job && -d $job ]] || { rb_log "rb_boot $name: --job DIR (existing) is required"; return 64; }
+    if [[ -n $release && $release != "$RB_RELEASE" ]]; then
+        local -a rest=()
+        local i
+        for ((i = 0; i < ${#all[@]}; i++)); do
+            [[ ${all[i]} == -- ]] && { rest+=("${all[@]:i}"); break; }
+            [[ ${all[i]} == --release ]] && { i=$((i + 1)); continue; }
+            rest+=("${all[i]}")
+        done
+        rb_with_release "$release" rb_boot "$name" "${rest[@]}"
+        return
+    fi
     rb_prepare || return $?
     mkdir -p "$job/$name"
     rm -f "$job/$name.rc"
@@ -322,10 +342,13 @@ rb_boot() {
     case "$air" in
         "") ;;
         server) q+=(-chardev "socket,id=air,path=$job/air.sock,server=on,wait=off") ;;
-        client) q+=(-chardev "socket,id=air,path=$job/air.sock,reconnect=1") ;;
-        *) rb_log "rb_boot: --air server|client"; return 64 ;;
+        client|uart) q+=(-chardev "socket,id=air,path=$job/air.sock,reconnect=1") ;;
+        *) rb_log "rb_boot: --air server|client|uart"; return 64 ;;
     esac
-    [[ -n $air ]] && q+=(-device virtio-serial-pci -device "virtserialport,chardev=air,name=rb.air")
+    # A virtconsole port is a tty (/dev/hvcN) that btattach can put the HCI line discipline on; a
+    # virtserialport is a plain character device.
+    [[ -n $air && $air != uart ]] && q+=(-device virtio-serial-pci -device "virtserialport,chardev=air,name=rb.air")
+    [[ $air == uart ]] && q+=(-device virtio-serial-pci -device "virtconsole,chardev=air,name=rb.air")
     # A release root other than the host's: the host's root as well (read-only), from which the initramfs
     # binds the tree under test, the gateway binary's directory, /opt/swift and the kernel's modules.
     : > "$job/$name.binds"
@@ -345,10 +368,11 @@ rb_boot() {
         echo "RB_LIBDIR=$(rb__quote "$RB_LIBDIR")"
         echo "RB_KVER=$(rb__quote "$RB_KVER")"
         echo "RB_BTVIRT=$(rb__quote "$btvirt")"
-        echo "RB_AIR=$(rb__quote "$air")"
+        echo "export RB_AIR=$(rb__quote "$air")"
         echo "RB_BLUETOOTHD_ARGS=$(rb__quote "$bdargs")"
         echo "RB_CONTROLLERS=$(rb__quote "$controllers")"
         echo "RB_BTMON=$btmon"
+        echo "export RB_SLOW=$RB_SLOW"
         local e
         for e in "${envs[@]}"; do echo "export ${e%%=*}=$(rb__quote "${e#*=}")"; done
         printf 'RB_SCRIPT=('; for e in "${script[@]}"; do printf '%s ' "$(rb__quote "$e")"; done; echo ')'
@@ -457,10 +481,21 @@ rb_gateway_bin() {
     echo "$bin"
 }
 
+# The release of the meter VM when the scenario's kernel has no hci_vhci (arm64): an x86_64 one.
+RB_METER_RELEASE="${RB_METER_RELEASE:-bookworm}"
+
+# Whether the current release's kernel has hci_vhci (btvirt's controllers need it). Debian's arm64
+# kernel is built without it (CONFIG_BT_HCIVHCI is not set).
+rb_kernel_has_vhci() {
+    grep -q '^CONFIG_BT_HCIVHCI=[ym]' "$RB_KDIR/boot/config-$RB_KVER" 2> /dev/null
+}
+
 # rb_two_vms METER_SCRIPT GATEWAY_SCRIPT [--meter-opt OPT]... [--gateway-opt OPT]... [--env N=V]...
 # The meter VM ("meter", btvirt server, one controller) and the gateway VM ("gw", its controller a btdev
 # of the meter's btvirt over virtio-serial), 1 vCPU each, each with its own kernel, dbus-daemon and
-# bluetoothd. Both scripts get the same job directory ($RB_JOB) to exchange files; the meter script
+# bluetoothd (on a kernel without hci_vhci, arm64: the meter VM is an x86_64 VM of RB_METER_RELEASE,
+# default bookworm, and the gateway VM's controller is attached over a virtio console with btattach).
+# Both scripts get the same job directory ($RB_JOB) to exchange files; the meter script
 # should end when $RB_JOB/gateway.done appears (rb_guest_wait_gateway_done in guest-lib.sh), which is
 # written as soon as the gateway VM has ended. Prints both VMs' step lines; returns 0 when both scripts
 # exited 0, else the gateway's status (or the meter's when only it failed).
@@ -476,15 +511,28 @@ rb_two_vms() {
         esac
     done
     local gg
-    gg="$(rb_gateway_bin 2> /dev/null)" && envs+=(--env "RB_GATEWAY_BIN=$gg")
-    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] && envs+=(--env "RB_DEB=$RB_DEB")
+    local -a menvs=("${envs[@]}") genvs=("${envs[@]}") mrel=() gair=client
+    gg="$(rb_gateway_bin 2> /dev/null)" && genvs+=(--env "RB_GATEWAY_BIN=$gg")
+    if rb_kernel_has_vhci; then
+        [[ -n $gg ]] && menvs+=(--env "RB_GATEWAY_BIN=$gg")
+    else
+        # No hci_vhci in this kernel (Debian's arm64): the meter VM is an x86_64 one (btvirt's server
+        # needs /dev/vhci for its own controller) running this tree's simulator, and the gateway VM's
+        # controller comes over a virtio console attached as an H4 UART, as a Pi's on-board one is.
+        local mbin
+        mbin="$(RB_RELEASE="$RB_METER_RELEASE" rb_gateway_bin)" || return 1
+        menvs+=(--env "RB_GATEWAY_BIN=$mbin" --env RB_METER_AWAIT_GATEWAY=gw)
+        mrel=(--release "$RB_METER_RELEASE")
+        gair=uart
+    fi
+    [[ $RB_RELEASE == arm64 && -n ${RB_DEB:-} ]] && genvs+=(--env "RB_DEB=$RB_DEB")
     local job
     job="$(rb_job_dir "${RB_SCENARIO:-two}")"
     RB_LAST_JOB="$job"
     local t0=$SECONDS
-    rb_boot meter --job "$job" --smp 1 --air server --timeout "${RB_VM_TIMEOUT:-300}" "${envs[@]}" "${mopts[@]}" \
-        -- "$mscript" || return $?
-    rb_boot gw --job "$job" --smp 1 --air client --timeout "${RB_VM_TIMEOUT:-300}" "${envs[@]}" "${gopts[@]}" \
+    rb_boot meter --job "$job" "${mrel[@]}" --smp 1 --air server --timeout "${RB_VM_TIMEOUT:-300}" "${menvs[@]}" \
+        "${mopts[@]}" -- "$mscript" || return $?
+    rb_boot gw --job "$job" --smp 1 --air "$gair" --timeout "${RB_VM_TIMEOUT:-300}" "${genvs[@]}" "${gopts[@]}" \
         -- "$gscript" || return $?
     rb_follow meter
     rb_follow gw

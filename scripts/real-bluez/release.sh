@@ -235,3 +235,34 @@ rb_release_deb_depends() {
         rb_log "apt --download-only failed: $(tail -n 2 "$RB_ROOT.deb-deps.log")"; return 1; }
     touch "$RB_ROOT.deb-$sum"
 }
+
+# What the user asked for (RB_ACCEL before any preparation chose one): a VM of another release picks
+# its own accelerator unless the user fixed it.
+RB_ACCEL_ASKED="${RB_ACCEL_ASKED-${RB_ACCEL:-}}"
+export RB_ACCEL_ASKED
+
+# rb_with_release R CMD [ARGS...]: runs CMD (in this shell) with release R prepared and selected, then
+# puts the current release back. RB_SLOW stays the current one: a VM of R lives as long as the scenario
+# it serves (the x86_64 meter VM of an arm64 gateway VM).
+rb_with_release() {
+    local r="$1"; shift
+    local v status=0
+    local -a vars=(RB_RELEASE RB_ROOT RB_ARCH RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD RB_ACCEL RB_PREPARED RB_SLOW)
+    local -A saved=()
+    for v in "${vars[@]}"; do saved[$v]="${!v-}"; done
+    local -a candidates=("${RB_KERNEL_CANDIDATES[@]}")
+    unset RB_ROOT RB_KVER RB_KDIR RB_VMLINUZ RB_INITRD RB_PREPARED
+    RB_RELEASE="$r" RB_ACCEL="$RB_ACCEL_ASKED"
+    [[ -z $RB_ACCEL ]] && unset RB_ACCEL
+    if rb_prepare > "$RB_WORK/.prepare-$r.log" 2>&1; then
+        RB_SLOW="${saved[RB_SLOW]}"
+        "$@" || status=$?
+    else
+        status=$?
+        rb_log "release $r cannot be prepared: $(tail -n 2 "$RB_WORK/.prepare-$r.log")"
+    fi
+    for v in "${vars[@]}"; do printf -v "$v" '%s' "${saved[$v]}"; done
+    RB_KERNEL_CANDIDATES=("${candidates[@]}")
+    export "${vars[@]}"
+    return "$status"
+}

@@ -1,8 +1,9 @@
-# Gateway VM of the sync scenario: every record exactly once with exact values and times, then a second
-# sync (the documented `sync --wait SECONDS` form, no ADDRESS) that is incremental.
+# Gateway VM of the sync scenario: a wrong PIN refused, the right one bonds; every record exactly once
+# with exact values and times, then a second sync (the documented `sync --wait SECONDS` form, no
+# ADDRESS) that is incremental.
 source "$RB_LIBDIR/guest/gw-lib.sh"
 gw_wait_meter
-gw_pair "pair" 123456 0
+gw_pair_wrong_then_right
 rb_step "sync (--verbose)" 0 gw --verbose sync "$METER" --wait 20
 rb_expect_eq "sync reports every record as new" "$METER: 5 new readings" "$(grep -a "^$METER:" <<< "$RB_OUTPUT")"
 # bluetoothd offers AcquireNotify on the characteristics that notify: the records came through its socket.

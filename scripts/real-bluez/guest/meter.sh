@@ -13,6 +13,14 @@ meter.update(json.loads(sys.argv[3]))
 print(json.dumps(meter))
 PY
 rb_note "meter file: $(cat /tmp/meter.json)"
+# A meter's timed events (new records, advertising bursts) count from the simulator's start: when the
+# gateway VM boots much later than this one (emulated arm64, installing the package first), the
+# simulator starts once the gateway VM's controller is up, as it would with two VMs of one speed.
+if [[ -n ${RB_METER_AWAIT_GATEWAY:-} ]]; then
+    deadline=$((SECONDS + 300 * ${RB_SLOW:-1}))
+    while [[ ! -f $RB_JOB/ready.$RB_METER_AWAIT_GATEWAY ]] && ((SECONDS < deadline)); do sleep 0.3; done
+    rb_note "the gateway VM's controller is up"
+fi
 "$RB_GATEWAY_BIN" simulate-meter --bluez --adapter hci0 --meter /tmp/meter.json > "$RB_OUT/simulator.log" 2>&1 &
 sim=$!
 deadline=$((SECONDS + 40))

@@ -1,4 +1,4 @@
-# rb-about: sync downloads every record exactly once (exact values, times); a second sync is incremental (0 new, nothing re-stored)
+# rb-about: a wrong PIN is refused and the right one bonds; sync downloads every record exactly once (exact values, times); a second sync is incremental (0 new, nothing re-stored)
 # rb-topology: two VMs: own kernel + bluetoothd each (a meter and a gateway as in the field)
 # rb-ci: yes
 # rb-releases: bookworm trixie arm64
