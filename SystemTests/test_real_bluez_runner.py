@@ -43,7 +43,7 @@ def test_a_failed_scenarios_failing_lines_are_repeated_after_the_summary(tmp_pat
     (tmp_path / "real-bluez" / "scenarios").mkdir(parents=True)
     (tmp_path / "test-real-bluez.sh").write_text(RUNNER.read_text())
     (tmp_path / "real-bluez" / "lib.sh").write_text(
-        "RB_SKIP=77\nrb_gateway_bin() { echo /bin/true; }\nrb_prepare() { return 0; }\n")
+        "RB_SKIP=77\nrb_gateway_bin() { echo /bin/true; }\nrb_prepare() { return 0; }\nrb_kernel_has_vhci() { return 0; }\n")
     scenarios = tmp_path / "real-bluez" / "scenarios"
     (scenarios / "good.sh").write_text("# rb-about: passes\n# rb-ci: yes\necho '[vm] RB-CHECK fine: ok'\n")
     (scenarios / "bad.sh").write_text(

@@ -93,6 +93,13 @@ done
 source "$here/real-bluez/lib.sh"
 # Every scenario runs the gateway binary of this tree (or RB_GATEWAY_BIN): without one, each would boot its
 # VMs only to fail on "command not found", so say it once and stop before any VM starts.
+# An amd64 release runs this tree's binary (the x86_64 meter VM of an arm64 pair does too: that is
+# checked per scenario, since some arm64 scenarios need no meter VM).
+for pair in "${run[@]}"; do
+    [[ ${pair#*@} == arm64 ]] && continue
+    RB_RELEASE=bookworm rb_gateway_bin > /dev/null || exit 2
+    break
+done
 # Prepares RELEASE (kernel, root, initramfs) once; 0, or RB_SKIP / 1 with the reason printed.
 declare -A prepared=()
 prepare_release() {
