@@ -176,7 +176,7 @@ for pair in "${run[@]}"; do
     t0=$SECONDS
     # A scenario may ask for a longer limit with "# rb-timeout: SECONDS"; RB_SCENARIO_TIMEOUT wins.
     limit="${RB_SCENARIO_TIMEOUT:-$(header "$dir/$s.sh" timeout)}"
-    limit=$(( ${limit:-300} * RB_SLOW ))
+    limit=$(( ${limit:-300} * ${RB_SLOW:-1} ))
     RB_SCENARIO="$s" RB_CI="$ci" RB_RELEASE="$r" timeout --kill-after=10 "$limit" bash "$dir/$s.sh" \
         > >(echo "$BASHPID" > "$transcript.tee"; exec tee "$transcript") 2>&1 &
     child=$!
