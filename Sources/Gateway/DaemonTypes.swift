@@ -95,12 +95,8 @@ public struct DaemonSettings: Sendable, Equatable {
 
     /// From the configuration file.
     public init(config: GatewayConfig, destinations: [DestinationName]) {
-        var options = DownloadOptions(inactivityTimeout: .seconds(config.gateway.downloadIdleTimeoutSeconds))
-        options.clinical = ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
-                                            clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
-                                            futureToleranceSeconds: config.gateway.futureToleranceSeconds)
-        options.setMeterClock = config.gateway.setMeterClock
-        self.init(adapter: config.gateway.adapter, scanMode: config.gateway.scanMode, download: options, destinations: destinations)
+        let meters = config.gateway.meters
+        self.init(adapter: meters.adapter, scanMode: meters.scanMode, download: meters.downloadOptions, destinations: destinations)
     }
 }
 

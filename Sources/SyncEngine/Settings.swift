@@ -1,16 +1,32 @@
 import GatewayCore
 
-/// A credential read from the config. Its description never shows the value, so it cannot leak into a
-/// log line, `status` or an error message by interpolation.
-public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
+/// A credential read from the config (Nightscout API secret or token, FHIR bearer token, MQTT password,
+/// heartbeat URL). Its text is reachable only through `value`; printing, interpolating, dumping or
+/// mirroring it shows `<redacted>`, so it cannot leak into a log line, `status` or an error message.
+public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     public let value: String
-    public init(_ value: String) { self.value = value }
+    /// Where it came from: `file` is the secret file's path, nil when written inline in the config.
+    public let file: String?
+
+    public init(_ value: String) {
+        self.init(value, file: nil)
+    }
+
+    public init(_ value: String, file: String?) {
+        self.value = value
+        self.file = file
+    }
+
     public var description: String { "<redacted>" }
     public var debugDescription: String { "<redacted>" }
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
+
+    /// `(set)` or `(set, from FILE)`: what status output may say about a secret.
+    public var summary: String { file.map { "(set, from \($0))" } ?? "(set)" }
 }
 
-/// The `[network]` section: recovery behaviour shared by every destination. The config layer fills it
-/// and validates against the ranges below; `validate()` repeats the checks for other callers.
+/// Recovery behaviour shared by every destination, from `[network]` (`NetworkSection`, which checks the
+/// ranges below).
 public struct RecoverySettings: Sendable, Equatable {
     /// `retry_count`: extra attempts within one upload session for transient or ambiguous outcomes.
     public static let retryCountRange: ClosedRange<Int> = 0...10
@@ -20,8 +36,6 @@ public struct RecoverySettings: Sendable, Equatable {
     public static let defaultNetworkTimeoutMs = 3000
     public static let defaultRecoveryMode = true
     public static let defaultErrorBypass = false
-    /// Config keys of the `[network]` section, for the parser's unknown-key check.
-    public static let keys = ["retry_count", "network_timeout_ms", "health_check_url", "recovery_mode", "error_bypass", "on_network_error"]
 
     public var retryCount: Int
     public var networkTimeoutMs: Int
@@ -52,19 +66,6 @@ public struct RecoverySettings: Sendable, Equatable {
     }
 
     /// One message per problem, naming the key.
-    public func validate() -> [String] {
-        var problems: [String] = []
-        if !Self.retryCountRange.contains(retryCount) {
-            problems.append("retry_count must be in \(Self.retryCountRange.lowerBound)..\(Self.retryCountRange.upperBound), got \(retryCount)")
-        }
-        if !Self.networkTimeoutRange.contains(networkTimeoutMs) {
-            problems.append("network_timeout_ms must be in \(Self.networkTimeoutRange.lowerBound)..\(Self.networkTimeoutRange.upperBound), got \(networkTimeoutMs)")
-        }
-        if let url = healthCheckURL, !HTTPURL.isValid(url) {
-            problems.append("health_check_url must be an http:// or https:// URL")
-        }
-        return problems
-    }
 }
 
 /// `[nightscout] units`: the unit of `glucose` in BG Check treatments (entries are always mg/dL).
@@ -73,12 +74,8 @@ public enum NightscoutUnits: String, Sendable, Equatable, CaseIterable {
     case mmol = "mmol"
 }
 
-/// The `[nightscout]` section.
+/// A Nightscout destination as the uploader runs it (from `NightscoutSection`).
 public struct NightscoutSettings: Sendable, Equatable {
-    public static let keys = ["url", "api_secret", "api_secret_file", "token", "ca_file", "enabled", "api", "treatments", "units",
-                              "out_of_range_notes"]
-    /// Nightscout refuses API secrets shorter than this.
-    public static let minimumSecretLength = 12
     /// Site root, e.g. `https://example.org` (a path prefix is kept).
     public var url: String
     /// The API secret itself; the header carries its SHA-1 hex digest.
@@ -110,16 +107,6 @@ public struct NightscoutSettings: Sendable, Equatable {
     /// Something goes to `/api/v1/treatments`: its own destination, with its own outbox rows.
     public var sendsTreatments: Bool { treatments || outOfRangeNotes }
 
-    public func validate() -> [String] {
-        var problems: [String] = []
-        if !HTTPURL.isValid(url) { problems.append("url must be an http:// or https:// URL") }
-        if apiSecret == nil && token == nil { problems.append("api_secret, api_secret_file or token is required") }
-        if api == .v3 && token == nil { problems.append("api = \"v3\" needs an access token (token or token_file)") }
-        if let s = apiSecret, s.value.count < Self.minimumSecretLength {
-            problems.append("api_secret must be at least \(Self.minimumSecretLength) characters")
-        }
-        return problems
-    }
 
     /// The value of the `api-secret` header: SHA-1 hex of the secret, else the token as is.
     var authHeader: String? {
@@ -128,9 +115,8 @@ public struct NightscoutSettings: Sendable, Equatable {
     }
 }
 
-/// The `[fhir]` section.
+/// A FHIR destination as the uploader runs it (from `FHIRSection`).
 public struct FHIRSettings: Sendable, Equatable {
-    public static let keys = ["base_url", "subject", "token", "token_file", "ca_file", "enabled"]
     /// FHIR base, e.g. `https://fhir.example.org/fhir`.
     public var baseURL: String
     /// Reference to the patient, e.g. `Patient/123`.
@@ -146,15 +132,6 @@ public struct FHIRSettings: Sendable, Equatable {
         self.caFile = caFile
     }
 
-    public func validate() -> [String] {
-        var problems: [String] = []
-        if !HTTPURL.isValid(baseURL) { problems.append("base_url must be an http:// or https:// URL") }
-        let parts = subject.split(separator: "/", omittingEmptySubsequences: false)
-        if parts.count != 2 || parts[0].isEmpty || parts[1].isEmpty {
-            problems.append("subject must be a reference such as Patient/123")
-        }
-        return problems
-    }
 }
 
 /// Everything the uploader needs from the config.
@@ -203,22 +180,9 @@ public struct UploadSettings: Sendable, Equatable {
             + (fhir != nil ? [.fhir] : []) + (mqtt != nil ? [.mqtt] : [])
     }
 
-    public func validate() -> [String] {
-        recovery.validate().map { "[network] " + $0 }
-            + (nightscout?.validate() ?? []).map { "[nightscout] " + $0 }
-            + (fhir?.validate() ?? []).map { "[fhir] " + $0 }
-    }
 }
 
 enum HTTPURL {
-    static func isValid(_ text: String) -> Bool {
-        let lower = text.lowercased()
-        guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else { return false }
-        let rest = lower.drop(while: { $0 != "/" }).dropFirst(2)
-        guard let host = rest.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first, !host.isEmpty else { return false }
-        return !text.contains(where: { $0 == " " || $0 == "\n" || $0 == "\r" })
-    }
-
     /// `base` + `path`, with exactly one slash between them.
     static func join(_ base: String, _ path: String) -> String {
         var b = base

@@ -4,7 +4,8 @@ import Testing
 
 @testable import GatewayCLI
 
-/// The config as the upload engine sees it.
+/// The config as the upload engine sees it: `GatewayConfig.upload`, the enabled destinations of the
+/// sections the sync engine read.
 @Suite struct ConfigMappingTests {
     static func config(_ text: String) -> GatewayConfig {
         let (config, problems) = ConfigLoader.evaluate(bytes: Array(text.utf8), path: "/nonexistent-dir/gw.toml")
@@ -13,12 +14,11 @@ import Testing
     }
 
     @Test func defaultsHaveNoDestinationAndDefaultRecovery() {
-        let settings = GatewayConfig().uploadSettings
+        let settings = GatewayConfig().upload
         #expect(settings.nightscout == nil)
         #expect(settings.fhir == nil)
         #expect(settings.recovery == RecoverySettings())
         #expect(settings.destinations.isEmpty)
-        #expect(settings.validate().isEmpty)
     }
 
     @Test func everyUploadKeyIsCarriedOver() {
@@ -38,7 +38,7 @@ import Testing
         recovery_mode = false
         error_bypass = true
         on_network_error = ["/bin/echo", "it's down", "plain"]
-        """).uploadSettings
+        """).upload
         #expect(settings.nightscout == SyncEngine.NightscoutSettings(url: "https://ns.example", apiSecret: SyncEngine.Secret("0123456789abcdef")))
         #expect(settings.fhir == SyncEngine.FHIRSettings(baseURL: "https://fhir.example/r4", subject: "Patient/42", token: SyncEngine.Secret("tok")))
         #expect(settings.recovery == RecoverySettings(
@@ -46,7 +46,6 @@ import Testing
             recoveryMode: false, errorBypass: true, onNetworkError: "/bin/echo 'it'\\''s down' plain"
         ))
         #expect(settings.destinations == [.nightscout, .fhir])
-        #expect(settings.validate().isEmpty)
     }
 
     @Test func tokenAndDisabledDestinations() {
@@ -57,11 +56,11 @@ import Testing
         [fhir]
         base_url = "https://fhir.example/r4"
         subject = "Patient/42"
-        """).uploadSettings
+        """).upload
         #expect(settings.nightscout?.token == SyncEngine.Secret("reader-abc"))
         #expect(settings.nightscout?.apiSecret == nil)
         #expect(settings.fhir == nil)  // [fhir] defaults to disabled
-        let off = Self.config("[nightscout]\nenabled = false\nurl = \"https://ns.example\"\n").uploadSettings
+        let off = Self.config("[nightscout]\nenabled = false\nurl = \"https://ns.example\"\n").upload
         #expect(off.nightscout == nil)
     }
 

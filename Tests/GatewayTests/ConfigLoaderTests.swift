@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import SyncEngine
 import Testing
 import TestSupport
 
@@ -26,7 +27,7 @@ import TestSupport
         """, mode: 0o644)
         let loaded = try ConfigLoader.load(path: config)
         #expect(loaded.path == config)
-        #expect(loaded.nightscout.credential == .apiSecret(ConfigSecret("0123456789abcdef", file: dir.path + "/ns.secret")))
+        #expect(loaded.nightscout.credential == .apiSecret(Secret("0123456789abcdef", file: dir.path + "/ns.secret")))
         #expect(loaded.fhir.bearerToken?.value == "bearer-xyz")
         #expect(loaded.summaryLines().contains("api_secret: (set, from \(dir.path)/ns.secret)"))
         #expect(!loaded.summaryLines().joined().contains("0123456789abcdef"))
@@ -146,7 +147,7 @@ import TestSupport
             return
         }
         let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        for (section, keys) in ConfigBuilder.schema {
+        for (section, keys) in ConfigLoader.schema {
             guard let header = lines.firstIndex(of: "[\(section)]") else {
                 Issue.record("[\(section)] missing from the example")
                 continue

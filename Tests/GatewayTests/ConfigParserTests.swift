@@ -1,4 +1,5 @@
 import GatewayCore
+import SyncEngine
 import Testing
 import TestSupport
 
@@ -78,7 +79,7 @@ import TestSupport
         #expect(config.gateway.scanMode == .profile)
         #expect(config.nightscout.enabled)
         #expect(config.nightscout.url == "https://night.example.org:8443/base")
-        #expect(config.nightscout.credential == .apiSecret(ConfigSecret("a \"quoted\" \\ secret")))
+        #expect(config.nightscout.credential == .apiSecret(Secret("a \"quoted\" \\ secret")))
         #expect(config.fhir.enabled)
         #expect(config.fhir.baseURL == "http://[::1]:8080/fhir")
         #expect(config.fhir.subject == "Patient/abc-123.x")
@@ -109,7 +110,7 @@ import TestSupport
         let on = Self.evaluate("[nightscout]\nurl = \"https://ns.example\"\ntoken = \"t0k3n\"\n")
         #expect(on.problems == [])
         #expect(on.config.nightscout.enabled)
-        #expect(on.config.nightscout.credential == .token(ConfigSecret("t0k3n")))
+        #expect(on.config.nightscout.credential == .token(Secret("t0k3n")))
         let off = Self.evaluate("[nightscout]\nenabled = false\n")
         #expect(off.problems == [])
         #expect(!off.config.nightscout.enabled)

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import SyncEngine
 import Testing
 import TestSupport
 
@@ -28,7 +29,7 @@ import TestSupport
         #expect(config.mqtt.host == "broker.example")
         #expect(config.mqtt.port == 8884)
         #expect(config.mqtt.username == "gw")
-        #expect(config.mqtt.password == ConfigSecret("broker-pass-4711", file: dir.path + "/mqtt.password"))
+        #expect(config.mqtt.password == Secret("broker-pass-4711", file: dir.path + "/mqtt.password"))
         #expect(config.mqtt.topicPrefix == "home/glucose")
         #expect(!config.mqtt.discovery)
         #expect(config.hasDestination)

@@ -109,14 +109,29 @@ struct BuilderTests {
         #expect(!UploadSettings().allDestinationsLocal)
     }
 
+    /// The problems a section's reader reports for `entries` (one a line from line 2).
+    static func problems<T>(_ name: String, _ entries: [(String, ConfigValue)], _ read: (inout ConfigSection) -> T) -> [String] {
+        var section = ConfigSection(name: name, baseDirectory: "/", entries: entries.enumerated().map {
+            ConfigEntry(section: name, key: $0.element.0, value: $0.element.1, line: $0.offset + 2)
+        })
+        _ = read(&section)
+        return section.problems.map(\.message)
+    }
+
+    /// The sections check their values once, as they read them; the settings the uploader runs with are
+    /// made from what passed.
     @Test func settingsValidation() {
-        #expect(RecoverySettings().validate().isEmpty)
-        #expect(RecoverySettings(retryCount: 11).validate().count == 1)
-        #expect(RecoverySettings(networkTimeoutMs: 99).validate().count == 1)
-        #expect(RecoverySettings(networkTimeoutMs: 10_001, healthCheckURL: "ftp://x").validate().count == 2)
-        let ns = NightscoutSettings(url: "https://ns.example.org", apiSecret: Secret("short"))
-        #expect(ns.validate() == ["api_secret must be at least 12 characters"])
-        #expect(FHIRSettings(baseURL: "https://f.example.org/fhir", subject: "p1").validate().count == 1)
+        let network = { (s: inout ConfigSection) in NetworkSection(section: &s, uploadURLs: []) }
+        #expect(Self.problems("network", [], network).isEmpty)
+        #expect(NetworkSection().recovery == RecoverySettings())
+        #expect(Self.problems("network", [("retry_count", .integer(11))], network) == ["network.retry_count: out of range 0..10"])
+        #expect(Self.problems("network", [("network_timeout_ms", .integer(99))], network).count == 1)
+        #expect(Self.problems("network", [("network_timeout_ms", .integer(10_001)), ("health_check_url", .string("ftp://x"))], network).count == 2)
+        #expect(Self.problems("nightscout", [("url", .string("https://ns.example.org")), ("api_secret", .string("short"))],
+                              { NightscoutSection(section: &$0) })
+                == ["nightscout.api_secret: Nightscout API secrets are at least 12 characters long"])
+        #expect(Self.problems("fhir", [("enabled", .boolean(true)), ("base_url", .string("https://f.example.org/fhir")), ("subject", .string("p1"))],
+                              { FHIRSection(section: &$0) }).count == 1)
         // A secret never shows in text built from the settings.
         let secret = Secret("correct-horse-battery")
         #expect(!"\(secret) \(String(describing: NightscoutSettings(url: "https://x.org", apiSecret: secret)))".contains("horse"))

@@ -70,8 +70,7 @@ enum RunCommand: GatewayCommand {
         let config = try context.loadConfig()
         let logger = context.logger.with(label: "gateway")
 
-        let upload = config.uploadSettings
-        if let problem = upload.validate().first { throw GatewayFailure(.config, problem) }
+        let upload = config.upload
         let attempt = try await UploadLock.withLock(database: config.gateway.database) { () async throws -> ExitStatus in
             try await serve(config: config, upload: upload, context: context, logger: logger, signals: signals, quietAfter: quietAfter,
                             connectTimeout: connectTimeout, healthInterval: healthInterval, uploadClock: uploadClock)
@@ -202,8 +201,7 @@ enum RunCommand: GatewayCommand {
                     logger.notice("SIGHUP: reloading \(config.path ?? "the configuration")")
                     do {
                         let fresh = try ConfigLoader.load(explicitPath: context.configPath, requireFile: false)
-                        let freshUpload = fresh.uploadSettings
-                        if let problem = freshUpload.validate().first { throw GatewayFailure(.config, problem) }
+                        let freshUpload = fresh.upload
                         if fresh.gateway.database != config.gateway.database {
                             logger.warning("a new database path takes effect at the next start; keeping \(config.gateway.database)")
                         }

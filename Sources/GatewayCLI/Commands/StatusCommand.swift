@@ -110,7 +110,7 @@ enum StoreStatusReader {
             throw GatewayFailure(.failure, MeterCommandSupport.pathProblem(error) ?? error.description)
         }
         var status = StoreStatus(database: path, exists: access(path, F_OK) == 0)
-        let enabled = config.uploadSettings.destinations
+        let enabled = config.upload.destinations
         guard status.exists else {
             status.destinations = enabled.map { DestinationStatusLine(name: $0, enabled: true, counts: OutboxCounts()) }
             return status

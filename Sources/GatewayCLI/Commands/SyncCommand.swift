@@ -74,14 +74,7 @@ enum SyncCommand: GatewayCommand {
             StandardStream.writeError("glucose-gateway sync: \(TerminalText.escaped(error.message))\n")
             return .unavailable
         }
-        let options = DownloadOptions(
-            inactivityTimeout: .seconds(config.gateway.downloadIdleTimeoutSeconds),
-            clinical: ClinicalSettings(clockSkewCorrection: config.gateway.clockSkewCorrection,
-                                       clockSkewThresholdSeconds: config.gateway.clockSkewThresholdSeconds,
-                                       futureToleranceSeconds: config.gateway.futureToleranceSeconds),
-            setMeterClock: config.gateway.setMeterClock
-        )
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: options, logger: logger),
+        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: config.gateway.meters.downloadOptions, logger: logger),
                              lockDatabase: config.gateway.database)
         var reachable = 0
         var incomplete = false

@@ -8,12 +8,12 @@ enum SyncUpload {
     /// The body builders of the enabled destinations, so that downloaded readings are queued for upload
     /// in the transaction that stores them.
     static func builders(_ config: GatewayConfig) -> [any OutboxBodyBuilder] {
-        config.uploadSettings.bodyBuilders
+        config.upload.bodyBuilders
     }
 
     /// Uploads what is pending, one line per destination; the exit status of the upload part.
     static func run(config: GatewayConfig, store: SQLiteStore, logger: Logger, wait: Duration = .seconds(30)) async -> ExitStatus {
-        let settings = config.uploadSettings
+        let settings = config.upload
         guard !settings.destinations.isEmpty else { return .ok }
         let attempt = await UploadLock.withLock(database: config.gateway.database) { () async -> ExitStatus in
             let logger = logger.with(label: "upload")

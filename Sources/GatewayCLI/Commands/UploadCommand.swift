@@ -29,8 +29,7 @@ enum UploadCommand: GatewayCommand {
         let wait = try arguments.secondsOption("--wait", max: 86_400) ?? 30
         try arguments.finish()
         let config = try context.loadConfig()
-        let settings = config.uploadSettings
-        if let problem = settings.validate().first { throw GatewayFailure(.config, problem) }
+        let settings = config.upload
         guard !settings.destinations.isEmpty else {
             throw GatewayFailure(.config, "no upload destination is configured ([nightscout] url or [fhir] base_url)")
         }

@@ -1,5 +1,3 @@
-import GatewayCore
-
 /// The config file's syntax: a small subset of TOML.
 ///
 /// - `[section]` headers (bare names only; no dotted tables, no arrays of tables),
@@ -34,13 +32,13 @@ public struct ConfigProblem: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// A value as written in the file, before the schema gives it a meaning.
-enum ConfigValue: Sendable, Equatable {
+public enum ConfigValue: Sendable, Equatable {
     case string(String)
     case integer(Int)
     case boolean(Bool)
     case array([String])
 
-    var typeName: String {
+    public var typeName: String {
         switch self {
         case .string: "a string"
         case .integer: "an integer"
@@ -51,28 +49,35 @@ enum ConfigValue: Sendable, Equatable {
 }
 
 /// `key = value` on `line`, inside `section`.
-struct ConfigEntry: Sendable, Equatable {
-    var section: String
-    var key: String
-    var value: ConfigValue
-    var line: Int
+public struct ConfigEntry: Sendable, Equatable {
+    public var section: String
+    public var key: String
+    public var value: ConfigValue
+    public var line: Int
+
+    public init(section: String, key: String, value: ConfigValue, line: Int) {
+        self.section = section
+        self.key = key
+        self.value = value
+        self.line = line
+    }
 }
 
 /// A `[section]` header and where it is.
-struct ConfigSectionHeader: Sendable, Equatable {
-    var name: String
-    var line: Int
+public struct ConfigSectionHeader: Sendable, Equatable {
+    public var name: String
+    public var line: Int
 }
 
 /// What the parser read: headers and entries in file order, plus the lines it could not read.
-struct ConfigDocument: Sendable {
-    var headers: [ConfigSectionHeader] = []
-    var entries: [ConfigEntry] = []
-    var problems: [ConfigProblem] = []
+public struct ConfigDocument: Sendable {
+    public var headers: [ConfigSectionHeader] = []
+    public var entries: [ConfigEntry] = []
+    public var problems: [ConfigProblem] = []
 }
 
 /// Parses the TOML subset. Never traps on any input.
-struct ConfigParser {
+public struct ConfigParser {
     private struct SyntaxError: Error {
         var line: Int
         var message: String
@@ -92,7 +97,7 @@ struct ConfigParser {
         self.knownKeys = knownKeys
     }
 
-    static func parse(_ bytes: [UInt8], knownKeys: Set<String> = []) -> ConfigDocument {
+    public static func parse(_ bytes: [UInt8], knownKeys: Set<String> = []) -> ConfigDocument {
         var parser = ConfigParser(bytes: bytes, knownKeys: knownKeys)
         parser.run()
         return parser.document
@@ -401,13 +406,13 @@ struct ConfigParser {
     }
 
     /// Control characters (from escapes in values) shown as '?', so a message stays one line.
-    static func oneLine(_ text: String) -> String {
+    public static func oneLine(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else { return text }
         return String(String.UnicodeScalarView(text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
     }
 
     /// Keeps messages one short line even for garbage input.
-    static func clip(_ text: String, limit: Int = 40) -> String {
+    public static func clip(_ text: String, limit: Int = 40) -> String {
         var out = ""
         for ch in text.prefix(limit) {
             if let a = ch.asciiValue, a < 0x20 || a == 0x7F { out += "?" } else { out.append(ch) }

@@ -3,18 +3,17 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import GatewayCore
 
 /// The few file-system calls the config loader needs, over the C library (no Foundation); files are read
 /// with `FileContents`.
-enum ConfigFiles {
-    struct Info {
-        var mode: UInt32
-        var isRegular: Bool
-        var isDirectory: Bool
+public enum ConfigFiles {
+    public struct Info: Sendable {
+        public var mode: UInt32
+        public var isRegular: Bool
+        public var isDirectory: Bool
     }
 
-    static func info(_ path: String) -> Info? {
+    public static func info(_ path: String) -> Info? {
         var st = stat()
         guard stat(path, &st) == 0 else { return nil }
         let type = UInt32(st.st_mode) & UInt32(S_IFMT)
@@ -22,9 +21,9 @@ enum ConfigFiles {
     }
 
     /// Why a path cannot be looked up, to follow "the file ".
-    struct LookUpError: Error {
-        var code: Int32
-        var text: String {
+    public struct LookUpError: Error {
+        public var code: Int32
+        public var text: String {
             switch code {
             case ENOENT: "does not exist"
             case ELOOP: "is a symbolic link loop"
@@ -36,7 +35,7 @@ enum ConfigFiles {
     }
 
     /// `info`, or why there is none.
-    static func lookUp(_ path: String) -> Result<Info, LookUpError> {
+    public static func lookUp(_ path: String) -> Result<Info, LookUpError> {
         if let found = info(path) { return .success(found) }
         return .failure(LookUpError(code: errno))
     }
@@ -45,7 +44,7 @@ enum ConfigFiles {
     /// existing path that is not a regular file (a device such as /dev/null, a FIFO, a directory, /proc)
     /// would be replaced by a regular file, or the rename fails. Nil when the path is free, a regular file or
     /// a symbolic link outside /proc and /sys.
-    static func replaceableProblem(_ path: String) -> String? {
+    public static func replaceableProblem(_ path: String) -> String? {
         var st = stat()
         if lstat(path, &st) != 0 {
             return errno == ENOENT ? nil : "cannot be looked up (\(FileContents.errorText(errno)))"
@@ -64,27 +63,27 @@ enum ConfigFiles {
         return nil
     }
 
-    static func exists(_ path: String) -> Bool { info(path) != nil }
+    public static func exists(_ path: String) -> Bool { info(path) != nil }
 
-    static func isExecutable(_ path: String) -> Bool {
+    public static func isExecutable(_ path: String) -> Bool {
         guard let i = info(path), i.isRegular else { return false }
         return access(path, X_OK) == 0
     }
 
-    static func octal(_ mode: UInt32) -> String {
+    public static func octal(_ mode: UInt32) -> String {
         let s = String(mode, radix: 8)
         return String(repeating: "0", count: max(0, 4 - s.count)) + s
     }
 
     /// The directory part of a path ("." when there is none).
-    static func directory(of path: String) -> String {
+    public static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])
     }
 
     /// `path` when absolute, else joined to `base`.
-    static func resolve(_ path: String, relativeTo base: String) -> String {
+    public static func resolve(_ path: String, relativeTo base: String) -> String {
         if path.hasPrefix("/") { return path }
         if base == "." { return path }
         return base.hasSuffix("/") ? base + path : base + "/" + path
