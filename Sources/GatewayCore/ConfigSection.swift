@@ -98,10 +98,9 @@ public struct ConfigSection: Sendable {
     public let baseDirectory: String
     public private(set) var problems: [ConfigProblem] = []
 
-    public init(name: String, baseDirectory: String, entries: [ConfigEntry] = []) {
+    init(name: String, baseDirectory: String) {
         self.name = name
         self.baseDirectory = baseDirectory
-        for entry in entries where self.entries[entry.key] == nil { self.entries[entry.key] = entry }
     }
 
     public func has(_ key: String) -> Bool { entries[key] != nil }

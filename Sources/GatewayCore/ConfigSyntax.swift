@@ -54,13 +54,6 @@ public struct ConfigEntry: Sendable, Equatable {
     public var key: String
     public var value: ConfigValue
     public var line: Int
-
-    public init(section: String, key: String, value: ConfigValue, line: Int) {
-        self.section = section
-        self.key = key
-        self.value = value
-        self.line = line
-    }
 }
 
 /// A `[section]` header and where it is.

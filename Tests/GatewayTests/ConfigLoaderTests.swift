@@ -168,6 +168,33 @@ import TestSupport
         }
     }
 
+    /// Each key is read by one owner: the owners' key lists make the schema and never overlap.
+    @Test func everyKeyHasOneOwner() {
+        for (section, keys) in ConfigLoader.schema {
+            #expect(Set(keys).count == keys.count, "a key of [\(section)] is listed twice")
+        }
+        #expect(ConfigLoader.schema.map(\.section) == ["gateway", "nightscout", "fhir", "mqtt", "network"])
+    }
+
+    /// The download options come from the meter-side keys, the same for `sync` and the daemon.
+    @Test func downloadOptionsCarryEveryMeterKey() throws {
+        let (config, problems) = ConfigLoader.evaluate(bytes: Array("""
+        [gateway]
+        clock_skew_correction = false
+        clock_skew_threshold_s = 300
+        future_tolerance_s = 60
+        download_idle_timeout_s = 45
+        set_meter_clock = true
+        """.utf8), path: "/nonexistent-dir/gw.toml")
+        #expect(problems == [])
+        let options = config.gateway.meters.downloadOptions
+        #expect(options.inactivityTimeout == .seconds(45))
+        #expect(options.clinical == ClinicalSettings(clockSkewCorrection: false, clockSkewThresholdSeconds: 300, futureToleranceSeconds: 60))
+        #expect(options.setMeterClock)
+        #expect(DaemonSettings(config: config, destinations: []).download == options)
+        #expect(GatewayConfig().gateway.meters.downloadOptions == DownloadOptions())
+    }
+
     static func repositoryRoot(_ file: String = #filePath) -> String {
         // .../Tests/GatewayTests/ConfigLoaderTests.swift -> ...
         var path = file

@@ -109,11 +109,10 @@ struct BuilderTests {
         #expect(!UploadSettings().allDestinationsLocal)
     }
 
-    /// The problems a section's reader reports for `entries` (one a line from line 2).
-    static func problems<T>(_ name: String, _ entries: [(String, ConfigValue)], _ read: (inout ConfigSection) -> T) -> [String] {
-        var section = ConfigSection(name: name, baseDirectory: "/", entries: entries.enumerated().map {
-            ConfigEntry(section: name, key: $0.element.0, value: $0.element.1, line: $0.offset + 2)
-        })
+    /// The problems a section's reader reports for `body` written under its `[name]` header.
+    static func problems<T>(_ name: String, _ body: String, _ read: (inout ConfigSection) -> T) -> [String] {
+        let document = ConfigParser.parse(Array("[\(name)]\n\(body)".utf8))
+        var section = ConfigSections(document: document, schema: [(name, document.entries.map(\.key))], baseDirectory: "/").section(name)
         _ = read(&section)
         return section.problems.map(\.message)
     }
@@ -122,15 +121,15 @@ struct BuilderTests {
     /// made from what passed.
     @Test func settingsValidation() {
         let network = { (s: inout ConfigSection) in NetworkSection(section: &s, uploadURLs: []) }
-        #expect(Self.problems("network", [], network).isEmpty)
+        #expect(Self.problems("network", "", network).isEmpty)
         #expect(NetworkSection().recovery == RecoverySettings())
-        #expect(Self.problems("network", [("retry_count", .integer(11))], network) == ["network.retry_count: out of range 0..10"])
-        #expect(Self.problems("network", [("network_timeout_ms", .integer(99))], network).count == 1)
-        #expect(Self.problems("network", [("network_timeout_ms", .integer(10_001)), ("health_check_url", .string("ftp://x"))], network).count == 2)
-        #expect(Self.problems("nightscout", [("url", .string("https://ns.example.org")), ("api_secret", .string("short"))],
+        #expect(Self.problems("network", "retry_count = 11", network) == ["network.retry_count: out of range 0..10"])
+        #expect(Self.problems("network", "network_timeout_ms = 99", network).count == 1)
+        #expect(Self.problems("network", "network_timeout_ms = 10001\nhealth_check_url = \"ftp://x\"", network).count == 2)
+        #expect(Self.problems("nightscout", "url = \"https://ns.example.org\"\napi_secret = \"short\"",
                               { NightscoutSection(section: &$0) })
                 == ["nightscout.api_secret: Nightscout API secrets are at least 12 characters long"])
-        #expect(Self.problems("fhir", [("enabled", .boolean(true)), ("base_url", .string("https://f.example.org/fhir")), ("subject", .string("p1"))],
+        #expect(Self.problems("fhir", "enabled = true\nbase_url = \"https://f.example.org/fhir\"\nsubject = \"p1\"",
                               { FHIRSection(section: &$0) }).count == 1)
         // A secret never shows in text built from the settings.
         let secret = Secret("correct-horse-battery")

@@ -283,8 +283,7 @@ struct NightscoutV3Tests {
     @Test func v3NeedsAnAccessToken() {
         var settings = NightscoutSettings(url: "https://ns.example", apiSecret: Secret("correct-horse-battery"))
         settings.api = .v3
-        #expect(BuilderTests.problems("nightscout", [("url", .string("https://ns.example")), ("api_secret", .string("correct-horse-battery")),
-                                                     ("api", .string("v3"))], { NightscoutSection(section: &$0) })
+        #expect(BuilderTests.problems("nightscout", "url = \"https://ns.example\"\napi_secret = \"correct-horse-battery\"\napi = \"v3\"", { NightscoutSection(section: &$0) })
                 == [#"nightscout.api = "v3" takes an access token (token or token_file), not api_secret"#])
         #expect(NightscoutV3Destination(settings: settings, http: ScriptedHTTPClient { _ in .failure(.cancelled) }) == nil)
     }
