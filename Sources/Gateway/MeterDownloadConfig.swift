@@ -27,7 +27,7 @@ public struct MeterDownloadConfig: Sendable, Equatable {
     /// Readings more than this far ahead of the gateway's clock at download are kept as `time-in-future`.
     public var futureToleranceSeconds: Int = ClinicalSettings().futureToleranceSeconds
     /// A download with no data for this long is abandoned (and retried on the next connection).
-    public var downloadIdleTimeoutSeconds: Int = 30
+    public var downloadIdleTimeoutSeconds: Int = Int(DownloadOptions().inactivityTimeout.components.seconds)
     public var scanMode: ScanMode = .discovery
 
     public init() {}
