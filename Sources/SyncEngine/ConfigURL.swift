@@ -33,15 +33,21 @@ public enum ConfigURL {
         if authority.contains("@") {
             return .failure(URLProblem(message: "URL must not carry a user name or password (use the secret keys)"))
         }
-        let hostPort: (host: Substring, port: Int?)
-        switch splitAuthority(Substring(authority)) {
-        case .success(let parts): hostPort = parts
-        case .failure(let problem): return .failure(problem)
-        }
-        if let problem = hostProblem(hostPort.host) { return .failure(problem) }
+        if case .failure(let problem) = reachableHost(Substring(authority)) { return .failure(problem) }
         var path = rest.dropFirst(authority.count)
         while path.hasSuffix("/") { path = path.dropLast() }
         return .success(scheme + "://" + authority.lowercased() + path)
+    }
+
+    /// Host and port of an authority whose host can be reached as written (see `hostProblem`).
+    static func reachableHost(_ authority: Substring) -> Result<(host: Substring, port: Int?), URLProblem> {
+        let parts: (host: Substring, port: Int?)
+        switch splitAuthority(authority) {
+        case .success(let p): parts = p
+        case .failure(let problem): return .failure(problem)
+        }
+        if let problem = hostProblem(parts.host) { return .failure(problem) }
+        return .success(parts)
     }
 
     /// Host and port of an authority (`host`, `host:port`, `[v6]`, `[v6]:port`). A port is 1 to 5 ASCII
@@ -165,11 +171,10 @@ public enum ConfigURL {
             return .failure(URLProblem(message: "URL must not carry a path, query or fragment (topics go in topic_prefix)"))
         }
         let parts: (host: Substring, port: Int?)
-        switch splitAuthority(Substring(authority)) {
+        switch reachableHost(Substring(authority)) {
         case .success(let p): parts = p
         case .failure(let problem): return .failure(problem)
         }
-        if let problem = hostProblem(parts.host) { return .failure(problem) }
         var host = String(parts.host).lowercased()
         if host.hasPrefix("[") { host = String(host.dropFirst().dropLast()) }
         return .success((tls, host, parts.port ?? (tls ? 8883 : 1883)))
