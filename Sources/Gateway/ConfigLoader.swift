@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import SyncEngine
 
 /// Reads and validates the config file.
 ///

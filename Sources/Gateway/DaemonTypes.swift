@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Meters
 import Synchronization
 
 /// The store as the daemon needs it: readings and the outbox in one database (SQLiteStore in the product).
@@ -43,7 +44,7 @@ public enum DaemonAlert {
     /// The database failed its start-up check (`PRAGMA quick_check`).
     public static let databaseDamaged = 2002
     /// A meter lost its bond with the gateway: re-pair needed (`on_meter_error`).
-    public static let meterBondLost = 2003
+    public static let meterBondLost = MeterSession.bondLostCode
 }
 
 /// An alert the daemon holds while it does no work at all (a damaged database): shown in status and the

@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import Gateway
+@testable import Meters
 
 /// Syntax and schema rules, from config text (no secret files involved).
 @Suite struct ConfigParserTests {

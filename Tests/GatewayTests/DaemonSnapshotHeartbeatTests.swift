@@ -1,7 +1,9 @@
 import GatewayCore
+import SyncEngine
 import Testing
 
 @testable import Gateway
+@testable import Meters
 
 /// What the heartbeat reads from a daemon snapshot.
 @Suite struct DaemonSnapshotHeartbeatTests {

@@ -5,6 +5,7 @@ import GatewayCore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 @Suite("Daemon state file")
 struct DaemonStateFileTests {

@@ -8,6 +8,7 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 final class StatusLog: Sendable {
     private let lines = Mutex<[String]>([])

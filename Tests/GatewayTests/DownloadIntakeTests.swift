@@ -3,6 +3,7 @@ import GlucoseProfile
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// When the intake wakes the download session, which otherwise sleeps until its next deadline.
 @Suite("Download intake")

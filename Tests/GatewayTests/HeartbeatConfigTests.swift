@@ -1,8 +1,10 @@
 import GatewayCore
+import SyncEngine
 import Testing
 import TestSupport
 
 @testable import Gateway
+@testable import Meters
 
 /// The `[gateway]` heartbeat keys: defaults, values, one-line errors, and the URL never echoed.
 @Suite struct HeartbeatConfigTests {

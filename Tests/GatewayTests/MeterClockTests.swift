@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// Reading the meter's clock for skew (Current Time, Date Time, the i-SENS vendor clock) and keeping it
 /// right (`set_meter_clock`, `meters set-clock`), against the in-memory fake meter.

@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 @Suite("Download procedure", .timeLimit(.minutes(1)))
 struct MeterDownloadTests {

@@ -2,6 +2,7 @@ import GatewayCore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 @Suite("Pairing and sync orchestration", .timeLimit(.minutes(1)))
 struct MeterPairingTests {
@@ -131,7 +132,7 @@ struct MeterPairingTests {
         radio.add(meter, name: "meter+01234567", pin: 654_321, paired: true)
         radio.setForgotBond(meter.address, true)
         try await store.saveMeter(MeterInfo(address: meter.address, timeZone: "UTC"))
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
         #expect(result.status == .repairNeeded("\(meter.address) refused the encryption with this gateway's key 3 times in a row"))
         #expect(result.summary.hasSuffix("; pair it again: glucose-gateway pair \(meter.address) --pin PIN"))
@@ -192,7 +193,7 @@ struct MeterPairingTests {
         let (meter, radio, store) = Self.setup()
         let info = MeterInfo(address: meter.address, timeZone: "UTC")
         try await store.saveMeter(info)
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent))
         let result = await sync.sync(info, wait: .seconds(1))
         #expect(result.isComplete)
         #expect(store.readings.count == 5)
@@ -203,7 +204,7 @@ struct MeterPairingTests {
     @Test func syncReportsAnUnreachableMeter() async throws {
         let (meter, radio, store) = Self.setup()
         radio.setInRange(meter.address, false)
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
         #expect(!result.isComplete)
         #expect(result.summary.contains("not reachable"))
@@ -213,7 +214,7 @@ struct MeterPairingTests {
     @Test func syncSummaryNamesAnInterruption() async throws {
         let (meter, radio, store) = Self.setup()
         meter.update { $0.disconnectAfterRecords = 2 }
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
         #expect(!result.isComplete)
         #expect(result.summary.contains("2 new readings; interrupted"))

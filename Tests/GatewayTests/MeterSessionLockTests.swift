@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Testing
 @testable import Gateway
+@testable import Meters
 
 @Suite("Meter session lock")
 struct MeterSessionLockTests {

@@ -6,6 +6,7 @@ import Testing
 import TestSupport
 
 @testable import Gateway
+@testable import Meters
 
 @Suite struct MetricsTests {
     static let snapshot = MetricsSnapshot(

@@ -1,6 +1,7 @@
 import GatewayCore
 import Testing
 @testable import Gateway
+@testable import Meters
 
 @Suite("Stoppable link", .timeLimit(.minutes(1)))
 struct StoppableLinkTests {

@@ -5,6 +5,7 @@ import Testing
 import TestSupport
 
 @testable import Gateway
+@testable import Meters
 
 /// The notifier against real unix datagram sockets, as systemd listens on them.
 @Suite struct SystemdNotifierTests {

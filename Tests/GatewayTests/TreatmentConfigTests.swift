@@ -1,5 +1,6 @@
 import Testing
 @testable import Gateway
+@testable import Meters
 
 /// `[nightscout] treatments`, `units` and `out_of_range_notes`.
 @Suite("Treatment settings")

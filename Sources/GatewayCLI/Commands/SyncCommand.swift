@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Meters
 import SQLiteStore
 import Synchronization
 
@@ -81,8 +82,8 @@ enum SyncCommand: GatewayCommand {
                                        futureToleranceSeconds: config.gateway.futureToleranceSeconds),
             setMeterClock: config.gateway.setMeterClock
         )
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: options, logger: logger),
-                             lockDatabase: config.gateway.database)
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, options: options, logger: logger),
+                                lockDatabase: config.gateway.database)
         var reachable = 0
         var incomplete = false
         var repair = false

@@ -57,21 +57,14 @@ public struct MeterSyncResult: Sendable, Equatable {
     }
 }
 
-/// `sync`: one download session (`MeterSession`) per paired meter that is reachable.
-public struct MeterSync: Sendable {
-    public var session: MeterSession
-
-    /// `lockDatabase`: the database whose per-meter lock files each session holds; nil: no lock.
-    public init(radio: any MeterRadio, download: MeterDownload, connectTimeout: Duration = .seconds(20), lockDatabase: String? = nil) {
-        session = MeterSession(radio: radio, download: download, connectTimeout: connectTimeout, lockDatabase: lockDatabase)
-    }
-
-    /// Takes the meter's session lock, waits up to `wait` for the meter to be seen (zero: try to connect
-    /// right away), connects and downloads.
+extension MeterSession {
+    /// `sync`: takes the meter's session lock (skipping the meter when the lock file cannot be opened), waits
+    /// up to `wait` for the meter to be seen (zero: try to connect right away), connects and downloads, and
+    /// says what happened in the terms `sync` reports.
     public func sync(_ meter: MeterInfo, wait: Duration,
                      progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }) async -> MeterSyncResult {
         let status: MeterSyncResult.Status
-        switch await session.run(meter, wait: wait, ifLockFails: .skip, progress: progress) {
+        switch await run(meter, wait: wait, ifLockFails: .skip, progress: progress) {
         case .busy: status = .busy
         case .lockFailed(let error): status = .lockFailed(error)
         case .notSeen(let error): status = .unreachable(error.message)
