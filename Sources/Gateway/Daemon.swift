@@ -564,8 +564,11 @@ public actor GatewayDaemon {
         publishSnapshot(snapshot)
     }
 
-    /// A condition that needs a person: carried by the snapshots from now on (see `RaisedAlert`).
+    /// A condition that needs a person: carried by the snapshots from now on (see `RaisedAlert`), and
+    /// published at once, so the alert command runs when the condition is found, not at the next snapshot.
     private func raise(_ code: Int, _ message: String, meter: String? = nil) {
         snapshot.raise(code, message, meter: meter)
+        snapshot.updatedAt = now()
+        publishSnapshot(snapshot)
     }
 }

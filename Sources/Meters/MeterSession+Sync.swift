@@ -1,27 +1,13 @@
 import GatewayCore
 
-/// What a sync did with one meter.
-public struct MeterSyncResult: Sendable, Equatable {
-    public enum Status: Sendable, Equatable {
-        /// Downloaded (completely or not: see the report's outcome).
-        case downloaded(DownloadReport)
-        /// Not reachable: not advertising, out of range, or the connection failed.
-        case unreachable(String)
-        /// The meter refused the stored key: it lost its bond and must be paired again.
-        case repairNeeded(String)
-        /// The download failed (meter refused the procedure, store failed).
-        case failed(DownloadError)
-        /// Another process (the daemon) is downloading from this meter.
-        case busy
-        /// The meter's lock file cannot be opened: not downloaded.
-        case lockFailed(LockFileError)
-    }
+/// What a sync did with one meter: the session's outcome, and the one line `sync` says about it.
+public struct MeterSyncResult: Sendable {
     public var address: String
-    public var status: Status
+    public var outcome: MeterSession.Outcome
 
     /// One line for the user, without health values.
     public var summary: String {
-        switch status {
+        switch outcome {
         case .downloaded(let r):
             var line = "\(address): \(r.stored) new reading\(r.stored == 1 ? "" : "s")"
             if r.duplicates > 0 { line += ", \(r.duplicates) already stored" }
@@ -38,10 +24,14 @@ public struct MeterSyncResult: Sendable, Equatable {
             if r.counterReset { line += "; the meter's record counter restarted" }
             if let skew = r.skew, r.skewBeyondThreshold { line += "; meter clock off by \(skew.seconds) s" }
             return line
-        case .unreachable(let why):
-            return "\(address): not reachable (\(why))"
-        case .repairNeeded(let why):
-            return "\(address): re-pair needed: \(why); pair it again: glucose-gateway pair \(address) --pin PIN"
+        case .unreachable(let e) where e.kind == .bondLost:
+            return "\(address): re-pair needed: \(e.message); pair it again: glucose-gateway pair \(address) --pin PIN"
+        case .unreachable(let e):
+            return "\(address): not reachable (\(e.message))"
+        case .notSeen(let e):
+            return "\(address): not reachable (\(e.message))"
+        case .declined:
+            return "\(address): not reachable (the connection was declined)"
         case .failed(let e):
             return "\(address): download failed: \(e.message)"
         case .busy:
@@ -52,28 +42,16 @@ public struct MeterSyncResult: Sendable, Equatable {
     }
 
     public var isComplete: Bool {
-        if case .downloaded(let r) = status { return r.outcome.isComplete }
+        if case .downloaded(let r) = outcome { return r.outcome.isComplete }
         return false
     }
 }
 
 extension MeterSession {
     /// `sync`: takes the meter's session lock (skipping the meter when the lock file cannot be opened), waits
-    /// up to `wait` for the meter to be seen (zero: try to connect right away), connects and downloads, and
-    /// says what happened in the terms `sync` reports.
+    /// up to `wait` for the meter to be seen (zero: try to connect right away), connects and downloads.
     public func sync(_ meter: MeterInfo, wait: Duration,
                      progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }) async -> MeterSyncResult {
-        let status: MeterSyncResult.Status
-        switch await run(meter, wait: wait, ifLockFails: .skip, progress: progress) {
-        case .busy: status = .busy
-        case .lockFailed(let error): status = .lockFailed(error)
-        case .notSeen(let error): status = .unreachable(error.message)
-        case .unreachable(let error) where error.kind == .bondLost: status = .repairNeeded(error.message)
-        case .unreachable(let error): status = .unreachable(error.message)
-        case .declined: status = .unreachable("the connection was declined")
-        case .downloaded(let report): status = .downloaded(report)
-        case .failed(let error): status = .failed(error)
-        }
-        return MeterSyncResult(address: meter.address, status: status)
+        MeterSyncResult(address: meter.address, outcome: await run(meter, wait: wait, ifLockFails: .skip, progress: progress))
     }
 }

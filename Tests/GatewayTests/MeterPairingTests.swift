@@ -134,7 +134,9 @@ struct MeterPairingTests {
         try await store.saveMeter(MeterInfo(address: meter.address, timeZone: "UTC"))
         let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
-        #expect(result.status == .repairNeeded("\(meter.address) refused the encryption with this gateway's key 3 times in a row"))
+        guard case .unreachable(let error) = result.outcome else { Issue.record("expected a refused connection"); return }
+        #expect(error.kind == .bondLost)
+        #expect(error.message == "\(meter.address) refused the encryption with this gateway's key 3 times in a row")
         #expect(result.summary.hasSuffix("; pair it again: glucose-gateway pair \(meter.address) --pin PIN"))
         #expect(try await store.meter(meter.address)?.bondLostAt == 77)
         #expect(store.events.filter { $0.kind == .bondLost }.count == 1)

@@ -1,7 +1,7 @@
 import Gateway
 import GatewayCore
-import Meters
 import GlucoseProfile
+import Meters
 import SQLiteStore
 
 enum ReadingsCommand: GatewayCommand {

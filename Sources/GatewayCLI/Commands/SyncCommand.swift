@@ -92,21 +92,27 @@ enum SyncCommand: GatewayCommand {
             let result = await sync.sync(meter, wait: .milliseconds(Int(wait * 1000))) { bar.update($0) }
             bar.clear()
             // A failed download's reason is an error: stderr, as every error (the summaries go to stdout).
-            switch result.status {
-            case .failed, .lockFailed, .repairNeeded:
-                StandardStream.writeError("glucose-gateway sync: " + TerminalText.escaped(result.summary) + "\n")
-            case .downloaded, .unreachable, .busy:
-                StandardStream.writeOutput(TerminalText.escaped(result.summary) + "\n")
-            }
-            switch result.status {
-            case .unreachable: break
-            case .repairNeeded: repair = true
-            case .downloaded, .failed, .busy: reachable += 1
-            case .lockFailed: incomplete = true
-            }
-            switch result.status {
-            case .downloaded, .failed: if !result.isComplete { incomplete = true }
-            case .unreachable, .busy, .lockFailed, .repairNeeded: break
+            let line = TerminalText.escaped(result.summary) + "\n"
+            switch result.outcome {
+            case .downloaded(let report):
+                StandardStream.writeOutput(line)
+                reachable += 1
+                if !report.outcome.isComplete { incomplete = true }
+            case .busy:
+                StandardStream.writeOutput(line)
+                reachable += 1
+            case .failed:
+                StandardStream.writeError("glucose-gateway sync: " + line)
+                reachable += 1
+                incomplete = true
+            case .lockFailed:
+                StandardStream.writeError("glucose-gateway sync: " + line)
+                incomplete = true
+            case .unreachable(let error) where error.kind == .bondLost:
+                StandardStream.writeError("glucose-gateway sync: " + line)
+                repair = true
+            case .unreachable, .notSeen, .declined:
+                StandardStream.writeOutput(line)
             }
         }
         await radio.close()
