@@ -1,7 +1,6 @@
 import GatewayCore
 import GlucoseProfile
 import Testing
-@testable import Gateway
 @testable import Meters
 
 @Suite("Clinical rules")

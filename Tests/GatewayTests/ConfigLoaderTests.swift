@@ -6,7 +6,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 /// Files on disk: the config file itself, secret files and their modes, the shipped example.
 @Suite struct ConfigLoaderTests {

@@ -3,7 +3,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 /// Syntax and schema rules, from config text (no secret files involved).
 @Suite struct ConfigParserTests {

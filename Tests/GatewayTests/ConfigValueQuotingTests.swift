@@ -6,7 +6,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 /// Problem messages name the key and say what is wrong, and never quote what the file holds: a value may
 /// be a secret pasted in the wrong place.

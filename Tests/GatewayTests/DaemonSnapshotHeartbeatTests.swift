@@ -3,7 +3,6 @@ import SyncEngine
 import Testing
 
 @testable import Gateway
-@testable import Meters
 
 /// What the heartbeat reads from a daemon snapshot.
 @Suite struct DaemonSnapshotHeartbeatTests {

@@ -5,7 +5,6 @@ import GatewayCore
 import Testing
 import TestSupport
 @testable import Gateway
-@testable import Meters
 
 @Suite("Daemon state file")
 struct DaemonStateFileTests {

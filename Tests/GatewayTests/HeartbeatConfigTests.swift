@@ -4,7 +4,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 /// The `[gateway]` heartbeat keys: defaults, values, one-line errors, and the URL never echoed.
 @Suite struct HeartbeatConfigTests {

@@ -6,7 +6,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 /// The `[mqtt]` section: URL forms, the password file, the topic prefix, and one-line problems that
 /// never show the password.

@@ -3,7 +3,6 @@ import GlucoseProfile
 import SQLiteStore
 import Testing
 import TestSupport
-@testable import Gateway
 @testable import Meters
 
 /// Numbers from a meter or from the store's file at their extremes never trap the download.

@@ -3,7 +3,6 @@ import GlucoseProfile
 import Synchronization
 import Testing
 import TestSupport
-@testable import Gateway
 @testable import Meters
 
 /// Reading the meter's clock for skew (Current Time, Date Time, the i-SENS vendor clock) and keeping it

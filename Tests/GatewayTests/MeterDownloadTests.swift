@@ -3,7 +3,6 @@ import GlucoseProfile
 import Synchronization
 import Testing
 import TestSupport
-@testable import Gateway
 @testable import Meters
 
 @Suite("Download procedure", .timeLimit(.minutes(1)))

@@ -1,7 +1,6 @@
 import GatewayCore
 import Testing
 import TestSupport
-@testable import Gateway
 @testable import Meters
 
 @Suite("Pairing and sync orchestration", .timeLimit(.minutes(1)))

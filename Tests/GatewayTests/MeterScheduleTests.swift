@@ -2,7 +2,6 @@ import GatewayCore
 import Testing
 import TestSupport
 @testable import Gateway
-@testable import Meters
 
 /// When the daemon tries which meter next, on a manual clock.
 @Suite("Meter schedule")

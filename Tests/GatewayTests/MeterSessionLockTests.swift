@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import Testing
-@testable import Gateway
 @testable import Meters
 
 @Suite("Meter session lock")

@@ -6,7 +6,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 @Suite struct MetricsTests {
     static let snapshot = MetricsSnapshot(

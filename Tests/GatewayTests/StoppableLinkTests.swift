@@ -1,6 +1,5 @@
 import GatewayCore
 import Testing
-@testable import Gateway
 @testable import Meters
 
 @Suite("Stoppable link", .timeLimit(.minutes(1)))

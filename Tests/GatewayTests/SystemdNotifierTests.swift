@@ -5,7 +5,6 @@ import Testing
 import TestSupport
 
 @testable import Gateway
-@testable import Meters
 
 /// The notifier against real unix datagram sockets, as systemd listens on them.
 @Suite struct SystemdNotifierTests {

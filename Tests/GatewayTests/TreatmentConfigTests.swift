@@ -1,6 +1,5 @@
 import Testing
 @testable import Gateway
-@testable import Meters
 
 /// `[nightscout] treatments`, `units` and `out_of_range_notes`.
 @Suite("Treatment settings")
