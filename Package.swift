@@ -35,11 +35,15 @@ let package = Package(
         .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "CPacketSocket"], swiftSettings: strict),
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto"], swiftSettings: strict),
-        .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile", "SyncEngine"], swiftSettings: strict),
+        // The meter side: one session with one meter, its download (RACP procedures, intake, clinical rules),
+        // meter clocks, pairing and zones.
+        .target(name: "Meters", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        // The application: the daemon, its schedule and the services its snapshots feed; the config loader.
+        .target(name: "Gateway", dependencies: ["Meters", "SyncEngine", "SQLiteStore", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
         .target(
             name: "GatewayCLI",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Meters", "Gateway", "MeterSimulator"],
             swiftSettings: strict
         ),
         .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
@@ -51,12 +55,12 @@ let package = Package(
 
         .target(name: "TestSupport", dependencies: ["GatewayCore", "GlucoseProfile"], path: "Tests/TestSupport", exclude: ["private-bus.conf"], swiftSettings: strict),
         .testTarget(name: "GlucoseProfileTests", dependencies: ["GlucoseProfile", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "SyncEngine", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Gateway", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Meters", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SyncEngine", "SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
     ],

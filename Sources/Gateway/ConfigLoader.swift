@@ -1,4 +1,5 @@
 import GatewayCore
+import Meters
 import SyncEngine
 
 /// Reads the config file and hands each section to the layer that owns it.

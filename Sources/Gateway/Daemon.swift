@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Meters
 import Synchronization
 
 /// `glucose-gateway run`: keeps the adapter looking for meters, downloads from each paired meter as soon
@@ -11,7 +12,8 @@ public actor GatewayDaemon {
     private var uploads: any DaemonUploads
     private var settings: DaemonSettings
     private let logger: Logger
-    private let hooks: DaemonHooks
+    /// Where each snapshot goes: the run command's `SnapshotFeed`, which every service follows.
+    private let publishSnapshot: @Sendable (DaemonSnapshot) -> Void
     private let now: @Sendable () -> UnixMillis
     /// Monotonic time for every wait and period of the daemon (quiet period, retry delay, stop grace, health
     /// checks, rechecks): `ContinuousClock` in the product, a `ManualClock` in tests. A download keeps its
@@ -48,7 +50,7 @@ public actor GatewayDaemon {
     private nonisolated let lastBeat: Mutex<ContinuousClock.Instant>
 
     public init(radio: any MeterRadio, store: any DaemonStore, uploads: any DaemonUploads, settings: DaemonSettings,
-                logger: Logger, hooks: DaemonHooks = DaemonHooks(), pid: Int32 = 0,
+                logger: Logger, snapshots: @escaping @Sendable (DaemonSnapshot) -> Void = { _ in }, pid: Int32 = 0,
                 now: @escaping @Sendable () -> UnixMillis = SystemClock.now, clock: any SessionClock = ContinuousClock()) {
         self.clock = clock
         self.lastBeat = Mutex(clock.now)
@@ -58,7 +60,7 @@ public actor GatewayDaemon {
         self.settings = settings
         self.schedule = MeterSchedule(settings)
         self.logger = logger
-        self.hooks = hooks
+        self.publishSnapshot = snapshots
         self.now = now
         snapshot.pid = pid
         snapshot.startedAt = now()
@@ -86,7 +88,6 @@ public actor GatewayDaemon {
         snapshot.phase = .running
         await publish()
         ready = true
-        hooks.ready(snapshot.statusLine)
         logger.notice("running: \(snapshot.statusLine)")
 
         let pump = Task { [weak self] in
@@ -126,7 +127,8 @@ public actor GatewayDaemon {
 
     private func shutdown() async {
         snapshot.phase = .stopping
-        hooks.stopping()
+        snapshot.updatedAt = now()
+        publishSnapshot(snapshot)
         logger.notice("stopping: \(sessions.count) download(s) to end")
         let running = sessions
         // Abort every running procedure first (the meter stops sending), then end the sessions: each
@@ -154,31 +156,8 @@ public actor GatewayDaemon {
         snapshot.activeSessions = []
         await refreshUploadState()
         snapshot.updatedAt = now()
-        hooks.snapshot(snapshot)
+        publishSnapshot(snapshot)
         logger.notice("stopped")
-    }
-
-    /// True when `task` finished before `deadline`. Returns at the deadline even when the task does not end
-    /// (a connect still waiting for bluetoothd): a task group would wait for its child awaiting `task.value`,
-    /// which cancellation cannot end, so the two waits race on a stream and the loser is left behind.
-    private static func wait(for task: Task<Void, Never>, until deadline: ContinuousClock.Instant, on clock: any SessionClock) async -> Bool {
-        let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(2))
-        Task {
-            await task.value
-            continuation.yield(true)
-        }
-        let timer = Task {
-            try? await clock.sleep(until: deadline)
-            continuation.yield(false)
-        }
-        var first = false
-        for await value in outcome {
-            first = value
-            break
-        }
-        continuation.finish()
-        timer.cancel()
-        return first
     }
 
     // MARK: - Health
@@ -229,35 +208,9 @@ public actor GatewayDaemon {
         } else {
             let message = "bluetoothd holds org.bluez but did not answer within \(timeout); meters cannot be reached until it is restarted (systemctl restart bluetooth; a kernel Bluetooth bug can cause this)"
             logger.error(message)
-            hooks.alert(DaemonAlert.bluetoothdNotAnswering, message)
+            raise(DaemonAlert.bluetoothdNotAnswering, message)
         }
         await publish()
-    }
-
-    // MARK: - Alert
-
-    /// `run` when the database failed its start-up check: nothing is downloaded or uploaded, so nothing is
-    /// written to a damaged file (the meters keep their records). The alert is logged, passed to the alert
-    /// hook, shown in the run-state file and the service status (READY=1 still goes out, so the service
-    /// manager neither restarts the gateway in a loop nor hides the alert), until `stopped` returns.
-    public static func holdAlert(_ alert: HeldAlert, hooks: DaemonHooks, logger: Logger, pid: Int32,
-                                 now: @Sendable () -> UnixMillis = SystemClock.now, until stopped: () async -> Void) async {
-        var snapshot = DaemonSnapshot()
-        snapshot.pid = pid
-        snapshot.startedAt = now()
-        snapshot.updatedAt = snapshot.startedAt
-        snapshot.phase = .alert
-        snapshot.alert = alert
-        logger.error(snapshot.statusLine)
-        hooks.snapshot(snapshot)
-        hooks.ready(snapshot.statusLine)
-        hooks.alert(alert.code, alert.message)
-        await stopped()
-        hooks.stopping()
-        snapshot.phase = .stopped
-        snapshot.updatedAt = now()
-        hooks.snapshot(snapshot)
-        logger.notice("stopped")
     }
 
     // MARK: - Reload
@@ -499,7 +452,7 @@ public actor GatewayDaemon {
         snapshot.repairNeeded = paired.values.filter { $0.bondLostAt != nil }.map(\.address).sorted()
         let line = "\(address): re-pair needed: \(message); not connecting to it until it is paired again: glucose-gateway pair \(address) --pin PIN"
         logger.error(line)
-        if !known { hooks.meterAlert(DaemonAlert.meterBondLost, address, line) }
+        if !known { raise(DaemonAlert.meterBondLost, line, meter: address) }
     }
 
     private func noteReaction(_ reaction: Duration) {
@@ -608,7 +561,14 @@ public actor GatewayDaemon {
     private func publish() async {
         await refreshUploadState()
         snapshot.updatedAt = now()
-        if ready { hooks.status(snapshot.statusLine) }
-        hooks.snapshot(snapshot)
+        publishSnapshot(snapshot)
+    }
+
+    /// A condition that needs a person: carried by the snapshots from now on (see `RaisedAlert`), and
+    /// published at once, so the alert command runs when the condition is found, not at the next snapshot.
+    private func raise(_ code: Int, _ message: String, meter: String? = nil) {
+        snapshot.raise(code, message, meter: meter)
+        snapshot.updatedAt = now()
+        publishSnapshot(snapshot)
     }
 }

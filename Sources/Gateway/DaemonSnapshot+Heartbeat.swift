@@ -1,4 +1,5 @@
 import GatewayCore
+import SyncEngine
 
 extension DaemonSnapshot {
     /// The daemon's health as the heartbeat judges it, with the ages measured at `now` (Unix ms).

@@ -1,40 +1,10 @@
 import GatewayCore
 import GlucoseProfile
+import Meters
 import Synchronization
 
 /// The store as the daemon needs it: readings and the outbox in one database (SQLiteStore in the product).
 public typealias DaemonStore = ReadingStore & OutboxStore
-
-/// Hooks to the service manager (systemd `sd_notify` in the product). All optional.
-public struct DaemonHooks: Sendable {
-    public var ready: @Sendable (_ status: String) -> Void
-    public var status: @Sendable (_ status: String) -> Void
-    public var stopping: @Sendable () -> Void
-    /// Called with each new snapshot (the run-state file and the metrics file are written from here).
-    /// Synchronous, so that two snapshots never write their files at the same time.
-    public var snapshot: @Sendable (DaemonSnapshot) -> Void
-    /// A condition that needs a person (the configured alert command in the product): a code from
-    /// `DaemonAlert` and a one-line message. Called once per change of condition.
-    public var alert: @Sendable (_ code: Int, _ message: String) -> Void
-    /// A condition of one meter that needs a person (`on_meter_error` in the product): a code from
-    /// `DaemonAlert`, the meter's address and a one-line message. Called once when the meter enters the
-    /// condition (a lost bond: once until it is paired again, also across restarts).
-    public var meterAlert: @Sendable (_ code: Int, _ address: String, _ message: String) -> Void
-
-    public init(
-        ready: @escaping @Sendable (String) -> Void = { _ in }, status: @escaping @Sendable (String) -> Void = { _ in },
-        stopping: @escaping @Sendable () -> Void = {}, snapshot: @escaping @Sendable (DaemonSnapshot) -> Void = { _ in },
-        alert: @escaping @Sendable (Int, String) -> Void = { _, _ in },
-        meterAlert: @escaping @Sendable (Int, String, String) -> Void = { _, _, _ in }
-    ) {
-        self.ready = ready
-        self.status = status
-        self.stopping = stopping
-        self.snapshot = snapshot
-        self.alert = alert
-        self.meterAlert = meterAlert
-    }
-}
 
 /// Alert codes of the daemon's own conditions (the upload side uses 1001 and 1002).
 public enum DaemonAlert {
@@ -43,7 +13,27 @@ public enum DaemonAlert {
     /// The database failed its start-up check (`PRAGMA quick_check`).
     public static let databaseDamaged = 2002
     /// A meter lost its bond with the gateway: re-pair needed (`on_meter_error`).
-    public static let meterBondLost = 2003
+    public static let meterBondLost = MeterSession.bondLostCode
+}
+
+/// A condition that needs a person, as the daemon raised it: the alert command runs once for each
+/// (`AlertService`; `on_network_error`, or `on_meter_error` for a meter's condition). Raised once per change
+/// of condition (a lost bond: once until the meter is paired again, also across restarts).
+public struct RaisedAlert: Sendable, Equatable {
+    /// Counts from 1 in each run of the daemon: a reader acts on those above the last it saw.
+    public var number: Int
+    /// A code from `DaemonAlert`.
+    public var code: Int
+    /// The meter's address, for a meter's condition.
+    public var meter: String?
+    /// One line.
+    public var message: String
+    public init(number: Int, code: Int, meter: String?, message: String) {
+        self.number = number
+        self.code = code
+        self.meter = meter
+        self.message = message
+    }
 }
 
 /// An alert the daemon holds while it does no work at all (a damaged database): shown in status and the
@@ -201,7 +191,17 @@ public struct DaemonSnapshot: Sendable, Equatable {
     public var bluetoothdAnswering = true
     /// Set when the daemon holds off all work (phase `alert`).
     public var alert: HeldAlert?
+    /// The alerts raised lately, oldest first (at most `keptAlerts`), so that a reader that sees every
+    /// snapshot sees each once.
+    public var alerts: [RaisedAlert] = []
+    public static let keptAlerts = 16
     public init() {}
+
+    /// Adds a raised alert, numbered after the last.
+    public mutating func raise(_ code: Int, _ message: String, meter: String? = nil) {
+        alerts.append(RaisedAlert(number: (alerts.last?.number ?? 0) + 1, code: code, meter: meter, message: message))
+        if alerts.count > Self.keptAlerts { alerts.removeFirst(alerts.count - Self.keptAlerts) }
+    }
 
     public var pending: Int { destinations.reduce(0) { $0 + $1.counts.pending + $1.counts.inFlight } }
     public var quarantined: Int { destinations.reduce(0) { $0 + $1.counts.quarantined } }

@@ -1,4 +1,5 @@
 import GatewayCore
+import Meters
 import SyncEngine
 
 /// `[gateway]`: the daemon's own keys, with the keys its parts own read by them (the meter side's by

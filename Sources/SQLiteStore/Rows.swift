@@ -54,7 +54,7 @@ enum MeterColumns {
         info.firmware = row.optionalText(5)
         info.features = row.optionalInt(6)
         info.pairedAt = row.optionalInt64(8)
-        // -1 asks the next download for every record (see `DownloadSession.saveBookkeeping`): no sequence seen.
+        // -1 asks the next download for every record (see `MeterDownload.Run.saveBookkeeping`): no sequence seen.
         info.highestSequence = row.optionalInt(10).flatMap { $0 >= 0 ? $0 : nil }
         info.lastSync = row.optionalInt64(11)
         info.lastSeen = row.optionalInt64(12)

@@ -1,6 +1,6 @@
 import Testing
 import DBusKit
-import Gateway
+import Meters
 import GatewayCore
 import MeterSimulator
 import TestSupport

@@ -3,6 +3,7 @@ import SQLiteStore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 @Suite("Daemon: a meter that lost its bond", .timeLimit(.minutes(1)))
 struct DaemonBondLossTests {

@@ -6,6 +6,7 @@ import GatewayCore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// The daemon started on a database the gateway wrote before the lost-bond state existed (schema
 /// version 1): a meter that lost its bond is found, stored as re-pair needed, and stays so across a restart.

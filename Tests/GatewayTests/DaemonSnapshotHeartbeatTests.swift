@@ -1,4 +1,5 @@
 import GatewayCore
+import SyncEngine
 import Testing
 
 @testable import Gateway

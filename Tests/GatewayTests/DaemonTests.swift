@@ -8,6 +8,26 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
+
+/// What the run command's services make of the daemon's snapshots, recorded as the tests read it: the
+/// service manager's status lines (`ServiceManagerNotes`) and the alerts raised, each once.
+enum SnapshotLog {
+    static func recorder(statuses: StatusLog, alerts: StatusLog, meterAlerts: StatusLog) -> @Sendable (DaemonSnapshot) -> Void {
+        let seen = Mutex((notes: ServiceManagerNotes(), alert: 0))
+        return { snapshot in
+            let (notes, raised) = seen.withLock { state -> ([ServiceManagerNotes.Note], [RaisedAlert]) in
+                let raised = snapshot.alerts.filter { $0.number > state.alert }
+                state.alert = snapshot.alerts.last?.number ?? state.alert
+                return (state.notes.notes(for: snapshot), raised)
+            }
+            for note in notes { if case .status(let line) = note { statuses.append(line) } }
+            for a in raised {
+                if let meter = a.meter { meterAlerts.append("\(a.code) \(meter) \(a.message)") } else { alerts.append("\(a.code) \(a.message)") }
+            }
+        }
+    }
+}
 
 final class StatusLog: Sendable {
     private let lines = Mutex<[String]>([])
@@ -60,9 +80,7 @@ struct DaemonTests {
             let alerts = self.alerts
             let meterAlerts = self.meterAlerts
             daemon = GatewayDaemon(radio: radio, store: store, uploads: uploads, settings: settings, logger: .silent,
-                                   hooks: DaemonHooks(status: { line in statuses.append(line) },
-                                                      alert: { code, message in alerts.append("\(code) \(message)") },
-                                                      meterAlert: { code, address, message in meterAlerts.append("\(code) \(address) \(message)") }),
+                                   snapshots: SnapshotLog.recorder(statuses: statuses, alerts: alerts, meterAlerts: meterAlerts),
                                    clock: clock)
             let daemon = self.daemon
             runner = Task { await daemon.run() }
@@ -166,14 +184,25 @@ struct DaemonTests {
     func alertHeldUntilStopped() async throws {
         let events = Mutex<[String]>([])
         let snapshots = Mutex<[DaemonSnapshot]>([])
-        let hooks = DaemonHooks(
-            ready: { line in events.withLock { $0.append("ready " + line) } },
-            stopping: { events.withLock { $0.append("stopping") } },
-            snapshot: { s in snapshots.withLock { $0.append(s) } },
-            alert: { code, _ in events.withLock { $0.append("alert \(code)") } }
-        )
+        // The service manager's notes, then the alerts raised, as the run command's services see them.
+        let seen = Mutex((notes: ServiceManagerNotes(), alert: 0))
+        let publish: @Sendable (DaemonSnapshot) -> Void = { s in
+            snapshots.withLock { $0.append(s) }
+            let (notes, raised) = seen.withLock { state in
+                (state.notes.notes(for: s), s.alerts.filter { $0.number > state.alert })
+            }
+            seen.withLock { $0.alert = s.alerts.last?.number ?? $0.alert }
+            for note in notes {
+                switch note {
+                case .ready(let line): events.withLock { $0.append("ready " + line) }
+                case .stopping: events.withLock { $0.append("stopping") }
+                case .status: break
+                }
+            }
+            for a in raised { events.withLock { $0.append("alert \(a.code)") } }
+        }
         let alert = HeldAlert(code: DaemonAlert.databaseDamaged, message: "database /x is damaged")
-        await GatewayDaemon.holdAlert(alert, hooks: hooks, logger: .silent, pid: 42, now: { 1000 }) {
+        await GatewayDaemon.holdAlert(alert, snapshots: publish, logger: .silent, pid: 42, now: { 1000 }) {
             events.withLock { $0.append("waiting") }
         }
         #expect(events.withLock { $0 } == ["ready ALERT 2002 DATABASE_DAMAGED: database /x is damaged", "alert 2002", "waiting", "stopping"])

@@ -2,7 +2,7 @@ import GatewayCore
 import GlucoseProfile
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 /// When the intake wakes the download session, which otherwise sleeps until its next deadline.
 @Suite("Download intake")

@@ -1,7 +1,6 @@
 import GatewayCore
 import Synchronization
 import TestSupport
-@testable import Gateway
 
 /// A radio with scripted meters (which are in range, their PINs, how pairing goes) whose events the test
 /// sends. Every call is logged in `calls`.

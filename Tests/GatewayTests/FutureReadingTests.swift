@@ -2,6 +2,7 @@ import GatewayCore
 import GlucoseProfile
 import Testing
 @testable import Gateway
+@testable import Meters
 
 /// Readings dated after the gateway's clock at download: a fast meter clock, or a bogus far-future record.
 @Suite("Readings in the future")

@@ -4,6 +4,7 @@ import SQLiteStore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// A reading held as `time-in-future` because the meter's clock was fast and could not be read (or its
 /// correction was off) is released by a later download whose measured skew explains it.

@@ -4,6 +4,7 @@ import SQLiteStore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// What a broken or hostile meter sends to the per-meter handling: counts that do not match the records,
 /// numbers outside the count, duplicates, reports cut short, answers where records belong. Nothing crashes,

@@ -2,7 +2,7 @@ import GatewayCore
 import GlucoseProfile
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 /// Device Information strings are cut to 64 characters (and 256 bytes) on a character boundary where they
 /// are stored, control characters removed; the bytes as sent are kept up to the 512 an attribute holds.

@@ -4,6 +4,7 @@ import SQLiteStore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// A meter time before 2010 (a clock never set, or reset by a battery change: 1970-01-01, 2000-02-29) is not
 /// when the reading was taken: kept as `time-unresolved`, never uploaded, unless a skew measured later

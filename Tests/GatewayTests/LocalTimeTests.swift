@@ -1,7 +1,7 @@
 import GatewayCore
 import GlucoseProfile
 import Testing
-@testable import Gateway
+@testable import Meters
 
 @Suite("Meter wall time to UTC")
 struct LocalTimeTests {

@@ -3,7 +3,7 @@ import GlucoseProfile
 import SQLiteStore
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 /// Numbers from a meter or from the store's file at their extremes never trap the download.
 @Suite("Meter-side arithmetic at the extremes", .timeLimit(.minutes(1)))

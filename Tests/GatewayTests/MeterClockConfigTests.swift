@@ -2,6 +2,7 @@ import GatewayCore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// `[gateway] set_meter_clock`: off unless set, a boolean, and carried into the daemon's download options.
 @Suite struct MeterClockConfigTests {

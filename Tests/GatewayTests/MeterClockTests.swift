@@ -3,7 +3,7 @@ import GlucoseProfile
 import Synchronization
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 /// Reading the meter's clock for skew (Current Time, Date Time, the i-SENS vendor clock) and keeping it
 /// right (`set_meter_clock`, `meters set-clock`), against the in-memory fake meter.
@@ -131,11 +131,11 @@ struct MeterClockTests {
         let wide = DownloadOptions(clinical: ClinicalSettings(clockSkewThresholdSeconds: 900))
         let (within, _) = try await Self.download(Self.ctsMeter(shows: Self.time(2024, 5, 1, 10, 10)), options: wide, now: now)
         #expect(within.skew?.seconds == 600)
-        #expect(!MeterSyncResult(address: within.address, status: .downloaded(within)).summary.contains("clock off"))
+        #expect(!MeterSyncResult(address: within.address, outcome: .downloaded(within)).summary.contains("clock off"))
         let narrow = DownloadOptions(clinical: ClinicalSettings(clockSkewThresholdSeconds: 30))
         let (beyond, _) = try await Self.download(Self.ctsMeter(shows: Self.time(2024, 5, 1, 10, 1)), options: narrow, now: now)
         #expect(beyond.skew?.seconds == 60)
-        #expect(MeterSyncResult(address: beyond.address, status: .downloaded(beyond)).summary.hasSuffix("; meter clock off by 60 s"))
+        #expect(MeterSyncResult(address: beyond.address, outcome: .downloaded(beyond)).summary.hasSuffix("; meter clock off by 60 s"))
     }
 
     @Test func nothingIsWrittenFromAnUnusableClockOrWithoutAZone() async throws {

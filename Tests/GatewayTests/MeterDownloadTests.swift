@@ -3,7 +3,7 @@ import GlucoseProfile
 import Synchronization
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 @Suite("Download procedure", .timeLimit(.minutes(1)))
 struct MeterDownloadTests {
@@ -604,7 +604,7 @@ struct MeterDownloadTests {
         #expect(kept.map(\.sequence) == [1, 4])
         #expect(kept.last?.raw == cut)
         #expect(kept.allSatisfy { $0.reason.contains("value too short") && $0.meterAddress == meter.address })
-        #expect(MeterSyncResult(address: meter.address, status: .downloaded(first)).summary
+        #expect(MeterSyncResult(address: meter.address, outcome: .downloaded(first)).summary
             == "\(meter.address): 4 new readings; 2 records could not be decoded; their bytes are kept")
         #expect(store.events.contains { $0.kind == .downloadFinished && $0.message.contains("2 undecodable kept raw") })
 

@@ -4,6 +4,7 @@ import SQLiteStore
 import Testing
 import TestSupport
 @testable import Gateway
+@testable import Meters
 
 /// Per-meter handling: chosen from the identity a meter shows, applied by the download.
 @Suite("Meter handling", .timeLimit(.minutes(1)))

@@ -1,7 +1,7 @@
 import GatewayCore
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 @Suite("Pairing and sync orchestration", .timeLimit(.minutes(1)))
 struct MeterPairingTests {
@@ -131,9 +131,11 @@ struct MeterPairingTests {
         radio.add(meter, name: "meter+01234567", pin: 654_321, paired: true)
         radio.setForgotBond(meter.address, true)
         try await store.saveMeter(MeterInfo(address: meter.address, timeZone: "UTC"))
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
-        #expect(result.status == .repairNeeded("\(meter.address) refused the encryption with this gateway's key 3 times in a row"))
+        guard case .unreachable(let error) = result.outcome else { Issue.record("expected a refused connection"); return }
+        #expect(error.kind == .bondLost)
+        #expect(error.message == "\(meter.address) refused the encryption with this gateway's key 3 times in a row")
         #expect(result.summary.hasSuffix("; pair it again: glucose-gateway pair \(meter.address) --pin PIN"))
         #expect(try await store.meter(meter.address)?.bondLostAt == 77)
         #expect(store.events.filter { $0.kind == .bondLost }.count == 1)
@@ -192,7 +194,7 @@ struct MeterPairingTests {
         let (meter, radio, store) = Self.setup()
         let info = MeterInfo(address: meter.address, timeZone: "UTC")
         try await store.saveMeter(info)
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent))
         let result = await sync.sync(info, wait: .seconds(1))
         #expect(result.isComplete)
         #expect(store.readings.count == 5)
@@ -203,7 +205,7 @@ struct MeterPairingTests {
     @Test func syncReportsAnUnreachableMeter() async throws {
         let (meter, radio, store) = Self.setup()
         radio.setInRange(meter.address, false)
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
         #expect(!result.isComplete)
         #expect(result.summary.contains("not reachable"))
@@ -213,7 +215,7 @@ struct MeterPairingTests {
     @Test func syncSummaryNamesAnInterruption() async throws {
         let (meter, radio, store) = Self.setup()
         meter.update { $0.disconnectAfterRecords = 2 }
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, logger: .silent))
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent))
         let result = await sync.sync(MeterInfo(address: meter.address, timeZone: "UTC"), wait: .zero)
         #expect(!result.isComplete)
         #expect(result.summary.contains("2 new readings; interrupted"))

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Testing
-@testable import Gateway
+@testable import Meters
 
 @Suite("Meter session lock")
 struct MeterSessionLockTests {

@@ -1,7 +1,7 @@
 import GatewayCore
 import GlucoseProfile
 import Testing
-@testable import Gateway
+@testable import Meters
 
 /// The RACP procedure as a value: each test feeds events and checks the actions, with no link and no clock.
 @Suite("RACP procedure")

@@ -2,7 +2,7 @@ import GatewayCore
 import GlucoseProfile
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 /// A meter's 16-bit sequence counter going round from 65535 to 0, through the whole download with the
 /// scripted meter (which sends its records in storage order, as real meters do).

@@ -1,6 +1,6 @@
 import GatewayCore
 import Testing
-@testable import Gateway
+@testable import Meters
 
 @Suite("Stoppable link", .timeLimit(.minutes(1)))
 struct StoppableLinkTests {

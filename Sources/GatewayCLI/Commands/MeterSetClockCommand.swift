@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Meters
 import SQLiteStore
 
 /// `glucose-gateway meters set-clock ADDRESS [--wait SECONDS] [--adapter hciN]`: sets one meter's clock once

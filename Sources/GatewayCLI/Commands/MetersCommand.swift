@@ -1,5 +1,6 @@
 import Gateway
 import GatewayCore
+import Meters
 import SQLiteStore
 
 enum MetersCommand: GatewayCommand {

@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Meters
 
 enum PairCommand: GatewayCommand {
     static let name = "pair"

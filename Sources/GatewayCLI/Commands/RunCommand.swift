@@ -2,11 +2,9 @@
 import Glibc
 #endif
 import BlueZ
-import Dispatch
 import Gateway
 import GatewayCore
 import SQLiteStore
-import Synchronization
 import SyncEngine
 
 enum RunCommand: GatewayCommand {
@@ -85,7 +83,8 @@ enum RunCommand: GatewayCommand {
         }
     }
 
-    /// The daemon, run while this process holds the upload lock.
+    /// The daemon, run while this process holds the upload lock, in a group of the services that follow
+    /// its snapshots (started in this order, stopped in the reverse one when the daemon has stopped).
     private static func serve(config: GatewayConfig, upload: UploadSettings, context: CommandContext, logger: Logger, signals: DaemonSignals,
                               quietAfter: Double, connectTimeout: Double, healthInterval: Double,
                               uploadClock: any SessionClock) async throws -> ExitStatus {
@@ -95,59 +94,29 @@ enum RunCommand: GatewayCommand {
         } catch {
             throw MeterCommandSupport.storeFailure(error, config: config, use: .daemon)
         }
-        let mqtt = DaemonMQTT(settings: upload, store: sqlite, recordPath: DaemonMQTT.recordPath(database: config.gateway.database),
-                              logger: context.logger.with(label: "upload"))
+        let database = config.gateway.database
+        let feed = SnapshotFeed()
         let notifier = SystemdNotifier(environment: context.environment)
-        let statePath = DaemonStateFile.path(database: config.gateway.database)
-        let metricsPath = Mutex(config.gateway.metricsFile)
-        let pendingNow = Mutex(0)
-        let alertCommand = upload.recovery.onNetworkError
-        let meterAlertCommand = config.gateway.onMeterError.map(ShellWords.command)
-        let heartbeat = RunHeartbeat(config: config, logger: logger)
-        defer { heartbeat.stop() }
-        let hooks = DaemonHooks(
-            ready: { notifier.ready(status: $0) },
-            status: { notifier.status($0) },
-            stopping: { notifier.stopping() },
-            snapshot: { snapshot in
-                pendingNow.withLock { $0 = snapshot.pending }
-                heartbeat.observe(snapshot)
-                mqtt?.refresh(snapshot)
-                do {
-                    try AtomicFile.write(DaemonStateFile.json(snapshot).compactText + "\n", to: statePath)
-                } catch {
-                    logger.warning("\(error)")
-                }
-                if let path = metricsPath.withLock({ $0 }) {
-                    do {
-                        try PrometheusTextfile.write(snapshot.metrics(now: SystemClock.now()), to: path)
-                    } catch let failure {
-                        logger.warning("\(failure)")
+        let metrics = MetricsService(feed: feed, path: config.gateway.metricsFile, logger: logger)
+        let heartbeat = HeartbeatService(feed: feed, config: config, logger: logger)
+        let followers: [any Service] = [
+            StateFileService(feed: feed, database: database, logger: logger), metrics, ServiceManagerService(feed: feed, notifier: notifier),
+            AlertService(feed: feed, command: upload.recovery.onNetworkError, meterCommand: config.gateway.onMeterError.map(ShellWords.command)),
+            heartbeat,
+        ]
+        defer { signals.stop() }
+
+        if let alert = await startupCheck(sqlite, database: database, logger: logger) {
+            // Nothing runs but this wait: the watchdog pings as long as the process does.
+            await ServiceGroup(followers + [WatchdogService(notifier: notifier)]).run {
+                await GatewayDaemon.holdAlert(alert, snapshots: feed.publish, logger: logger, pid: getpid()) {
+                    for await signal in signals.stream where signal != SIGHUP {
+                        logger.notice("signal \(signal): stopping")
+                        return
                     }
                 }
-            },
-            alert: { code, message in
-                guard let alertCommand else { return }
-                AlertCommand(command: alertCommand).run(code: code, message: message, pending: pendingNow.withLock { $0 })
-            },
-            meterAlert: { code, address, message in
-                guard let meterAlertCommand else { return }
-                AlertCommand(command: meterAlertCommand).run(code: code, message: message, pending: pendingNow.withLock { $0 }, meter: address)
+                feed.finish()
             }
-        )
-
-        if let alert = await startupCheck(sqlite, database: config.gateway.database, logger: logger) {
-            // Nothing runs but this wait: the watchdog pings as long as the process does.
-            let watchdog = Task { await notifier.runWatchdog() }
-            let signalStream = signals.stream
-            await GatewayDaemon.holdAlert(alert, hooks: hooks, logger: logger, pid: getpid()) {
-                for await signal in signalStream where signal != SIGHUP {
-                    logger.notice("signal \(signal): stopping")
-                    return
-                }
-            }
-            watchdog.cancel()
-            signals.stop()
             await sqlite.close()
             return .ok
         }
@@ -160,83 +129,61 @@ enum RunCommand: GatewayCommand {
             throw error
         }
         let connectivity = await UploadWiring.startConnectivity(logger: logger)
-        func uploads(_ settings: UploadSettings) -> Uploader {
+        defer { connectivity.stop() }
+        let mqtt = MQTTStateService(feed: feed, settings: upload, store: sqlite, database: database, logger: context.logger.with(label: "upload"))
+        @Sendable func uploads(_ settings: UploadSettings) -> Uploader {
             Uploader(settings: settings, store: sqlite, connectivity: connectivity.hub, logger: context.logger.with(label: "upload"),
                      clock: uploadClock, mqttClient: mqtt?.client)
         }
-
-        func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
+        @Sendable func daemonSettings(_ config: GatewayConfig, _ upload: UploadSettings) -> DaemonSettings {
             var s = DaemonSettings(config: config, destinations: upload.destinations)
             s.quietAfterDownload = .milliseconds(Int64(quietAfter * 1000))
             s.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
-            s.sessionLockDatabase = config.gateway.database
+            s.sessionLockDatabase = database
             s.healthInterval = .milliseconds(Int64(healthInterval * 1000))
             return s
         }
-
         let daemon = GatewayDaemon(radio: radio, store: sqlite, uploads: uploads(upload), settings: daemonSettings(config, upload),
-                                   logger: logger, hooks: hooks, pid: getpid())
-        // What the upload side does to the queue shows in status and metrics without polling. The stream
-        // ends when the store closes.
-        let storeChanges = sqlite.changes()
-        let changesTask = Task {
-            for await change in storeChanges where change == .uploads { await daemon.uploadStateChanged() }
-        }
-        // Rows another process stores (a manual `sync` leaves its upload to this daemon) are noticed
-        // through the file system, without polling; see `DatabaseWatcher` for why.
-        let watcher = DatabaseWatcher(database: config.gateway.database)
-        if watcher == nil {
-            logger.warning("cannot watch \(config.gateway.database) for other writers (inotify); what another process stores is uploaded after the next download")
-        }
-        let watchTask = Task {
-            guard let watcher else { return }
-            for await _ in watcher.changes { await daemon.databaseWritten() }
-        }
+                                   logger: logger, snapshots: feed.publish, pid: getpid())
 
-        let signalStream = signals.stream
-        let signalTask = Task {
-            for await signal in signalStream {
-                switch signal {
-                case SIGHUP:
-                    logger.notice("SIGHUP: reloading \(config.path ?? "the configuration")")
-                    do {
-                        let fresh = try ConfigLoader.load(explicitPath: context.configPath, requireFile: false)
-                        let freshUpload = fresh.upload
-                        if fresh.gateway.database != config.gateway.database {
-                            logger.warning("a new database path takes effect at the next start; keeping \(config.gateway.database)")
-                        }
-                        if freshUpload.destinations != upload.destinations {
-                            logger.warning("readings stored from now on are queued for the destinations enabled at start; restart to change which are enabled")
-                        }
-                        metricsPath.withLock { $0 = fresh.gateway.metricsFile }
-                        heartbeat.configure(fresh)
-                        await daemon.reload(settings: daemonSettings(fresh, freshUpload), uploads: uploads(freshUpload))
-                    } catch let failure as GatewayFailure {
-                        await daemon.reloadFailed(failure.message)
-                    } catch {
-                        await daemon.reloadFailed("\(error)")
+        let reloadSignals = SignalService(signals: signals) { signal in
+            switch signal {
+            case SIGHUP:
+                logger.notice("SIGHUP: reloading \(config.path ?? "the configuration")")
+                do {
+                    let fresh = try ConfigLoader.load(explicitPath: context.configPath, requireFile: false)
+                    let freshUpload = fresh.upload
+                    if fresh.gateway.database != database {
+                        logger.warning("a new database path takes effect at the next start; keeping \(database)")
                     }
-                default:
-                    logger.notice("signal \(signal): stopping")
-                    await daemon.stop()
+                    if freshUpload.destinations != upload.destinations {
+                        logger.warning("readings stored from now on are queued for the destinations enabled at start; restart to change which are enabled")
+                    }
+                    metrics.setPath(fresh.gateway.metricsFile)
+                    await heartbeat.configure(fresh)
+                    await daemon.reload(settings: daemonSettings(fresh, freshUpload), uploads: uploads(freshUpload))
+                } catch let failure as GatewayFailure {
+                    await daemon.reloadFailed(failure.message)
+                } catch {
+                    await daemon.reloadFailed("\(error)")
                 }
+            default:
+                logger.notice("signal \(signal): stopping")
+                await daemon.stop()
             }
         }
         // The watchdog follows the daemon's own loop (see GatewayDaemon.isResponsive), not bluetoothd.
         let aliveWindow = Duration.milliseconds(Int64(healthInterval * 3000)) + .seconds(10)
-        let watchdog = Task { await notifier.runWatchdog(alive: { daemon.isResponsive(within: aliveWindow) }) }
-
-        mqtt?.start()
-        let end = await daemon.run()
-
-        await mqtt?.stop()
-        watchdog.cancel()
-        watcher?.stop()
-        watchTask.cancel()
-        changesTask.cancel()
-        signalTask.cancel()
-        signals.stop()
-        connectivity.stop()
+        let services = followers + [mqtt].compactMap { $0 } + [
+            WatchdogService(notifier: notifier, alive: { daemon.isResponsive(within: aliveWindow) }),
+            DatabaseWatchService(daemon: daemon, store: sqlite, database: database, logger: logger),
+            reloadSignals,
+        ]
+        let end = await ServiceGroup(services).run {
+            let end = await daemon.run()
+            feed.finish()
+            return end
+        }
         await sqlite.close()
         return end == .busLost ? .failure : .ok
     }
@@ -264,33 +211,5 @@ private func startupCheck(_ sqlite: SQLiteStore, database: String, logger: Logge
     } catch {
         logger.warning("cannot check \(database): \(error); going on without the check")
         return nil
-    }
-}
-
-/// SIGTERM, SIGINT and SIGHUP as a stream, from dispatch signal sources (the default actions are
-/// turned off so the process is not killed before it can end its downloads).
-final class DaemonSignals {
-    let stream: AsyncStream<Int32>
-    private let sources: [any DispatchSourceSignal]
-    private let continuation: AsyncStream<Int32>.Continuation
-
-    init() {
-        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self, bufferingPolicy: .unbounded)
-        self.stream = stream
-        self.continuation = continuation
-        var sources: [any DispatchSourceSignal] = []
-        for number in [SIGTERM, SIGINT, SIGHUP] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { continuation.yield(number) }
-            source.resume()
-            sources.append(source)
-        }
-        self.sources = sources
-    }
-
-    func stop() {
-        for s in sources { s.cancel() }
-        continuation.finish()
     }
 }

@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Meters
 import SQLiteStore
 import Synchronization
 
@@ -74,8 +75,8 @@ enum SyncCommand: GatewayCommand {
             StandardStream.writeError("glucose-gateway sync: \(TerminalText.escaped(error.message))\n")
             return .unavailable
         }
-        let sync = MeterSync(radio: radio, download: MeterDownload(store: store, options: config.gateway.meters.downloadOptions, logger: logger),
-                             lockDatabase: config.gateway.database)
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, options: config.gateway.meters.downloadOptions, logger: logger),
+                                lockDatabase: config.gateway.database)
         var reachable = 0
         var incomplete = false
         var repair = false
@@ -84,21 +85,27 @@ enum SyncCommand: GatewayCommand {
             let result = await sync.sync(meter, wait: .milliseconds(Int(wait * 1000))) { bar.update($0) }
             bar.clear()
             // A failed download's reason is an error: stderr, as every error (the summaries go to stdout).
-            switch result.status {
-            case .failed, .lockFailed, .repairNeeded:
-                StandardStream.writeError("glucose-gateway sync: " + TerminalText.escaped(result.summary) + "\n")
-            case .downloaded, .unreachable, .busy:
-                StandardStream.writeOutput(TerminalText.escaped(result.summary) + "\n")
-            }
-            switch result.status {
-            case .unreachable: break
-            case .repairNeeded: repair = true
-            case .downloaded, .failed, .busy: reachable += 1
-            case .lockFailed: incomplete = true
-            }
-            switch result.status {
-            case .downloaded, .failed: if !result.isComplete { incomplete = true }
-            case .unreachable, .busy, .lockFailed, .repairNeeded: break
+            let line = TerminalText.escaped(result.summary) + "\n"
+            switch result.outcome {
+            case .downloaded(let report):
+                StandardStream.writeOutput(line)
+                reachable += 1
+                if !report.outcome.isComplete { incomplete = true }
+            case .busy:
+                StandardStream.writeOutput(line)
+                reachable += 1
+            case .failed:
+                StandardStream.writeError("glucose-gateway sync: " + line)
+                reachable += 1
+                incomplete = true
+            case .lockFailed:
+                StandardStream.writeError("glucose-gateway sync: " + line)
+                incomplete = true
+            case .unreachable(let error) where error.kind == .bondLost:
+                StandardStream.writeError("glucose-gateway sync: " + line)
+                repair = true
+            case .unreachable, .notSeen, .declined:
+                StandardStream.writeOutput(line)
             }
         }
         await radio.close()

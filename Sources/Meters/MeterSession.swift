@@ -35,6 +35,10 @@ public struct MeterSession: Sendable {
         case failed(DownloadError)
     }
 
+    /// The code of a meter that lost its bond (`METER_BOND_LOST`): in the event the session logs and in the
+    /// daemon's meter alert (`DaemonAlert.meterBondLost`).
+    public static let bondLostCode = 2003
+
     public init(radio: any MeterRadio, download: MeterDownload, connectTimeout: Duration = .seconds(20), lockDatabase: String? = nil) {
         self.radio = radio
         self.download = download
@@ -117,7 +121,7 @@ public struct MeterSession: Sendable {
         guard meter.bondLostAt == nil else { return }
         let at = download.now()
         _ = try? await download.store.setBondLost(meter.address, at: at, message: message)
-        try? await download.store.log(GatewayEvent(at: at, kind: .bondLost, meterAddress: address, code: DaemonAlert.meterBondLost,
+        try? await download.store.log(GatewayEvent(at: at, kind: .bondLost, meterAddress: address, code: Self.bondLostCode,
                                                    message: "re-pair needed: \(message)"))
     }
 }

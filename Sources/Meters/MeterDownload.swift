@@ -255,7 +255,7 @@ public struct MeterDownload: Sendable {
     public func run(
         link: any MeterLink, meter: MeterInfo, progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }
     ) async throws(DownloadError) -> DownloadReport {
-        let session = DownloadSession(download: self, link: link, meter: meter, progress: progress)
+        let session = Run(download: self, link: link, meter: meter, progress: progress)
         return try await session.run()
     }
 }

@@ -1,6 +1,6 @@
 import GatewayCore
 
-extension DownloadSession {
+extension MeterDownload.Run {
     /// Keeps the undecodable values taken in since the last commit, raw with their reasons, before the
     /// readings that follow them are committed: nothing the meter sent is dropped, and a re-download that
     /// delivers the same bytes adds nothing (`ReadingStore.keepUndecodable`).

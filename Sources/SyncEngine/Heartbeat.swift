@@ -3,7 +3,7 @@
 /// delivering even though meter readings come irregularly.
 ///
 /// This file holds the decision alone: health and time in, what to send and when to look again out. It
-/// never sleeps and never sends; the run command's driver does both on the injected clock.
+/// never sleeps and never sends; `HeartbeatPinger` does both on the injected clock.
 
 /// What to do while unhealthy (`heartbeat_on_fail`).
 public enum HeartbeatFailMode: String, Sendable, Equatable, CaseIterable {

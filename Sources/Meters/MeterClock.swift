@@ -121,7 +121,7 @@ public enum MeterClockWriter {
 
 // MARK: - In a download
 
-extension DownloadSession {
+extension MeterDownload.Run {
     /// Asks the vendor clock for the time and waits (bounded) for the answer. Notifications on 0xFFF1 are
     /// left on until the link ends: they are not in `subscribed`, which is stopped on the way out.
     func readVendorClock(_ vendor: GATTUUID) async throws(Stop) -> [UInt8]? {
