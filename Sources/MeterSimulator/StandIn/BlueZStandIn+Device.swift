@@ -148,6 +148,7 @@ extension BlueZStandIn {
         try await establishLink(address, run)
         // The reply goes out when this returns; services resolve just after it, as in bluetoothd.
         scheduleServiceResolution(address, run, resolvedBeforeExport: early)
+        pairingStartedByMeter(address, run)
     }
 
     /// Scripts the outcomes of the next `Connect` calls to a meter.
