@@ -217,3 +217,55 @@ import TestSupport
         await rig.close()
     }
 }
+
+/// An adapter with no public address connects from its scan's random address while it discovers, and a
+/// bonded meter then refuses the key.
+@Suite(.timeLimit(.minutes(1))) struct ScanAddressTests {
+    /// Pairs (which leaves the link up), then takes the link down, so the next connection makes a new one.
+    static func pairAndDisconnect(_ rig: StandInRig) async throws {
+        try await rig.client.pair(address: StandInRig.address, pin: StandInRig.passkey, timeout: .seconds(20))
+        try await rig.client.stopDiscovery()
+        let link = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20))
+        await link.disconnect()
+        #expect(await waitUntil(5) { await rig.client.device(address: StandInRig.address)?.connected == false })
+    }
+
+    @Test func connectingPausesTheClientsDiscoverySoABondedMeterIsReachedFromTheIdentityAddress() async throws {
+        let rig = try await StandInRig(records: 3) { $0.adapterWithoutPublicAddress = true }
+        _ = try await rig.discover()
+        try await Self.pairAndDisconnect(rig)
+        // The daemon discovers all the time, and connects a meter when it advertises.
+        try await rig.client.startDiscovery()
+        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6)
+        let link = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20), retry: retry)
+        #expect(try await link.read(.glucoseFeature).count == 2)
+        await link.disconnect()
+        let log = try await rig.callLog()
+        let connect = try #require(log.lastIndex { $0.hasPrefix("org.bluez.Device1.Connect ") })
+        let stop = try #require(log.lastIndex { $0.hasPrefix("org.bluez.Adapter1.StopDiscovery") })
+        let start = try #require(log.lastIndex { $0.hasPrefix("org.bluez.Adapter1.StartDiscovery") })
+        #expect(stop < connect && connect < start)
+        await rig.close()
+    }
+
+    @Test func aKeyRefusedWhileAnotherClientScansIsNotALostBond() async throws {
+        let rig = try await StandInRig(records: 3) { $0.adapterWithoutPublicAddress = true }
+        _ = try await rig.discover()
+        try await Self.pairAndDisconnect(rig)
+        // Another program (bluetoothctl, a phone app's helper) scans; this client cannot stop that.
+        let other = try await BlueZClient.connect(bus: rig.bus.address)
+        _ = try await other.waitForAdapter(timeout: .seconds(5))
+        try await other.startDiscovery()
+        let retry = ConnectRetry(initial: .milliseconds(20), maximum: .milliseconds(40), attempts: 6)
+        let error = await #expect(throws: MeterLinkError.self) {
+            try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20), retry: retry)
+        }
+        #expect(error?.kind != .bondLost)
+        // Once the scan ends the meter is reached.
+        try await other.stopDiscovery()
+        let link = try await rig.client.connectMeter(address: StandInRig.address, timeout: .seconds(20), retry: retry)
+        await link.disconnect()
+        await other.close()
+        await rig.close()
+    }
+}

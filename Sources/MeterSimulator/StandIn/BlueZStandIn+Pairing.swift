@@ -50,7 +50,7 @@ extension BlueZStandIn {
             do {
                 return try await c.call(destination: agent.sender, path: agent.path, interface: "org.bluez.Agent1",
                                         member: member, arguments: arguments, timeout: .seconds(60))
-            } catch let error as DBusError {
+            } catch {
                 if error.isTimeout {
                     _ = try? await c.call(destination: agent.sender, path: agent.path, interface: "org.bluez.Agent1",
                                           member: "Cancel", timeout: .seconds(5))
