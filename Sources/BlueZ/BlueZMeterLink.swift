@@ -83,10 +83,11 @@ extension BlueZClient {
                 return try await connectOnce(address: address, deadline: deadline, refusedWithin: retry.refusedWithin)
             } catch {
                 var error = error
-                if error.authenticationFailure != nil, await adapterScanning(address: address) {
-                    // Someone else's discovery runs: the link may have come from a scan address the
-                    // meter does not know. No evidence of a lost bond; tried again like any drop.
-                    logger.info("bluez: \(address) refused the key while the adapter was scanning (another client's discovery); not counted as a lost bond")
+                if error.authenticationFailure != nil, await connectsFromScanAddress(address: address) {
+                    // Someone else's discovery runs on an adapter with no public address: the link may
+                    // have come from a scan address the meter does not know. No evidence of a lost
+                    // bond; tried again like any drop.
+                    logger.info("bluez: \(address) refused the key while the adapter (no public address) was scanning for another client; not counted as a lost bond")
                     error.authenticationFailure = nil
                 }
                 refusals = error.authenticationFailure == nil ? 0 : refusals + 1
@@ -102,10 +103,12 @@ extension BlueZClient {
         }
     }
 
-    /// Whether the adapter of the device is discovering now (asked of bluetoothd, not the mirror).
-    private func adapterScanning(address: String) async -> Bool {
+    /// Whether the device's adapter has no public address (`AddressType` "random") and is discovering now
+    /// (asked of bluetoothd, not the mirror): Linux then connects from the scan's address.
+    private func connectsFromScanAddress(address: String) async -> Bool {
         guard let device = device(address: address),
-              let adapterPath = objects[device.path]?[BlueZNames.device]?["Adapter"]?.objectPath else { return false }
+              let adapterPath = objects[device.path]?[BlueZNames.device]?["Adapter"]?.objectPath,
+              objects[adapterPath]?[BlueZNames.adapter]?["AddressType"]?.string == "random" else { return false }
         let reply = try? await callBlueZ(path: adapterPath, interface: DBusNames.properties, member: "Get",
                                          arguments: [.string(BlueZNames.adapter), .string("Discovering")], timeout: .seconds(5))
         return reply?.first?.bool ?? false

@@ -38,6 +38,14 @@ public actor GatewayDaemon {
     /// after `retryDelay` for as long as that process holds the meter's lock, since the meter is present and
     /// may advertise no more once that download ends.
     private var busyRetry: Set<String> = []
+    /// Meters that refused the stored key in a session, and when first: not yet a lost bond.
+    private var keyRefusedAt: [String: ContinuousClock.Instant] = [:]
+    /// How long after a first refusal of the stored key a refusal counts as a lost bond: one unlucky
+    /// session (three refusals in some 2 s, as links from a scan address the meter does not know gave
+    /// them on an adapter with no public address) is no verdict; later sessions, from the meter's later
+    /// advertising, are tried first. Short enough that a meter that did lose its bond is reported within
+    /// the few sessions one press of its button gives.
+    public static let bondLossConfirmation: Duration = .seconds(10)
     private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
@@ -441,8 +449,9 @@ public actor GatewayDaemon {
         let clock = self.clock
         // Held until the session ends: another process (a manual `sync`) downloading from the same meter
         // would have its procedure aborted by ours.
-        let session = MeterSession(radio: radio, download: MeterDownload(store: store, options: settings.download, logger: logger, now: now),
+        var session = MeterSession(radio: radio, download: MeterDownload(store: store, options: settings.download, logger: logger, now: now),
                                    connectTimeout: settings.connectTimeout, lockDatabase: settings.sessionLockDatabase)
+        session.recordsBondLoss = false
         let task = Task { [weak self] in
             let reaction = seenAt.duration(to: clock.now)
             await self?.noteReaction(reaction)
@@ -464,7 +473,10 @@ public actor GatewayDaemon {
                 logger.warning("\(address): cannot connect: \(error.message)")
                 await self?.sessionEnded(address, failure: .timeout, complete: false, stored: 0)
             case .unreachable(let error) where error.kind == .bondLost:
-                await self?.bondLost(address, message: error.message)
+                if await self?.bondLossConfirmed(address) == true {
+                    await session.recordBondLost(meter, address: address, error.message)
+                    await self?.bondLost(address, message: error.message)
+                }
                 await self?.sessionEnded(address, failure: .bondLost, complete: false, stored: 0)
             case .unreachable(let error):
                 logger.warning("\(address): cannot connect: \(error.message)")
@@ -485,6 +497,20 @@ public actor GatewayDaemon {
         }
         sessions[address] = Session(task: task, link: nil)
         snapshot.activeSessions = sessions.keys.sorted()
+    }
+
+    /// Whether a refusal of the stored key now confirms a lost bond: the first refusal only starts the
+    /// count, and one at least `bondLossConfirmation` later (no connection having worked between) does.
+    private func bondLossConfirmed(_ address: String) -> Bool {
+        let now = clock.now
+        guard let first = keyRefusedAt[address] else {
+            keyRefusedAt[address] = now
+            logger.warning("\(address): the meter refused this gateway's key; trying again at its next advertising before calling the bond lost")
+            return false
+        }
+        guard first.duration(to: now) >= Self.bondLossConfirmation else { return false }
+        keyRefusedAt[address] = nil
+        return true
     }
 
     /// The meter lost its bond: state `re-pair needed`, kept in the store (so a restart does not try it
@@ -510,6 +536,8 @@ public actor GatewayDaemon {
         guard var session = sessions[address] else { return false }
         session.link = link
         sessions[address] = session
+        // The key worked: an earlier refusal was no lost bond.
+        keyRefusedAt[address] = nil
         snapshot.counters.connects += 1
         if stopRequested { link.end(reason: "gateway stopping") }
         return true
