@@ -6,13 +6,14 @@ enum PairCommand: GatewayCommand {
     static let name = "pair"
     static let abstract = "Pair a meter (with its PIN if it shows one) and remember it"
     static let help = """
-    usage: glucose-gateway pair ADDRESS [--pin PIN] [--confirm] [--timezone Area/City] [--adapter hciN]
-                                [--wait SECONDS]
+    usage: glucose-gateway pair ADDRESS [--pin PIN] [--confirm] [--timezone Area/City] [--adapter hciN] [--wait SECONDS]
 
     Pairs this gateway with a glucose meter and remembers it. Put the meter in pairing mode (usually: hold
     its Bluetooth button), then run this. The command waits for the meter to advertise, pairs by the
-    method the meter uses, trusts it, checks that it is a glucose meter, reads its identity and stores it,
-    and says which method was used:
+    method the meter uses, trusts it, checks that it is a glucose meter, reads its identity and stores it.
+    It says which method was used.
+
+    Pairing methods:
       passkey entry        the meter shows six digits (its PIN): give them with --pin. Without --pin the
                            command stops (exit 64) and never guesses a PIN.
       numeric comparison   the meter and the gateway show the same six digits: on a terminal the command
@@ -24,6 +25,8 @@ enum PairCommand: GatewayCommand {
       passkey on the meter a meter with a keypad: on a terminal the command shows six digits to type on
                            the meter; without one it stops (exit 64).
     A meter that starts the pairing itself (right after connecting) is answered the same way.
+
+    Options:
       --pin PIN            the six digits the meter shows
       --confirm            numeric comparison without a terminal: print the six digits and accept them;
                            the person at the meter confirms there only if they match
@@ -88,7 +91,8 @@ enum PairCommand: GatewayCommand {
         if what.isEmpty { what = m.name ?? "meter" }
         if let serial = m.serial { what += ", serial \(serial)" }
         if result.keptExistingBond {
-            StandardStream.writeOutput("\(address) (\(TerminalText.escaped(what))) was paired already: kept the existing bond, time zone \(TerminalText.escaped(zone)); the PIN was not checked (to pair anew: glucose-gateway unpair \(address), then pair)\n")
+            let unchecked = passkey == nil ? "" : "; the PIN was not checked"
+            StandardStream.writeOutput("\(address) (\(TerminalText.escaped(what))) was paired already: kept the existing bond, time zone \(TerminalText.escaped(zone))\(unchecked) (to pair anew: glucose-gateway unpair \(address), then pair)\n")
         } else {
             let method = result.method ?? .justWorks
             StandardStream.writeOutput("paired \(address) (\(TerminalText.escaped(what))) by \(method.rawValue), time zone \(TerminalText.escaped(zone))\n")
