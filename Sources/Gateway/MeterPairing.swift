@@ -218,7 +218,7 @@ public struct MeterPairing: Sendable {
         case .passkeyNeeded:
             return GatewayFailure(.usage, "pairing with \(address) needs the PIN the meter shows: run glucose-gateway pair \(address) --pin PIN with the six digits on its display")
         case .confirmationNeeded:
-            return GatewayFailure(.usage, "pairing with \(address) needs a person to compare six digits with the meter's screen: run pair on a terminal, or add --confirm to accept them after reading them here")
+            return GatewayFailure(.usage, "pairing with \(address) needs a person at a terminal, to compare six digits with the meter's screen (or to type digits on the meter): run pair on a terminal; to accept compared digits without one, add --confirm")
         case .numbersDiffer:
             return GatewayFailure(.failure, "pairing with \(address) stopped: the numbers did not match the meter's, so another device may have answered; not paired, try again")
         case .rejectedOnMeter:
