@@ -2,16 +2,20 @@ import DBusKit
 import GatewayCore
 import Synchronization
 
-/// The pairing agent (`org.bluez.Agent1`), registered with the IO capability `KeyboardDisplay`.
+/// The pairing agent (`org.bluez.Agent1`).
 ///
-/// The capability decides the pairing method: the kernel looks the method up from both sides' SMP IO
-/// capabilities (Core Vol 3 Part H 2.3.5.1; bluetoothd hands the default agent's capability to the kernel).
-/// `KeyboardDisplay` is what phones declare, so a meter meets the gateway the way its maker tested it with
-/// the phone app: a meter with a display only (the usual PIN on the meter's screen) gets passkey entry, the
-/// gateway typing the PIN; a meter with no display or no buttons gets Just Works; a meter with a display and
-/// a yes/no button gets numeric comparison under LE Secure Connections (legacy pairing has none, and gives
-/// passkey entry again); a meter with a keypad gets the gateway's digits to type. `KeyboardOnly`, used
-/// before, turned every meter with a display into passkey entry and could never confirm numbers.
+/// Its IO capability decides the pairing method: bluetoothd gives `Pair` the capability of the calling
+/// agent, and the kernel looks the method up from both sides' SMP IO capabilities (Core Vol 3 Part H
+/// 2.3.5.1, Table 2.8). So the capability follows what the person running `pair` brought:
+/// - a PIN (`--pin`): `KeyboardOnly`, as before. Every meter with a display then does passkey entry with
+///   the gateway typing the PIN (a meter with a yes/no button too, which shows a passkey instead of
+///   asking for numbers to be compared); a meter with a keypad and a fixed PIN types the same digits
+///   (as the simulator's real-BlueZ meter and the real-stack scenarios do); a meter with neither pairs
+///   Just Works. A PIN in hand is never traded for another method.
+/// - no PIN: `KeyboardDisplay`, what phones declare, so each meter gets the method its maker tested
+///   with the phone app: numeric comparison for a meter with a display and a yes/no button (LE Secure
+///   Connections), Just Works for one with no display, digits shown here for a keypad meter to type,
+///   and, for a meter that shows a PIN, a passkey request that is refused (the PIN is never guessed).
 ///
 /// It answers only for the device being paired (``setTarget(device:answers:)``), from what the person
 /// running `pair` brought (``Answers``), and rejects everything else (`org.bluez.Error.Rejected`). It is
@@ -20,7 +24,12 @@ import Synchronization
 /// (an SMP Security Request, which bluetoothd hands to the default agent) reaches it too.
 public final class PairingAgent: Sendable {
     public let path: String
-    public static let capability = "KeyboardDisplay"
+    /// The capability when a PIN was given, and when none was.
+    public static let withPIN = "KeyboardOnly"
+    public static let withoutPIN = "KeyboardDisplay"
+
+    /// The capability for what the person brought.
+    public static func capability(for answers: Answers) -> String { answers.passkey == nil ? withoutPIN : withPIN }
 
     /// What the agent has been asked, in order (for logs and tests). Holds no PIN and no digits.
     public enum Request: Sendable, Equatable {
@@ -81,6 +90,8 @@ public final class PairingAgent: Sendable {
         var requests: [Request] = []
         /// The last step for the current target, and when.
         var step: (step: Step, at: ContinuousClock.Instant)?
+        /// The capability it is registered with.
+        var capability = PairingAgent.withPIN
     }
     private let state = Mutex(State())
 
@@ -90,6 +101,12 @@ public final class PairingAgent: Sendable {
 
     /// Requests seen so far.
     public var requests: [Request] { state.withLock { $0.requests } }
+
+    /// The IO capability it is (or is to be) registered with.
+    public internal(set) var capability: String {
+        get { state.withLock { $0.capability } }
+        set { state.withLock { $0.capability = newValue } }
+    }
 
     func setTarget(device: String, answers: Answers) {
         state.withLock {
@@ -250,9 +267,18 @@ extension BlueZClient {
 
     /// Exports and registers the agent if not done yet (kept for the client's lifetime, registered again
     /// after a restart of bluetoothd).
-    public func ensureAgent() async throws(BlueZError) -> PairingAgent {
-        if let agent { return agent }
+    public func ensureAgent(capability: String = PairingAgent.withPIN) async throws(BlueZError) -> PairingAgent {
+        if let agent {
+            guard agent.capability != capability else { return agent }
+            // Registered with another capability: bluetoothd keeps one per agent, so register anew.
+            _ = try? await callBlueZ(path: BlueZNames.root, interface: BlueZNames.agentManager, member: "UnregisterAgent",
+                                     arguments: [.objectPath(agent.path)])
+            agent.capability = capability
+            try await registerAgent(agent)
+            return agent
+        }
         let created = PairingAgent(path: Self.agentPath)
+        created.capability = capability
         do {
             try await connection.export(path: created.path, interfaces: [created.interface])
         } catch {
@@ -266,7 +292,7 @@ extension BlueZClient {
     func registerAgent(_ agent: PairingAgent) async throws(BlueZError) {
         do {
             _ = try await callBlueZ(path: BlueZNames.root, interface: BlueZNames.agentManager, member: "RegisterAgent",
-                                    arguments: [.objectPath(agent.path), .string(PairingAgent.capability)])
+                                    arguments: [.objectPath(agent.path), .string(agent.capability)])
         } catch where error.name == BlueZErrorNames.alreadyExists {
             // Registered already on this connection.
         }
@@ -309,7 +335,7 @@ extension BlueZClient {
         guard let device = device(address: address) else {
             throw BlueZError(.notFound, "device \(address) is not known to BlueZ; scan first")
         }
-        let agent = try await ensureAgent()
+        let agent = try await ensureAgent(capability: PairingAgent.capability(for: answers))
         var answers = answers
         let path = device.path
         // A passkey to show that nobody can see: bluetoothd does not wait for the agent's answer to

@@ -331,7 +331,7 @@ final class Rig: Sendable {
         }
         #expect(newName == second.connection.uniqueName)
         #expect(newName != first.connection.uniqueName)
-        #expect(second.calls.contains("RegisterAgent KeyboardDisplay"))
+        #expect(second.calls.contains("RegisterAgent KeyboardOnly"))
         #expect(second.calls.contains("StartDiscovery"))
         #expect(await client.device(address: meterAddress) == nil)
         await client.close()
@@ -353,7 +353,7 @@ final class Rig: Sendable {
 
         try await rig.client.pair(address: meterAddress, pin: 4321, timeout: .seconds(10))
         #expect(rig.fake.calls.contains("Set Trusted=true"))
-        #expect(rig.fake.calls.filter { $0 == "RegisterAgent KeyboardDisplay" }.count == 1)
+        #expect(rig.fake.calls.filter { $0 == "RegisterAgent KeyboardOnly" }.count == 1)
         let device = try await withTimeout(5) {
             try await rig.client.wait(timeout: .seconds(5), for: "paired") { objects, _ in
                 DiscoveredDevice(path: path, interfaces: objects[path]).flatMap { $0.paired && $0.trusted ? $0 : nil }

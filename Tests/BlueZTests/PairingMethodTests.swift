@@ -86,6 +86,8 @@ import TestSupport
         // A PIN given to a meter that asks for none is not used.
         Case(meter: MeterPairingBehaviour(method: .justWorks), pin: pin, method: .justWorks),
         Case(meter: MeterPairingBehaviour(method: .numericComparison), confirm: true, method: .numericComparison),
+        // With a PIN the gateway is a keyboard: the same meter shows a passkey (here: its PIN) instead.
+        Case(meter: MeterPairingBehaviour(method: .numericComparison), pin: pin, confirm: true, method: .passkeyEntry),
         Case(meter: MeterPairingBehaviour(method: .passkeyEntry, startsPairing: true), pin: pin, method: .passkeyEntry),
         Case(meter: MeterPairingBehaviour(method: .justWorks, startsPairing: true), method: .justWorks),
     ]
@@ -101,19 +103,30 @@ import TestSupport
         await rig.close()
     }
 
-    @Test func theAgentRegistersAsKeyboardDisplaySoADisplayYesNoMeterGetsNumericComparison() async throws {
-        // With KeyboardOnly (before), the same meter would have asked for a passkey.
-        #expect(MeterPairingBehaviour(method: .numericComparison).exchange(gateway: "KeyboardOnly") == .gatewayTypes)
-        #expect(MeterPairingBehaviour(method: .numericComparison).exchange(gateway: PairingAgent.capability) == .numericComparison)
-        #expect(MeterPairingBehaviour(method: .passkeyEntry).exchange(gateway: PairingAgent.capability) == .gatewayTypes)
-        #expect(MeterPairingBehaviour(method: .legacyPasskeyEntry).exchange(gateway: PairingAgent.capability) == .gatewayTypes)
-        #expect(MeterPairingBehaviour(method: .justWorks).exchange(gateway: PairingAgent.capability) == .justWorks)
+    @Test func theCapabilityFollowsWhetherAPinWasGiven() async throws {
+        let withPIN = PairingAgent.capability(for: Asked().answers(pin: Self.pin))
+        let withoutPIN = PairingAgent.capability(for: Asked().answers(confirm: true))
+        #expect(withPIN == "KeyboardOnly" && withoutPIN == "KeyboardDisplay")
+        // Without a PIN a meter with a yes/no button compares numbers; with one it shows a passkey.
+        #expect(MeterPairingBehaviour(method: .numericComparison).exchange(gateway: withoutPIN) == .numericComparison)
+        #expect(MeterPairingBehaviour(method: .numericComparison).exchange(gateway: withPIN) == .gatewayTypes)
+        for method in [MeterPairingBehaviour.Method.passkeyEntry, .legacyPasskeyEntry] {
+            #expect(MeterPairingBehaviour(method: method).exchange(gateway: withPIN) == .gatewayTypes)
+            #expect(MeterPairingBehaviour(method: method).exchange(gateway: withoutPIN) == .gatewayTypes)
+        }
+        #expect(MeterPairingBehaviour(method: .justWorks).exchange(gateway: withPIN) == .justWorks)
+
+        // One client pairing twice registers again with the other capability.
         let rig = try await Rig(MeterPairingBehaviour(method: .numericComparison))
-        _ = try await rig.pair(Asked().answers(confirm: true))
+        await #expect(throws: BlueZError.self) { _ = try await rig.pair(Asked().answers(pin: 111_111)) }
+        #expect(await rig.client.agent?.capability == "KeyboardOnly")
+        #expect(try await rig.pair(Asked().answers(confirm: true)) == .numericComparison)
+        #expect(await rig.client.agent?.capability == "KeyboardDisplay")
         let log = try await rig.client.connection.call(
             destination: "org.bluez", path: StandInDocs.controlPath, interface: "org.glucosegateway.Simulator1",
             member: "CallLog", timeout: .seconds(5)).first?.stringArray ?? []
-        #expect(log.contains("org.bluez.AgentManager1.RegisterAgent /org/bluez"))
+        #expect(log.filter { $0 == "org.bluez.AgentManager1.RegisterAgent /org/bluez" }.count == 2)
+        #expect(log.contains("org.bluez.AgentManager1.UnregisterAgent /org/bluez"))
         await rig.close()
     }
 
@@ -129,7 +142,7 @@ import TestSupport
 
     @Test func numericComparisonWithNobodyToAskIsRefused() async throws {
         let rig = try await Rig(MeterPairingBehaviour(method: .numericComparison))
-        let error = await rig.failure(Asked().answers(pin: Self.pin))
+        let error = await rig.failure(Asked().answers())
         #expect(error?.pairingFailure == .personNeeded)
         #expect(!(await rig.paired))
         await rig.close()

@@ -24,7 +24,9 @@ enum PairCommand: GatewayCommand {
                            serial number printed.
       passkey on the meter a meter with a keypad: on a terminal the command shows six digits to type on
                            the meter; without one it stops (exit 64).
-    A meter that starts the pairing itself (right after connecting) is answered the same way.
+    A meter that starts the pairing itself (right after connecting) is answered the same way. With --pin
+    the gateway pairs as a keyboard: a meter with a display then always shows a passkey to type (one with
+    a yes/no button too); without --pin it pairs as a phone does (keyboard and display).
 
     Options:
       --pin PIN            the six digits the meter shows
