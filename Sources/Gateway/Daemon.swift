@@ -38,14 +38,9 @@ public actor GatewayDaemon {
     /// after `retryDelay` for as long as that process holds the meter's lock, since the meter is present and
     /// may advertise no more once that download ends.
     private var busyRetry: Set<String> = []
-    /// Meters that refused the stored key in a session, and when first: not yet a lost bond.
-    private var keyRefusedAt: [String: ContinuousClock.Instant] = [:]
-    /// How long after a first refusal of the stored key a refusal counts as a lost bond: one unlucky
-    /// session (three refusals in some 2 s, as links from a scan address the meter does not know gave
-    /// them on an adapter with no public address) is no verdict; later sessions, from the meter's later
-    /// advertising, are tried first. Short enough that a meter that did lose its bond is reported within
-    /// the few sessions one press of its button gives.
-    public static let bondLossConfirmation: Duration = .seconds(10)
+    /// Refusals of the stored key not yet taken for a lost bond.
+    private var bondLoss = BondLossConfirmation()
+    public static let bondLossConfirmation = BondLossConfirmation.period
     private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
@@ -499,18 +494,10 @@ public actor GatewayDaemon {
         snapshot.activeSessions = sessions.keys.sorted()
     }
 
-    /// Whether a refusal of the stored key now confirms a lost bond: the first refusal only starts the
-    /// count, and one at least `bondLossConfirmation` later (no connection having worked between) does.
     private func bondLossConfirmed(_ address: String) -> Bool {
-        let now = clock.now
-        guard let first = keyRefusedAt[address] else {
-            keyRefusedAt[address] = now
-            logger.warning("\(address): the meter refused this gateway's key; trying again at its next advertising before calling the bond lost")
-            return false
-        }
-        guard first.duration(to: now) >= Self.bondLossConfirmation else { return false }
-        keyRefusedAt[address] = nil
-        return true
+        let confirmed = bondLoss.refused(address, at: clock.now)
+        if !confirmed { logger.warning("\(address): the meter refused this gateway's key; trying again before calling the bond lost") }
+        return confirmed
     }
 
     /// The meter lost its bond: state `re-pair needed`, kept in the store (so a restart does not try it
@@ -536,8 +523,7 @@ public actor GatewayDaemon {
         guard var session = sessions[address] else { return false }
         session.link = link
         sessions[address] = session
-        // The key worked: an earlier refusal was no lost bond.
-        keyRefusedAt[address] = nil
+        bondLoss.worked(address)
         snapshot.counters.connects += 1
         if stopRequested { link.end(reason: "gateway stopping") }
         return true
