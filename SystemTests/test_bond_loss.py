@@ -56,9 +56,11 @@ def test_lost_bond_is_a_state_until_the_meter_is_paired_again(private_bus, stand
     wait_until("the metrics file", lambda: "glucose_gateway_meters_repair_needed 1\n" in open(gw.metrics).read(), timeout=10)
     state = gw.state()
     assert state["repair_needed"] == [A]
-    assert state["counters"]["failures"].get("bond-lost") == 1
+    # One session's refusals are no verdict: a later session, some seconds on, confirms them.
+    sessions = state["counters"]["failures"].get("bond-lost")
+    assert sessions >= 2
     refused = len(connects(private_bus, A))
-    assert refused == 3
+    assert refused == 3 * sessions
 
     # Both meters advertise again: B is downloaded (the daemon is at work), A is left alone.
     for address in (A, B):

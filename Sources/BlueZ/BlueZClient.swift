@@ -41,6 +41,9 @@ public actor BlueZClient {
 
     /// The discovery this client asked for, to be asked again after a restart of bluetoothd.
     private var discovery: (adapterName: String?, uuids: [GATTUUID])?
+    /// Connections under way that paused this client's discovery, and the adapter it was paused on.
+    private var connectsPausingDiscovery = 0
+    private var discoveryPausedOn: AdapterInfo?
     var agent: PairingAgent?
 
     /// Default timeout of ordinary calls (properties, discovery, GATT operations).
@@ -485,4 +488,30 @@ public actor BlueZClient {
 
     func rememberDiscovery(adapterName: String?, uuids: [GATTUUID]) { discovery = (adapterName, uuids) }
     func forgetDiscovery() { discovery = nil }
+
+    /// Stops this client's discovery for the first of the connections under way (see `connectMeter`);
+    /// it is kept as wanted, so ``resumeDiscoveryAfterConnect()`` starts it again after the last.
+    func pauseDiscoveryForConnect() async {
+        connectsPausingDiscovery += 1
+        guard connectsPausingDiscovery == 1, let discovery, let adapter = try? adapter(named: discovery.adapterName) else { return }
+        do {
+            _ = try await callBlueZ(path: adapter.path, interface: BlueZNames.adapter, member: "StopDiscovery", timeout: .seconds(5))
+            discoveryPausedOn = adapter
+        } catch {
+            logger.info("bluez: pausing discovery to connect failed: \(error)")
+        }
+    }
+
+    func resumeDiscoveryAfterConnect() async {
+        connectsPausingDiscovery = max(0, connectsPausingDiscovery - 1)
+        guard connectsPausingDiscovery == 0, let adapter = discoveryPausedOn else { return }
+        discoveryPausedOn = nil
+        // Stopped meanwhile (`stopDiscovery`): stays stopped.
+        guard let discovery else { return }
+        do {
+            try await beginDiscovery(on: adapter, uuids: discovery.uuids)
+        } catch {
+            logger.warning("bluez: starting discovery again after connecting failed: \(error)")
+        }
+    }
 }

@@ -55,6 +55,23 @@ extension BlueZClient {
     static let bondLostAttempts = 3
 
     private func connectLink(address: String, timeout: Duration, retry: ConnectRetry) async throws(BlueZError) -> BlueZMeterLink {
+        // Connect from the adapter's identity address: an adapter with no public address (a static
+        // random one, as some USB dongles have) that connects while it scans connects from the
+        // non-resolvable address of its last active scan (Linux 6.1 defers the switch back while the
+        // connection is pending), and a bonded meter, which knows only the identity address, refuses
+        // the key. So this client's discovery pauses while it connects.
+        await pauseDiscoveryForConnect()
+        do {
+            let link = try await connectAttempts(address: address, timeout: timeout, retry: retry)
+            await resumeDiscoveryAfterConnect()
+            return link
+        } catch {
+            await resumeDiscoveryAfterConnect()
+            throw error
+        }
+    }
+
+    private func connectAttempts(address: String, timeout: Duration, retry: ConnectRetry) async throws(BlueZError) -> BlueZMeterLink {
         let deadline = ContinuousClock.now + timeout
         func remaining() -> Duration { deadline - ContinuousClock.now }
         var attempt = 0
@@ -65,6 +82,14 @@ extension BlueZClient {
             do {
                 return try await connectOnce(address: address, deadline: deadline, refusedWithin: retry.refusedWithin)
             } catch {
+                var error = error
+                if error.authenticationFailure != nil, await connectsFromScanAddress(address: address) {
+                    // Someone else's discovery runs on an adapter with no public address: the link may
+                    // have come from a scan address the meter does not know. No evidence of a lost
+                    // bond; tried again like any drop.
+                    logger.info("bluez: \(address) refused the key while the adapter (no public address) was scanning for another client; not counted as a lost bond")
+                    error.authenticationFailure = nil
+                }
                 refusals = error.authenticationFailure == nil ? 0 : refusals + 1
                 if let why = error.authenticationFailure, refusals >= Self.bondLostAttempts, bonded(address) {
                     throw BlueZError(.bondLost, "\(address) refused the encryption with this gateway's key \(refusals) times in a row (\(why)): the meter no longer has the bond (reset, or paired with another device)")
@@ -76,6 +101,17 @@ extension BlueZClient {
                 do { try await Task.sleep(for: pause) } catch { throw BlueZError(.timeout, "cancelled while connecting") }
             }
         }
+    }
+
+    /// Whether the device's adapter has no public address (`AddressType` "random") and is discovering now
+    /// (asked of bluetoothd, not the mirror): Linux then connects from the scan's address.
+    private func connectsFromScanAddress(address: String) async -> Bool {
+        guard let device = device(address: address),
+              let adapterPath = objects[device.path]?[BlueZNames.device]?["Adapter"]?.objectPath,
+              objects[adapterPath]?[BlueZNames.adapter]?["AddressType"]?.string == "random" else { return false }
+        let reply = try? await callBlueZ(path: adapterPath, interface: DBusNames.properties, member: "Get",
+                                         arguments: [.string(BlueZNames.adapter), .string("Discovering")], timeout: .seconds(5))
+        return reply?.first?.bool ?? false
     }
 
     /// Whether BlueZ holds a bond with the device (`Paired`, and `Bonded` where bluetoothd has it).

@@ -25,6 +25,10 @@ extension BlueZMeterRadio {
         switch error.pairingFailure {
         case .wrongPasskey?: return MeterAccessError(.authenticationFailed, error.description)
         case .refused?: return MeterAccessError(.pairingRefused, error.description)
+        case .passkeyNeeded?: return MeterAccessError(.passkeyNeeded, error.description)
+        case .personNeeded?: return MeterAccessError(.confirmationNeeded, error.description)
+        case .numbersDiffer?: return MeterAccessError(.numbersDiffer, error.description)
+        case .rejectedOnMeter?: return MeterAccessError(.rejectedOnMeter, error.description)
         case .noAnswer?: return MeterAccessError(.timeout, error.description)
         case .adapterNotReady?: return MeterAccessError(.adapterUnavailable, error.description)
         case .busy?, .other?: return MeterAccessError(.failed, error.description)
@@ -86,9 +90,11 @@ extension BlueZMeterRadio {
         return NearbyMeter(address: address, name: device.name, rssi: device.rssi, paired: device.paired)
     }
 
-    public func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
+    public func pair(address: String, input: PairingInput, timeout: Duration) async throws(MeterAccessError) -> PairingMethod? {
+        var answers = PairingAgent.Answers(passkey: nil, confirm: input.confirmNumbers, show: input.showPasskey)
+        if let pin = input.passkey { answers.passkey = { @Sendable _ in pin } }
         do {
-            try await client.pair(address: address, pin: passkey, timeout: timeout)
+            return try await client.pair(address: address, answers: answers, timeout: timeout)
         } catch {
             throw Self.accessError(error)
         }

@@ -40,6 +40,9 @@ public actor GatewayDaemon {
     /// after `retryDelay` for as long as that process holds the meter's lock, since the meter is present and
     /// may advertise no more once that download ends.
     private var busyRetry: Set<String> = []
+    /// Refusals of the stored key not yet taken for a lost bond.
+    private var bondLoss = BondLossConfirmation()
+    public static let bondLossConfirmation = BondLossConfirmation.period
     private var busLost = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var publishScheduled = false
@@ -394,8 +397,9 @@ public actor GatewayDaemon {
         let clock = self.clock
         // Held until the session ends: another process (a manual `sync`) downloading from the same meter
         // would have its procedure aborted by ours.
-        let session = MeterSession(radio: radio, download: MeterDownload(store: store, options: settings.download, logger: logger, now: now),
+        var session = MeterSession(radio: radio, download: MeterDownload(store: store, options: settings.download, logger: logger, now: now),
                                    connectTimeout: settings.connectTimeout, lockDatabase: settings.sessionLockDatabase)
+        session.recordsBondLoss = false
         let task = Task { [weak self] in
             let reaction = seenAt.duration(to: clock.now)
             await self?.noteReaction(reaction)
@@ -417,7 +421,10 @@ public actor GatewayDaemon {
                 logger.warning("\(address): cannot connect: \(error.message)")
                 await self?.sessionEnded(address, failure: .timeout, complete: false, stored: 0)
             case .unreachable(let error) where error.kind == .bondLost:
-                await self?.bondLost(address, message: error.message)
+                if await self?.bondLossConfirmed(address) == true {
+                    await session.recordBondLost(meter, address: address, error.message)
+                    await self?.bondLost(address, message: error.message)
+                }
                 await self?.sessionEnded(address, failure: .bondLost, complete: false, stored: 0)
             case .unreachable(let error):
                 logger.warning("\(address): cannot connect: \(error.message)")
@@ -438,6 +445,12 @@ public actor GatewayDaemon {
         }
         sessions[address] = Session(task: task, link: nil)
         snapshot.activeSessions = sessions.keys.sorted()
+    }
+
+    private func bondLossConfirmed(_ address: String) -> Bool {
+        let confirmed = bondLoss.refused(address, at: clock.now)
+        if !confirmed { logger.warning("\(address): the meter refused this gateway's key; trying again before calling the bond lost") }
+        return confirmed
     }
 
     /// The meter lost its bond: state `re-pair needed`, kept in the store (so a restart does not try it
@@ -463,6 +476,7 @@ public actor GatewayDaemon {
         guard var session = sessions[address] else { return false }
         session.link = link
         sessions[address] = session
+        bondLoss.worked(address)
         snapshot.counters.connects += 1
         if stopRequested { link.end(reason: "gateway stopping") }
         return true

@@ -24,6 +24,14 @@ public struct MeterAccessError: Error, Sendable, Equatable, CustomStringConverti
         case authenticationFailed
         /// The meter refused to pair before asking for a passkey (not in pairing mode).
         case pairingRefused
+        /// The meter asked for the passkey it displays and none was given.
+        case passkeyNeeded
+        /// The meter pairs by numeric comparison and nobody could be asked to compare the digits.
+        case confirmationNeeded
+        /// The person said the meter shows other digits than the gateway (numeric comparison).
+        case numbersDiffer
+        /// The meter refused the pairing after the digits were confirmed here (No pressed on the meter).
+        case rejectedOnMeter
         /// Pairing or connecting did not finish in time.
         case timeout
         /// The device is not a glucose meter (no Glucose Service).
@@ -92,8 +100,10 @@ public protocol MeterRadio: Sendable {
     func scan(timeout: Duration) async throws(MeterAccessError) -> [NearbyMeter]
     /// Waits until the meter is seen (advertising, or already connected), up to `timeout`.
     func waitForMeter(address: String, timeout: Duration) async throws(MeterAccessError) -> NearbyMeter
-    /// Pairs with the meter's passkey through the gateway's own agent, then trusts it.
-    func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError)
+    /// Pairs with the meter through the gateway's own agent, answering what the meter's pairing method
+    /// asks from `input`, then trusts it. Returns the method used, nil when the adapter was bonded
+    /// with the meter already.
+    func pair(address: String, input: PairingInput, timeout: Duration) async throws(MeterAccessError) -> PairingMethod?
     /// Removes the bond; false when the adapter did not know the meter.
     func forget(address: String) async throws(MeterAccessError) -> Bool
 }

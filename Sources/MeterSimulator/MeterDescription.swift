@@ -31,6 +31,8 @@ public struct MeterDescription: Sendable, Equatable {
     public var clock: MeterClock
     /// How the meter's firmware departs from the profile (see `MeterProfile`).
     public var quirks: MeterQuirks
+    /// How the meter pairs (method, who starts, how it answers).
+    public var pairing: MeterPairingBehaviour
 
     public init(
         address: String,
@@ -48,7 +50,8 @@ public struct MeterDescription: Sendable, Equatable {
         advertising: AdvertisingPlan = .always,
         faults: MeterFaults = MeterFaults(),
         clock: MeterClock = .none,
-        quirks: MeterQuirks = MeterQuirks()
+        quirks: MeterQuirks = MeterQuirks(),
+        pairing: MeterPairingBehaviour = MeterPairingBehaviour()
     ) {
         self.address = address
         self.addressType = addressType
@@ -66,6 +69,7 @@ public struct MeterDescription: Sendable, Equatable {
         self.faults = faults
         self.clock = clock
         self.quirks = quirks
+        self.pairing = pairing
     }
 
     /// The BlueZ object-path form of the address: `dev_AA_BB_CC_DD_EE_FF`.

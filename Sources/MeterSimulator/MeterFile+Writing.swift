@@ -34,6 +34,13 @@ extension MeterFile {
                 JSONMember("racpWithoutIndications", .string(meter.quirks.racpWithoutIndications.rawValue)),
             ])))
         }
+        if meter.pairing != MeterPairingBehaviour() {
+            o.append(JSONMember("pairing", .object([
+                JSONMember("method", .string(meter.pairing.method.rawValue)),
+                JSONMember("startsPairing", .bool(meter.pairing.startsPairing)),
+                JSONMember("answer", .string(meter.pairing.answer.rawValue)),
+            ])))
+        }
         if let plan = meter.newRecords {
             var n = [JSONMember("everySeconds", .double(plan.intervalSeconds))]
             if let limit = plan.limit { n.append(JSONMember("limit", .int(limit))) }

@@ -35,7 +35,7 @@ public enum MeterFile {
         "address", "addressType", "name", "pin", "bonding", "rssi", "deviceInformation", "features",
         "contextCharacteristic", "timeFilter", "unit", "records", "generate", "newRecords", "advertising", "faults",
         "clock",
-        "profile", "quirks",
+        "profile", "quirks", "pairing",
     ]
 
     /// A meter object. With `"profile": "NAME"` the built-in profile is the base and every other key given
@@ -133,8 +133,40 @@ public enum MeterFile {
                 ?? base?.faults ?? MeterFaults(),
             clock: try o.optionalObject("clock").map { (c) throws(MeterFileError) in try clock(c) } ?? base?.clock ?? .none,
             quirks: try o.optionalObject("quirks").map { (q) throws(MeterFileError) in try quirks(q) }
-                ?? base?.quirks ?? MeterQuirks()
+                ?? base?.quirks ?? MeterQuirks(),
+            pairing: try pairing(o) ?? base?.pairing ?? MeterPairingBehaviour()
         )
+    }
+
+    /// `"pairing": "just-works"` or `"pairing": {"method": "...", "startsPairing": true, "answer": "..."}`
+    /// (see `MeterPairingBehaviour`); nil when absent.
+    static func pairing(_ o: JSONObject) throws(MeterFileError) -> MeterPairingBehaviour? {
+        guard o["pairing"] != nil else { return nil }
+        let methods = MeterPairingBehaviour.Method.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+        if case .string(let text)? = o["pairing"] {
+            guard let method = MeterPairingBehaviour.Method(rawValue: text) else {
+                throw MeterFileError("pairing", "must be one of \(methods), or an object")
+            }
+            return MeterPairingBehaviour(method: method)
+        }
+        guard let p = try o.optionalObject("pairing") else { return nil }
+        try p.onlyKeys(["method", "startsPairing", "answer"])
+        var behaviour = MeterPairingBehaviour()
+        if let text = try p.optionalString("method") {
+            guard let method = MeterPairingBehaviour.Method(rawValue: text) else {
+                throw MeterFileError(p.field("method"), "must be one of \(methods)")
+            }
+            behaviour.method = method
+        }
+        behaviour.startsPairing = try p.optionalBool("startsPairing") ?? false
+        if let text = try p.optionalString("answer") {
+            guard let answer = MeterPairingBehaviour.Answer(rawValue: text) else {
+                let answers = MeterPairingBehaviour.Answer.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+                throw MeterFileError(p.field("answer"), "must be one of \(answers)")
+            }
+            behaviour.answer = answer
+        }
+        return behaviour
     }
 
     /// `"quirks": {"numbering": "newest-first", "racpWithoutIndications": "silent"}` (see `MeterQuirks`).

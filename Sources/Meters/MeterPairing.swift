@@ -11,6 +11,8 @@ public struct PairingResult: Sendable, Equatable {
     /// encrypted read), and the PIN given was not checked. BlueZ answers `Pair` on a bonded device with
     /// `AlreadyExists` without involving the meter, so a PIN cannot be checked without removing the bond.
     public var keptExistingBond: Bool = false
+    /// The method the meter paired by; nil when the bond was kept.
+    public var method: PairingMethod?
 }
 
 extension MeterInfo {
@@ -23,9 +25,9 @@ extension MeterInfo {
     }
 }
 
-/// `pair`: waits for the meter to advertise (the user presses its Bluetooth button), pairs with the
-/// meter's PIN through the gateway's passkey agent and trusts it, checks that it has the Glucose Service,
-/// reads its identity and stores it with its time zone.
+/// `pair`: waits for the meter to advertise (the user presses its Bluetooth button), pairs through the
+/// gateway's agent by whichever method the meter uses (its PIN, numbers confirmed, or Just Works) and
+/// trusts it, checks that it has the Glucose Service, reads its identity and stores it with its time zone.
 public struct MeterPairing: Sendable {
     public var radio: any MeterRadio
     public var store: any ReadingStore
@@ -54,7 +56,12 @@ public struct MeterPairing: Sendable {
         return UInt32(text)
     }
 
+    /// Pairs with the meter's PIN (a meter that asks for numbers to be compared is refused).
     public func run(address: String, passkey: UInt32, timeZone: String) async throws(GatewayFailure) -> PairingResult {
+        try await run(address: address, input: PairingInput(passkey: passkey), timeZone: timeZone)
+    }
+
+    public func run(address: String, input: PairingInput, timeZone: String) async throws(GatewayFailure) -> PairingResult {
         var nearby: NearbyMeter
         do {
             nearby = try await radio.waitForMeter(address: address, timeout: advertiseTimeout)
@@ -68,10 +75,12 @@ public struct MeterPairing: Sendable {
             nearby = try await dropStaleBond(address)
         }
         var keptBond = nearby.paired
+        var method: PairingMethod?
         if keptBond {
-            logger.notice("\(address) is bonded already; keeping the bond (the PIN is not checked)")
+            logger.notice("\(address) is bonded already; keeping the bond (a PIN given is not checked)")
         } else {
-            try await pairWithPIN(address, passkey)
+            method = try await pair(address, input)
+            keptBond = method == nil
         }
 
         var link: any MeterLink
@@ -81,7 +90,7 @@ public struct MeterPairing: Sendable {
             // The kept bond no longer works (the meter forgot it): pair anew with the PIN given.
             nearby = try await dropStaleBond(address)
             keptBond = false
-            try await pairWithPIN(address, passkey)
+            method = try await pair(address, input)
             do {
                 link = try await radio.connect(address: address, timeout: connectTimeout)
             } catch {
@@ -135,12 +144,15 @@ public struct MeterPairing: Sendable {
         } catch {
             throw GatewayFailure(.failure, "paired \(address) but could not store it: \(error)")
         }
-        return PairingResult(meter: info, singleBond: info.keepsSingleBond, keptExistingBond: keptBond)
+        return PairingResult(meter: info, singleBond: info.keepsSingleBond, keptExistingBond: keptBond, method: method)
     }
 
-    private func pairWithPIN(_ address: String, _ passkey: UInt32) async throws(GatewayFailure) {
+    /// Pairs; nil when BlueZ turned out to be bonded with the meter already.
+    private func pair(_ address: String, _ input: PairingInput) async throws(GatewayFailure) -> PairingMethod? {
         do {
-            try await radio.pair(address: address, passkey: passkey, timeout: pairTimeout)
+            let method = try await radio.pair(address: address, input: input, timeout: pairTimeout)
+            if let method { logger.info("\(address) paired by \(method.rawValue)") }
+            return method
         } catch {
             throw Self.failure(error, address: address, step: "pairing")
         }
@@ -202,7 +214,15 @@ public struct MeterPairing: Sendable {
         case .authenticationFailed:
             return GatewayFailure(.failure, "pairing with \(address) failed: wrong PIN (the meter refused the passkey); check the PIN on the meter's display and try again")
         case .pairingRefused:
-            return GatewayFailure(.failure, "pairing with \(address) failed: the meter refused to pair before asking for the PIN; put it in pairing mode (hold its Bluetooth button until the PIN shows) and try again (\(error.message))")
+            return GatewayFailure(.failure, "pairing with \(address) failed: the meter refused or cancelled the pairing before any PIN or number was asked; put it in pairing mode (usually: hold its Bluetooth button) and try again (\(error.message))")
+        case .passkeyNeeded:
+            return GatewayFailure(.usage, "pairing with \(address) needs the PIN the meter shows: run glucose-gateway pair \(address) --pin PIN with the six digits on its display")
+        case .confirmationNeeded:
+            return GatewayFailure(.usage, "pairing with \(address) needs a person at a terminal, to compare six digits with the meter's screen (or to type digits on the meter): run pair on a terminal; to accept compared digits without one, add --confirm")
+        case .numbersDiffer:
+            return GatewayFailure(.failure, "pairing with \(address) stopped: the numbers did not match the meter's, so another device may have answered; not paired, try again")
+        case .rejectedOnMeter:
+            return GatewayFailure(.failure, "pairing with \(address) failed: the meter did not accept the numbers (No pressed on the meter, or they differed there); try again and confirm on the meter")
         case .notFound:
             return GatewayFailure(.unavailable, "\(address) was not seen while \(step): press the meter's Bluetooth button so it advertises, then try again")
         case .timeout where step == "pairing":

@@ -10,6 +10,9 @@ public struct MeterSession: Sendable {
     /// The database whose per-meter lock files the session holds (`MeterSessionLock`); nil: no lock (tests
     /// with a fake store).
     public var lockDatabase: String?
+    /// Whether a `bondLost` connection failure is stored at once as `re-pair needed` (`sync`); the
+    /// daemon stores it itself once a later session confirms it (`GatewayDaemon.bondLossConfirmation`).
+    public var recordsBondLoss = true
 
     /// What to do when the lock file cannot be opened (not: when another process holds it).
     public enum LockFailure: Sendable {
@@ -91,7 +94,7 @@ public struct MeterSession: Sendable {
         do {
             plain = try await radio.connect(address: address, timeout: max(connectTimeout, wait))
         } catch {
-            if error.kind == .bondLost { await recordBondLost(meter, address: address, error.message) }
+            if error.kind == .bondLost, recordsBondLoss { await recordBondLost(meter, address: address, error.message) }
             return .unreachable(error)
         }
         if meter.bondLostAt != nil {
@@ -117,7 +120,7 @@ public struct MeterSession: Sendable {
 
     /// The meter refused the stored key (`bondLost`): state `re-pair needed` in the store, with an event,
     /// unless it is in that state already (the first finding is kept).
-    private func recordBondLost(_ meter: MeterInfo, address: String, _ message: String) async {
+    public func recordBondLost(_ meter: MeterInfo, address: String, _ message: String) async {
         guard meter.bondLostAt == nil else { return }
         let at = download.now()
         _ = try? await download.store.setBondLost(meter.address, at: at, message: message)

@@ -20,10 +20,9 @@ struct DaemonBondLossTests {
         let f = try await Fixture(meters: [meter], clock: clock)
         f.radio.add(meter, paired: true)
         f.radio.setForgotBond(meter.address, true)
-        f.radio.send(.meterSeen(address: meter.address, connected: false))
-        try await Fixture.until("re-pair needed") { await f.daemon.currentSnapshot().repairNeeded == [meter.address] }
-        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
-        #expect(Self.connects(f, meter.address) == 1)
+        // The first refusal is no verdict; one a confirmation period later is.
+        try await Self.refusedTwice(f, clock, meter.address)
+        #expect(Self.connects(f, meter.address) == 2)
 
         let row = try #require(try await f.store.meter(meter.address))
         #expect(row.bondLostAt != nil)
@@ -34,7 +33,7 @@ struct DaemonBondLossTests {
         #expect(f.meterAlerts.all.first?.contains("glucose-gateway pair \(meter.address)") == true)
         let snapshot = await f.daemon.currentSnapshot()
         #expect(snapshot.statusLine.contains("1 re-pair needed"))
-        #expect(snapshot.counters.failures["bond-lost"] == 1)
+        #expect(snapshot.counters.failures["bond-lost"] == 2)
         #expect(snapshot.metrics(now: 0).metersRepairNeeded == 1)
         #expect(f.alerts.all.isEmpty)
 
@@ -46,7 +45,7 @@ struct DaemonBondLossTests {
             // A session started by either would be running now; let it end before counting.
             try await Fixture.until("no session") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
         }
-        #expect(Self.connects(f, meter.address) == 1)
+        #expect(Self.connects(f, meter.address) == 2)
         #expect(f.meterAlerts.all.count == 1)
         await f.finish()
 
@@ -76,6 +75,52 @@ struct DaemonBondLossTests {
         try await Fixture.until("3 readings") { try await restarted.sequences(meter.address) == [1, 2, 3] }
         #expect(!(await restarted.daemon.currentSnapshot().statusLine.contains("re-pair")))
         await restarted.finish()
+    }
+
+    /// A session refused at the key, then another one `bondLossConfirmation` later: re-pair needed.
+    static func refusedTwice(_ f: Fixture, _ clock: ManualClock, _ address: String) async throws {
+        f.radio.send(.meterSeen(address: address, connected: false))
+        try await Fixture.until("first refusal") { await f.daemon.currentSnapshot().counters.failures["bond-lost"] == 1 }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        #expect(await f.daemon.currentSnapshot().repairNeeded == [])
+        #expect(try await f.store.meter(address)?.bondLostAt == nil)
+        #expect(f.meterAlerts.all.isEmpty)
+        clock.advance(by: GatewayDaemon.bondLossConfirmation)
+        f.radio.send(.meterSeen(address: address, connected: false))
+        try await Fixture.until("re-pair needed") { await f.daemon.currentSnapshot().repairNeeded == [address] }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+    }
+
+    @Test("a refused key is no lost bond before a later session confirms it; a connection that works between clears it")
+    func refusedKeyNeedsConfirmation() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: DaemonTests.records(1...2)))
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
+        f.radio.add(meter, paired: true)
+        f.radio.setForgotBond(meter.address, true)
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("first refusal") { await f.daemon.currentSnapshot().counters.failures["bond-lost"] == 1 }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        // Refused again, but sooner than the confirmation period: still no verdict.
+        clock.advance(by: Fixture.settings.retryDelay)
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("second refusal") { await f.daemon.currentSnapshot().counters.failures["bond-lost"] == 2 }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        #expect(await f.daemon.currentSnapshot().repairNeeded == [])
+        // The key works again (the refusals came from elsewhere): the count starts over.
+        f.radio.setForgotBond(meter.address, false)
+        clock.advance(by: GatewayDaemon.bondLossConfirmation)
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("2 readings") { try await f.sequences(meter.address) == [1, 2] }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        f.radio.setForgotBond(meter.address, true)
+        clock.advance(by: GatewayDaemon.bondLossConfirmation)
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("third refusal") { await f.daemon.currentSnapshot().counters.failures["bond-lost"] == 3 }
+        try await Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        #expect(await f.daemon.currentSnapshot().repairNeeded == [])
+        #expect(f.meterAlerts.all.isEmpty)
+        await f.finish()
     }
 
     @Test("one failed connection of another kind is no verdict: the meter is tried again after the retry delay")

@@ -37,9 +37,7 @@ struct DaemonOldSchemaTests {
         radio.setForgotBond(meter.address, true)
         let f = try await DaemonTests.Fixture(meters: [], clock: clock, directory: directory, radio: radio)
         #expect(try await f.store.schemaVersion() == Schema.migrations.count)
-        await f.daemon.handle(.meterSeen(address: meter.address, connected: false))
-        try await DaemonTests.Fixture.until("re-pair needed") { await f.daemon.currentSnapshot().repairNeeded == [meter.address] }
-        try await DaemonTests.Fixture.until("session end") { await f.daemon.currentSnapshot().activeSessions.isEmpty }
+        try await DaemonBondLossTests.refusedTwice(f, clock, meter.address)
         #expect(try await f.store.meter(meter.address)?.bondLostAt != nil)
         await f.finish()
 

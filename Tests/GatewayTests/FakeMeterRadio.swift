@@ -129,8 +129,9 @@ final class FakeMeterRadio: MeterRadio {
         return NearbyMeter(address: address, name: e.name, rssi: e.rssi, paired: e.paired)
     }
 
-    func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
+    func pair(address: String, input: PairingInput, timeout: Duration) async throws(MeterAccessError) -> PairingMethod? {
         log("pair \(address)")
+        guard let passkey = input.passkey else { throw MeterAccessError(.passkeyNeeded, "no passkey") }
         if pairingHangs.withLock({ $0 }) {
             try? await Task.sleep(for: timeout)
             throw MeterAccessError(.timeout, "AuthenticationTimeout")
@@ -141,6 +142,7 @@ final class FakeMeterRadio: MeterRadio {
             s.meters[address]?.paired = true
             s.meters[address]?.forgotBond = false
         }
+        return .passkeyEntry
     }
 
     func forget(address: String) async throws(MeterAccessError) -> Bool {

@@ -84,7 +84,11 @@ enum SimulateMeterCommand: GatewayCommand {
                   "contextOrder": "before", "malformed": [{"sequence": 7, "kind": "truncated"}],
                   "zeroCountAsNoRecords": false},
        "clock": {"kind": "cts" | "gls-date-time" | "vendor" | "vendor-v1.5" | "none", "writable": true,
-                 "skewSeconds": -300, "utcOffsetMinutes": 60, "driftSecondsPerDay": 2}}
+                 "skewSeconds": -300, "utcOffsetMinutes": 60, "driftSecondsPerDay": 2},
+       "pairing": "passkey-entry" (default: LE Secure Connections, the meter shows its PIN)
+                  | "legacy-passkey-entry" | "just-works" | "numeric-comparison" (the PIN is the six
+                  digits both screens show), or {"method": ..., "startsPairing": true (SMP Security
+                  Request after connecting), "answer": "completes" | "cancels" | "never-answers"}}
 
     Control interface (--standin): object \(controlPath) on the stand-in's connection (destination
     org.bluez), interface org.glucosegateway.Simulator1:

@@ -11,7 +11,8 @@ extension BlueZStandIn {
         if powered { discovering = !discovery.isEmpty }
         return [
             "Address": .string(options.adapterAddress),
-            "AddressType": .string("public"),
+            // BlueZ says "random" for an adapter that has only a static random address.
+            "AddressType": .string(options.adapterWithoutPublicAddress ? "random" : "public"),
             "Name": .string("glucose-gateway-standin"),
             "Alias": .string("glucose-gateway-standin"),
             "Class": .uint32(0),

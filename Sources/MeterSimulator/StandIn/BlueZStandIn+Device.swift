@@ -145,9 +145,15 @@ extension BlueZStandIn {
             try await refuseEncryption(address, run)
             return
         }
+        if options.adapterWithoutPublicAddress, !discovery.isEmpty, meters[address]?.paired == true {
+            logger.info("\(address): connecting while discovering from the scan's random address; the meter does not know it")
+            try await refuseEncryption(address, run)
+            return
+        }
         try await establishLink(address, run)
         // The reply goes out when this returns; services resolve just after it, as in bluetoothd.
         scheduleServiceResolution(address, run, resolvedBeforeExport: early)
+        pairingStartedByMeter(address, run)
     }
 
     /// Scripts the outcomes of the next `Connect` calls to a meter.

@@ -40,6 +40,11 @@ public struct StandInOptions: Sendable {
     /// bond-loss scenario on trixie: `Removing temporary device` only after the next `Connect` was
     /// refused). False removes such a device at once, as BlueZ 5.66 does.
     public var removalWaitsForNextLinkAfterAuthenticationFailure = false
+    /// The adapter has no public address (some USB dongles; bluetoothd then uses a static random one):
+    /// Linux 6.1 connects from the non-resolvable address of its last active scan when it connects while
+    /// discovery runs, and a bonded meter, which does not know that address, refuses the key as if it had
+    /// lost the bond (seen on the Bumble meter in the real-stack bed).
+    public var adapterWithoutPublicAddress = false
 
     public init(busAddress: String) {
         self.busAddress = busAddress
