@@ -1,7 +1,7 @@
 import GatewayCore
 import Testing
 import TestSupport
-@testable import Gateway
+@testable import Meters
 
 /// Each way pairing can fail has its own one-line message and exit status; none quotes a PIN.
 @Suite struct PairingFailureMessageTests {
