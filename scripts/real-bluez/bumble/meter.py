@@ -1,0 +1,569 @@
+"""A glucose meter on Bumble's host stack, linked to the guest kernel through an emulated controller.
+
+    meter.py --meter FILE [--pairing METHOD] [--security-request] [--pairing-fault cancel|silent]
+             [--racp-error CODE] [--disconnect-after-racp] [--gateway-address ADDRESS|none] [--control FIFO]
+
+Two controllers of Bumble's emulator share one link: the first is the kernel's hci0 through /dev/vhci (the
+gateway's adapter), the second carries this meter's own host (Bumble's SMP, ATT, GATT). So the gateway
+meets a meter whose stack is not BlueZ: ATT MTU 23, no EATT, its own SMP and its own ATT error codes.
+
+The meter: Glucose Service (0x2A18 and 0x2A34 notify, 0x2A51 read, 0x2A52 write and indicate, every value
+and descriptor behind encryption), Device Information, a clock (Current Time Service, or Date Time 0x2A08
+inside the Glucose Service as Roche meters have it), advertising 0x1808 and its name. What it holds comes
+from a meter file in the simulator's format (meter_file.py). What it does is printed one event a line on
+stdout ("ready ADDRESS", "connected PEER", "paired METHOD", "racp REQUEST", "disconnected REASON", ...);
+lines written to the control FIFO steer it ("forget": drop every bond; "advertise on|off").
+
+Bumble is pinned (0.0.236): the link below reaches into its emulator's internals.
+"""
+import argparse
+import asyncio
+import datetime
+import logging
+import os
+import sys
+
+from bumble import hci, smp
+from bumble.att import ATT_Error, ErrorCode
+from bumble.controller import Controller
+from bumble.core import AdvertisingData, PhysicalTransport
+from bumble.device import Device
+from bumble.gatt import (GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR, Characteristic, CharacteristicValue,
+                         Descriptor, Service)
+from bumble.keys import MemoryKeyStore
+from bumble.link import LocalLink
+from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.transport import open_transport
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import meter_file  # noqa: E402
+
+CCCD = GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR
+RACP_REPORT, RACP_DELETE, RACP_ABORT, RACP_COUNT = 1, 2, 3, 4
+RACP_COUNT_RESPONSE, RACP_RESPONSE = 5, 6
+SUCCESS, OPCODE_NOT_SUPPORTED, INVALID_OPERATOR, OPERATOR_NOT_SUPPORTED = 1, 2, 3, 4
+INVALID_OPERAND, NO_RECORDS, PROCEDURE_NOT_COMPLETED, OPERAND_NOT_SUPPORTED = 5, 6, 8, 9
+
+
+def event(text):
+    print(text, flush=True)
+
+
+class ConnectionAddressLink(LocalLink):
+    """Tags LE data with the sender's address on that connection, not its current random address.
+
+    Linux sets a new random address for each active scan, also while it is connected (a daemon that scans
+    while it downloads); Bumble's link would then tag the data with the new address and the meter's
+    controller, which knows the connection by the old one, would drop it all."""
+
+    def send_acl_data(self, sender_controller, destination_address, transport, data):
+        if transport != PhysicalTransport.LE:
+            return super().send_acl_data(sender_controller, destination_address, transport, data)
+        connection = sender_controller.le_connections.get(destination_address)
+        source = connection.self_address if connection else sender_controller.random_address
+        destination = self.find_le_controller(destination_address)
+        if destination is not None:
+            asyncio.get_running_loop().call_soon(destination.on_link_acl_data, source, transport, data)
+
+
+def legacy_features(controller):
+    """Without these bits Linux 6.1 uses legacy scanning and connections: it would otherwise wait for an LE
+    Enhanced Connection Complete event, which Bumble's emulator never sends."""
+    controller.le_features = controller.le_features & ~(
+        hci.LeFeatureMask.LL_PRIVACY | hci.LeFeatureMask.LE_EXTENDED_ADVERTISING
+        | hci.LeFeatureMask.LE_PERIODIC_ADVERTISING)
+
+
+class MeterDevice(Device):
+    """Answers the key request of a reconnecting central with the key this meter distributed itself.
+
+    After legacy pairing Bumble 0.0.236 as a peripheral answers with `ltk_peripheral`, which for a
+    responder is the key the central distributed: every reconnection then ends with a MIC failure (0x3D).
+    A peripheral's LTK is the one it sent in Encryption Information (`ltk_central` in Bumble's naming for
+    a responder), matched by the EDIV and Rand it sent with it."""
+
+    async def get_long_term_key(self, connection_handle, rand, ediv):
+        connection = self.lookup_connection(connection_handle)
+        if connection is None:
+            return None
+        ltk = self.smp_manager.get_long_term_key(connection, rand, ediv)
+        if ltk is not None:
+            return ltk
+        keys = await self.keystore.get(str(connection.peer_address)) if self.keystore else None
+        if keys is None:
+            event(f"no key for {connection.peer_address}")
+            return None
+        if keys.ltk:
+            return keys.ltk.value
+        own = keys.ltk_central
+        if connection.role == hci.Role.PERIPHERAL and own is not None:
+            if (own.ediv or 0) == ediv and (own.rand or bytes(8)) == rand:
+                return own.value
+            event(f"key request with an unknown EDIV/Rand from {connection.peer_address}")
+        return None
+
+
+class Delegate(PairingDelegate):
+    def __init__(self, meter, method, fault):
+        io = {
+            "sc-passkey": PairingDelegate.DISPLAY_OUTPUT_ONLY,
+            "legacy-passkey": PairingDelegate.DISPLAY_OUTPUT_ONLY,
+            "just-works": PairingDelegate.NO_OUTPUT_NO_INPUT,
+            "numeric-comparison": PairingDelegate.DISPLAY_OUTPUT_AND_YES_NO_INPUT,
+        }[method]
+        super().__init__(io_capability=io)
+        self.meter = meter
+        self.fault = fault
+
+    async def accept(self):
+        self.meter.event("pairing requested")
+        return True
+
+    async def generate_passkey(self):
+        # A meter shows its own PIN (the meter file's), as the simulator does.
+        self.meter.event(f"display passkey {self.meter.m.pin:06d}")
+        return self.meter.m.pin
+
+    async def compare_numbers(self, number, digits):
+        self.meter.event(f"compare {number:0{digits}d}")
+        if self.fault == "cancel":
+            self.meter.event("the user cancels on the meter")
+            return False
+        return True
+
+    async def confirm(self, auto=False):
+        self.meter.event("confirm just works")
+        return self.fault != "cancel"
+
+
+class CancellingSession(smp.Session):
+    """The user cancels on the meter while its passkey is shown: Pairing Failed, Passkey Entry Failed."""
+
+    async def display_passkey(self):
+        event(f"{self.connection.self_address} the user cancels on the meter")
+        self.send_pairing_failed(smp.ErrorCode.PASSKEY_ENTRY_FAILED)
+
+
+class SilentSession(smp.Session):
+    """A meter that never answers a Pairing Request (the central's SMP times out after 30 s)."""
+
+    def on_smp_pairing_request_command(self, command):
+        event(f"{self.connection.self_address} pairing request ignored")
+
+
+class Meter:
+    def event(self, text):
+        event(f"{self.m.address} {text}")
+
+    def __init__(self, options, meter):
+        self.o = options
+        self.m = meter
+        self.device = None
+        self.connection = None
+        self.busy = False
+        self.drops = 0
+        self.clock_skew = meter.clock_skew
+        self.advertise_wanted = meter.advertising[0] != "off"
+
+    # --- GATT ------------------------------------------------------------------------------------------
+
+    def _cccd(self, characteristic):
+        perms = (Descriptor.READABLE | Descriptor.WRITEABLE | Descriptor.READ_REQUIRES_ENCRYPTION
+                 | Descriptor.WRITE_REQUIRES_ENCRYPTION)
+        characteristic.descriptors = list(characteristic.descriptors) + [
+            Descriptor(CCCD, perms, self.device.gatt_server.make_descriptor_value(characteristic))]
+
+    def build_gatt(self):
+        enc_read = Characteristic.READ_REQUIRES_ENCRYPTION
+        enc_write = Characteristic.WRITE_REQUIRES_ENCRYPTION
+        self.measurement = Characteristic("2A18", Characteristic.Properties.NOTIFY, enc_read, b"")
+        self._cccd(self.measurement)
+        chars = [self.measurement]
+        if self.m.context_characteristic:
+            self.context = Characteristic("2A34", Characteristic.Properties.NOTIFY, enc_read, b"")
+            self._cccd(self.context)
+            chars.append(self.context)
+        chars.append(Characteristic("2A51", Characteristic.Properties.READ, Characteristic.READABLE | enc_read,
+                                    self.m.features.to_bytes(2, "little")))
+        self.racp = Characteristic(
+            "2A52", Characteristic.Properties.WRITE | Characteristic.Properties.INDICATE,
+            Characteristic.WRITEABLE | enc_write, CharacteristicValue(write=self.on_racp_write))
+        self._cccd(self.racp)
+        chars.append(self.racp)
+        services = []
+        if self.m.clock_kind == "gls-date-time":
+            props = Characteristic.Properties.READ | (Characteristic.Properties.WRITE if self.m.clock_writable else 0)
+            chars.append(Characteristic("2A08", props, Characteristic.READABLE | Characteristic.WRITEABLE | enc_read | enc_write,
+                                        CharacteristicValue(read=lambda c: self.clock_now()[:7],
+                                                            write=self.on_clock_write)))
+        services.append(Service("1808", chars))
+        info = []
+        for uuid, key in (("2A29", "manufacturer"), ("2A24", "model"), ("2A25", "serial"),
+                          ("2A26", "firmware"), ("2A28", "software")):
+            if key in self.m.info:
+                info.append(Characteristic(uuid, Characteristic.Properties.READ, Characteristic.READABLE,
+                                           self.m.info[key].encode()))
+        services.append(Service("180A", info))
+        if self.m.clock_kind == "cts":
+            props = Characteristic.Properties.READ | Characteristic.Properties.NOTIFY
+            if self.m.clock_writable:
+                props |= Characteristic.Properties.WRITE
+            services.append(Service("1805", [Characteristic(
+                "2A2B", props, Characteristic.READABLE | Characteristic.WRITEABLE | enc_write,
+                CharacteristicValue(read=lambda c: self.clock_now(), write=self.on_clock_write))]))
+        self.device.add_services(services)
+
+    # --- clock -----------------------------------------------------------------------------------------
+
+    def local_now(self):
+        return (datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+                + datetime.timedelta(minutes=self.m.clock_utc_offset, seconds=self.clock_skew))
+
+    def clock_now(self):
+        t = self.local_now()
+        return (bytes([t.year & 0xFF, t.year >> 8, t.month, t.day, t.hour, t.minute, t.second])
+                + bytes([t.isoweekday(), 0, 0]))
+
+    def on_clock_write(self, connection, value):
+        if len(value) < 7:
+            raise ATT_Error(ErrorCode.INVALID_ATTRIBUTE_LENGTH)
+        try:
+            t = datetime.datetime(value[0] | value[1] << 8, value[2], value[3], value[4], value[5], value[6])
+        except ValueError:
+            raise ATT_Error(ErrorCode.OUT_OF_RANGE)
+        true_local = self.local_now() - datetime.timedelta(seconds=self.clock_skew)
+        self.clock_skew = (t - true_local).total_seconds()
+        self.event(f"clock set to {t.isoformat()}")
+
+    # --- RACP ------------------------------------------------------------------------------------------
+
+    def subscribed(self, characteristic, indicate=False):
+        subs = self.device.gatt_server.subscribers
+        for bearer_subs in subs.values():
+            v = bearer_subs.get(characteristic.handle)
+            if v and v[0] & (0x02 if indicate else 0x01):
+                return True
+        return False
+
+    def on_racp_write(self, connection, value):
+        self.event(f"racp {bytes(value).hex()}")
+        if not self.subscribed(self.racp, indicate=True):
+            raise ATT_Error(ErrorCode.CCCD_IMPROPERLY_CONFIGURED)
+        if self.busy and (len(value) == 0 or value[0] != RACP_ABORT):
+            raise ATT_Error(ErrorCode.PROCEDURE_ALREADY_IN_PROGRESS)
+        self.busy = True
+        connection.cancel_on_disconnection(self.procedure(connection, bytes(value)))
+
+    def select(self, value):
+        """The records an RACP operator and operand select, or an error response code."""
+        if len(value) < 2:
+            return INVALID_OPERATOR
+        operator = value[1]
+        records = sorted(self.m.records, key=lambda r: r[0])
+        if operator == 1:
+            return records if len(value) == 2 else INVALID_OPERAND
+        if operator in (5, 6):
+            if len(value) != 2:
+                return INVALID_OPERAND
+            if not records:
+                return []
+            by_time = sorted(records, key=lambda r: r[1])
+            return [by_time[0]] if operator == 5 else [by_time[-1]]
+        if operator not in (2, 3, 4):
+            return OPERATOR_NOT_SUPPORTED if operator <= 6 else INVALID_OPERATOR
+        if len(value) < 3:
+            return INVALID_OPERAND
+        kind = value[2]
+        operand = value[3:]
+        if kind == 1:
+            size = 4 if operator == 4 else 2
+            if len(operand) != size:
+                return INVALID_OPERAND
+            lo = int.from_bytes(operand[:2], "little")
+            hi = int.from_bytes(operand[2:4], "little") if operator == 4 else None
+            key = lambda r: r[0]  # noqa: E731
+        elif kind == 2 and self.m.time_filter:
+            size = 14 if operator == 4 else 7
+            if len(operand) != size:
+                return INVALID_OPERAND
+            try:
+                lo = datetime.datetime(operand[0] | operand[1] << 8, *operand[2:7])
+                hi = datetime.datetime(operand[7] | operand[8] << 8, *operand[9:14]) if operator == 4 else None
+            except ValueError:
+                return INVALID_OPERAND
+            key = lambda r: r[1]  # noqa: E731
+        else:
+            return OPERAND_NOT_SUPPORTED
+        if operator == 2:
+            return [r for r in records if key(r) <= lo]
+        if operator == 3:
+            return [r for r in records if key(r) >= lo]
+        return [r for r in records if lo <= key(r) <= hi]
+
+    async def send(self, connection, characteristic, value):
+        if self.m.notification_delay:
+            await asyncio.sleep(self.m.notification_delay)
+        await self.device.notify_subscriber(connection, characteristic, value)
+
+    async def respond(self, connection, value):
+        if self.m.notification_delay:
+            await asyncio.sleep(self.m.notification_delay)
+        self.event(f"racp response {value.hex()}")
+        await self.device.indicate_subscriber(connection, self.racp, value)
+        if self.o.disconnect_after_racp and value[0] == RACP_RESPONSE and value[2] == RACP_REPORT:
+            self.event("disconnecting right after the RACP response")
+            await connection.disconnect()
+
+    async def procedure(self, connection, value):
+        try:
+            await asyncio.sleep(0.02)
+            opcode = value[0] if value else 0
+            if opcode == RACP_ABORT:
+                await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, SUCCESS]))
+                return
+            if opcode not in (RACP_REPORT, RACP_COUNT):
+                await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, OPCODE_NOT_SUPPORTED]))
+                return
+            if self.o.racp_error is not None and opcode == RACP_REPORT:
+                await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, self.o.racp_error]))
+                return
+            selected = self.select(value)
+            if isinstance(selected, int):
+                await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, selected]))
+                return
+            if opcode == RACP_COUNT:
+                if not selected and self.m.zero_count_as_no_records:
+                    await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, NO_RECORDS]))
+                else:
+                    await self.respond(connection, bytes([RACP_COUNT_RESPONSE, 0]) + len(selected).to_bytes(2, "little"))
+                return
+            if not selected:
+                await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, NO_RECORDS]))
+                return
+            if not (self.subscribed(self.measurement)):
+                raise ATT_Error(ErrorCode.CCCD_IMPROPERLY_CONFIGURED)
+            if self.m.newest_first:
+                selected = list(reversed(selected))
+            sent = 0
+            for seq, _, measurement, context in selected:
+                if self.m.drop_link_after is not None and sent == self.m.drop_link_after and (
+                        self.m.drop_link_times is None or self.drops < self.m.drop_link_times):
+                    self.drops += 1
+                    self.event(f"dropping the link after {sent} measurements")
+                    await connection.disconnect(hci.HCI_ErrorCode.REMOTE_USER_TERMINATED_CONNECTION_ERROR)
+                    return
+                if self.m.fail_procedure_after is not None and sent == self.m.fail_procedure_after:
+                    await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, PROCEDURE_NOT_COMPLETED]))
+                    return
+                ctx = context if self.m.context_characteristic else None
+                if ctx is not None and self.m.context_before:
+                    await self.send(connection, self.context, ctx)
+                await self.send(connection, self.measurement, measurement)
+                if ctx is not None and not self.m.context_before:
+                    await self.send(connection, self.context, ctx)
+                sent += 1
+            self.event(f"sent {sent} records")
+            await self.respond(connection, bytes([RACP_RESPONSE, 0, opcode, SUCCESS]))
+        finally:
+            self.busy = False
+
+    # --- advertising, connections, control ---------------------------------------------------------------
+
+    def advertising_data(self):
+        return bytes(AdvertisingData([
+            (AdvertisingData.FLAGS, bytes([0x06])),
+            (AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS, bytes([0x08, 0x18])),
+            (AdvertisingData.COMPLETE_LOCAL_NAME, self.m.name.encode()[:20]),
+        ]))
+
+    async def advertise(self, on):
+        if self.connection is not None:
+            return
+        try:
+            if on and not self.device.is_advertising:
+                own = hci.OwnAddressType.PUBLIC if self.m.address_type == "public" else hci.OwnAddressType.RANDOM
+                await self.device.start_advertising(own_address_type=own, advertising_data=self.advertising_data(),
+                                                    advertising_interval_min=500, advertising_interval_max=500)
+                self.event("advertising")
+            elif not on and self.device.is_advertising:
+                await self.device.stop_advertising()
+                self.event("advertising stopped")
+        except Exception as e:  # a command the emulator refuses must not end the meter
+            self.event(f"advertising change failed: {e}")
+
+    async def bursts(self):
+        _, on, off = self.m.advertising
+        while True:
+            if self.advertise_wanted:
+                await self.advertise(True)
+            await asyncio.sleep(on)
+            await self.advertise(False)
+            await asyncio.sleep(off)
+
+    def on_connection(self, connection):
+        self.connection = connection
+        self.event(f"connected {connection.peer_address}")
+        connection.on("disconnection", self.on_disconnection)
+        connection.on("pairing", lambda keys: self.event(f"paired {self.o.pairing}"))
+        connection.on("pairing_failure", lambda reason: self.event(f"pairing failed {reason!r}"))
+        connection.on("connection_encryption_change", lambda: self.event(f"encrypted {connection.encryption}"))
+        connection.on("connection_encryption_failure", lambda e: self.event(f"encryption failed {e!r}"))
+        if self.o.security_request:
+            self.event("security request")
+            self.device.request_pairing(connection)
+
+    def on_disconnection(self, reason):
+        self.event(f"disconnected 0x{int(reason):02x}")
+        self.connection = None
+        self.busy = False
+        if self.m.advertising[0] == "always" and self.advertise_wanted:
+            asyncio.get_running_loop().create_task(self.advertise(True))
+
+    async def command(self, line):
+        if line == "forget":
+            for name, _ in await self.device.keystore.get_all():
+                await self.device.keystore.delete(name)
+            self.event("bonds forgotten")
+        elif line in ("advertise on", "advertise off"):
+            self.advertise_wanted = line.endswith("on")
+            await self.advertise(self.advertise_wanted)
+        elif line == "disconnect" and self.connection is not None:
+            await self.connection.disconnect()
+        elif line:
+            self.event(f"unknown command {line}")
+
+    async def start(self, link):
+        """This meter's own controller on the link, its host, GATT database and advertising."""
+        own = hci.Address(self.m.address, hci.Address.PUBLIC_DEVICE_ADDRESS
+                          if self.m.address_type == "public" else hci.Address.RANDOM_DEVICE_ADDRESS)
+        controller = Controller(self.m.address, link=link,
+                                public_address=self.m.address if self.m.address_type == "public" else None)
+        legacy_features(controller)
+        # A meter with a public address still has a (static random) one of its own, never used here.
+        unused = hci.Address("F0" + self.m.address[2:], hci.Address.RANDOM_DEVICE_ADDRESS)
+        self.device = MeterDevice.with_hci(self.m.name, own if self.m.address_type == "random" else unused,
+                                           controller, controller)
+        self.device.keystore = MemoryKeyStore()
+        method, fault = self.o.pairing, self.o.pairing_fault
+        delegate = Delegate(self, method, fault)
+        self.device.pairing_config_factory = lambda connection: PairingConfig(
+            sc=method != "legacy-passkey", mitm=method != "just-works", bonding=self.m.bonding, delegate=delegate)
+        if fault == "silent":
+            self.device.smp_session_proxy = SilentSession
+        elif fault == "cancel" and method in ("sc-passkey", "legacy-passkey"):
+            self.device.smp_session_proxy = CancellingSession
+        self.device.on("connection", self.on_connection)
+        self.build_gatt()
+        await self.device.power_on()
+        self.event(f"ready {method}{' security-request' if self.o.security_request else ''}"
+                   f"{' fault=' + fault if fault else ''}")
+        if self.m.advertising[0] == "bursts":
+            asyncio.get_running_loop().create_task(self.bursts())
+        elif self.advertise_wanted:
+            await self.advertise(True)
+
+
+async def gateway_controller(args, link):
+    """The kernel's controller: hci0 through /dev/vhci."""
+    transport = await open_transport("vhci")
+    gateway_address = None if args.gateway_address == "none" else args.gateway_address
+    gateway = Controller("gateway", host_source=transport.source, host_sink=transport.sink, link=link,
+                         public_address=gateway_address)
+    legacy_features(gateway)
+    return gateway
+
+
+async def control(path, meters):
+    """Commands, one a line, for every meter: forget (every bond), advertise on|off, disconnect."""
+    loop = asyncio.get_running_loop()
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
+    while True:
+        line = (await reader.readline()).decode().strip()
+        for meter in meters:
+            await meter.command(line)
+
+
+async def serve(args, meters, make_gateway=gateway_controller):
+    link = ConnectionAddressLink()
+    gateway = await make_gateway(args, link)
+    for meter in meters:
+        await meter.start(link)
+    if args.control:
+        asyncio.get_running_loop().create_task(control(args.control, meters))
+    event(f"all {len(meters)} meter(s) ready")
+    await asyncio.get_running_loop().create_future()
+    return gateway
+
+
+METHODS = ["sc-passkey", "legacy-passkey", "just-works", "numeric-comparison"]
+
+
+def meter_options(spec, defaults):
+    """FILE[,pairing=METHOD][,fault=cancel|silent][,security-request][,racp-error=CODE]
+    [,disconnect-after-racp][,address=ADDRESS][,name=NAME]: one meter and how it behaves."""
+    parts = spec.split(",")
+    o = argparse.Namespace(**vars(defaults))
+    o.file, o.address, o.name = parts[0], None, None
+    for part in parts[1:]:
+        key, _, value = part.partition("=")
+        if key == "pairing" and value in METHODS:
+            o.pairing = value
+        elif key == "fault" and value in ("cancel", "silent"):
+            o.pairing_fault = value
+        elif key == "security-request" and not value:
+            o.security_request = True
+        elif key == "racp-error" and value:
+            o.racp_error = int(value, 0)
+        elif key == "disconnect-after-racp" and not value:
+            o.disconnect_after_racp = True
+        elif key in ("address", "name") and value:
+            setattr(o, key, value)
+        else:
+            raise meter_file.MeterFileError(f"--meter {spec}: cannot use '{part}'")
+    return o
+
+
+def arguments(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--meter", required=True, action="append",
+                   help="meter file (the simulator's format), with options: see meter_options (repeatable)")
+    p.add_argument("--pairing", default="sc-passkey", choices=METHODS)
+    p.add_argument("--security-request", action="store_true", help="send an SMP Security Request on connection")
+    p.add_argument("--pairing-fault", choices=["cancel", "silent"])
+    p.add_argument("--racp-error", type=lambda s: int(s, 0), help="answer every report request with this code")
+    p.add_argument("--disconnect-after-racp", action="store_true", help="drop the link right after a report's response")
+    p.add_argument("--gateway-address", default="00:AA:01:00:00:00",
+                   help='the public address of the kernel\'s controller ("none": no public address)')
+    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off, disconnect)")
+    p.add_argument("--debug", action="store_true")
+    return p.parse_args(argv)
+
+
+def load_meters(args):
+    meters = []
+    for spec in args.meter:
+        o = meter_options(spec, args)
+        m = meter_file.load(o.file)
+        if o.address:
+            m.address = o.address.upper()
+        if o.name:
+            m.name = o.name
+        meters.append(Meter(o, m))
+    return meters
+
+
+def main():
+    a = arguments()
+    logging.basicConfig(level=logging.DEBUG if a.debug else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        meters = load_meters(a)
+    except meter_file.MeterFileError as e:
+        sys.exit(f"meter.py: {e}")
+    asyncio.run(serve(a, meters))
+
+
+if __name__ == "__main__":
+    main()
