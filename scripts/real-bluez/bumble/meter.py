@@ -500,12 +500,15 @@ async def serve(args, meters, make_gateway=gateway_controller):
 METHODS = ["sc-passkey", "legacy-passkey", "just-works", "numeric-comparison"]
 
 
-def meter_options(spec, defaults):
+def meter_options(spec, defaults, m):
     """FILE[,pairing=METHOD][,fault=cancel|silent][,security-request][,racp-error=CODE]
-    [,disconnect-after-racp][,address=ADDRESS][,name=NAME]: one meter and how it behaves."""
+    [,disconnect-after-racp][,address=ADDRESS][,name=NAME]: one meter and how it behaves. The options
+    given here win over the file's "pairing", which wins over the command line's defaults."""
     parts = spec.split(",")
     o = argparse.Namespace(**vars(defaults))
     o.file, o.address, o.name = parts[0], None, None
+    if m.pairing is not None:
+        o.pairing, o.security_request, o.pairing_fault = m.pairing
     for part in parts[1:]:
         key, _, value = part.partition("=")
         if key == "pairing" and value in METHODS:
@@ -544,8 +547,8 @@ def arguments(argv=None):
 def load_meters(args):
     meters = []
     for spec in args.meter:
-        o = meter_options(spec, args)
-        m = meter_file.load(o.file)
+        m = meter_file.load(spec.split(",")[0])
+        o = meter_options(spec, args, m)
         if o.address:
             m.address = o.address.upper()
         if o.name:

@@ -13,8 +13,12 @@ import re
 METER_KEYS = {
     "address", "addressType", "name", "pin", "bonding", "rssi", "deviceInformation", "features",
     "contextCharacteristic", "timeFilter", "unit", "records", "generate", "newRecords", "advertising", "faults",
-    "clock", "profile", "quirks",
+    "clock", "profile", "quirks", "pairing",
 }
+# The "pairing" key: how the meter pairs, named as the simulator names it.
+PAIRING_METHODS = {"passkey-entry": "sc-passkey", "legacy-passkey-entry": "legacy-passkey",
+                   "just-works": "just-works", "numeric-comparison": "numeric-comparison"}
+PAIRING_ANSWERS = {"completes": None, "cancels": "cancel", "never-answers": "silent"}
 # Keys of the format this meter does not play (yet): the simulator resolves them before a run
 # (describe_meter.py turns "profile" and "generate" into records).
 UNPLAYED = {"generate", "newRecords", "profile"}
@@ -54,6 +58,7 @@ class Meter:
         self.clock_skew = 0.0
         self.clock_utc_offset = 0
         self.newest_first = False
+        self.pairing = None  # (method, starts pairing, fault) when the file says
 
 
 def _only(obj, keys, where):
@@ -130,6 +135,15 @@ def parse(o):
     m.zero_count_as_no_records = bool(faults.get("zeroCountAsNoRecords", False))
     if faults.get("malformed"):
         raise MeterFileError("faults.malformed: not played by the Bumble meter")
+    if "pairing" in o:
+        p = o["pairing"]
+        if isinstance(p, str):
+            p = {"method": p}
+        _only(p, {"method", "startsPairing", "answer"}, "pairing")
+        method = PAIRING_METHODS.get(p.get("method", "passkey-entry"))
+        if method is None or p.get("answer", "completes") not in PAIRING_ANSWERS:
+            raise MeterFileError(f"pairing: method one of {', '.join(PAIRING_METHODS)}, answer one of {', '.join(PAIRING_ANSWERS)}")
+        m.pairing = (method, bool(p.get("startsPairing", False)), PAIRING_ANSWERS[p.get("answer", "completes")])
     clock = o.get("clock", {"kind": "none"})
     _only(clock, {"kind", "writable", "skewSeconds", "utcOffsetMinutes", "driftSecondsPerDay"}, "clock")
     m.clock_kind = clock.get("kind", "none")
