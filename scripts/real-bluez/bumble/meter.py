@@ -350,6 +350,10 @@ class Meter:
                         self.m.drop_link_times is None or self.drops < self.m.drop_link_times):
                     self.drops += 1
                     self.event(f"dropping the link after {sent} measurements")
+                    # A radio delivers the PDUs already queued before LL_TERMINATE_IND, a connection event
+                    # or more later; the emulator has no radio timing and would hand the kernel the data
+                    # and the disconnection at once (bluetoothd then handles the hang-up before the data).
+                    await asyncio.sleep(0.1)
                     await connection.disconnect(hci.HCI_ErrorCode.REMOTE_USER_TERMINATED_CONNECTION_ERROR)
                     return
                 if self.m.fail_procedure_after is not None and sent == self.m.fail_procedure_after:
