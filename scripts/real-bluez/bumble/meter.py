@@ -431,6 +431,15 @@ class Meter:
         elif line in ("advertise on", "advertise off"):
             self.advertise_wanted = line.endswith("on")
             await self.advertise(self.advertise_wanted)
+        elif line.startswith("bursts "):
+            # Advertising in bursts from now on (a meter that wakes now and then), ON and OFF seconds.
+            on, off = (float(x) for x in line.split()[1:3])
+            first = self.m.advertising[0] != "bursts"
+            self.m.advertising = ("bursts", on, off)
+            self.advertise_wanted = True
+            if first:
+                asyncio.get_running_loop().create_task(self.bursts())
+            self.event(f"advertising in bursts: {on:g} s on, {off:g} s off")
         elif line == "disconnect" and self.connection is not None:
             await self.connection.disconnect()
         elif line:
@@ -478,7 +487,7 @@ async def gateway_controller(args, link):
 
 
 async def control(path, meters):
-    """Commands, one a line, for every meter: forget (every bond), advertise on|off, disconnect."""
+    """Commands, one a line, for every meter: forget (every bond), advertise on|off, bursts ON OFF, disconnect."""
     loop = asyncio.get_running_loop()
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
     reader = asyncio.StreamReader()
@@ -543,7 +552,7 @@ def arguments(argv=None):
     p.add_argument("--disconnect-after-racp", action="store_true", help="drop the link right after a report's response")
     p.add_argument("--gateway-address", default="00:AA:01:00:00:00",
                    help='the public address of the kernel\'s controller ("none": no public address)')
-    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off, disconnect)")
+    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off, bursts ON OFF, disconnect)")
     p.add_argument("--debug", action="store_true")
     return p.parse_args(argv)
 

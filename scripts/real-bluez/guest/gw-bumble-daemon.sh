@@ -2,9 +2,12 @@
 # when the meter shows up. Then the meter forgets the bond: the daemon finds "re-pair needed" and stops
 # connecting, sync names the fix (exit 69), pair makes it work again.
 source "$RB_LIBDIR/guest/bumble-lib.sh"
-burst_file="$(bumble_meter_file bursts 'o["advertising"] = {"onSeconds": 4, "offSeconds": 8}')"
-bumble_start --meter "$burst_file"
+bumble_start --meter "$BUMBLE_METER"
+# Paired while it advertises all the time (its Bluetooth button pressed), then in bursts as a meter that
+# wakes now and then. (A pair during bursts fails when a burst ends within the connection attempt:
+# "did not answer in time", exit 69.)
 gw_pair "pair" 123456 0
+bumble_cmd "bursts 4 8"
 gw_daemon_start
 rb_expect_eq "the daemon downloads all 5 records from the bursting meter" 5 "$(gw_wait_count 5 90)"
 gw_check_readings "all 5 records stored once, exact values and times"
