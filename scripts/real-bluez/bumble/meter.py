@@ -412,6 +412,7 @@ class Meter:
         connection.on("pairing_failure", lambda reason: self.event(f"pairing failed {reason!r}"))
         connection.on("connection_encryption_change", lambda: self.event(f"encrypted {connection.encryption}"))
         connection.on("connection_encryption_failure", lambda e: self.event(f"encryption failed {e!r}"))
+        connection.on("connection_att_mtu_update", lambda: self.event(f"att mtu {connection.att_mtu}"))
         if self.o.security_request:
             self.event("security request")
             self.device.request_pairing(connection)
@@ -466,6 +467,8 @@ class Meter:
         elif fault == "cancel" and method in ("sc-passkey", "legacy-passkey"):
             self.device.smp_session_proxy = CancellingSession
         self.device.on("connection", self.on_connection)
+        # A small embedded stack: the ATT MTU stays at LE's minimum, 23.
+        self.device.gatt_server.max_mtu = 23
         self.build_gatt()
         await self.device.power_on()
         self.event(f"ready {method}{' security-request' if self.o.security_request else ''}"

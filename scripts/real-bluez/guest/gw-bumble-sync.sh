@@ -17,5 +17,7 @@ rb_check "the stored readings are untouched" cmp -s "$GW_DIR/readings-1.json" "$
     gw_check_readings "still exactly the 5 records"
 rb_check "the reconnection was encrypted with the bond's key" bumble_saw "encrypted 1"
 rb_check "no link ended in a MIC failure" bash -c '! grep -q "disconnected 0x3d" "$1"' _ "$BUMBLE_LOG"
+rb_note "ATT MTU exchanges the meter saw: $(grep -c 'att mtu' "$BUMBLE_LOG"), $(grep 'att mtu' "$BUMBLE_LOG" | sort -u | tr '\n' ';')"
+rb_check "the ATT MTU stayed 23 (the meter's limit)" bash -c '! grep "att mtu" "$1" | grep -qv "att mtu 23$"' _ "$BUMBLE_LOG"
 bumble_stop
 rb_done
