@@ -49,6 +49,17 @@ def event(text):
     print(text, flush=True)
 
 
+# The event loop keeps only weak references to tasks: the running ones are kept here until they end.
+TASKS = set()
+
+
+def spawn(coroutine):
+    task = asyncio.get_running_loop().create_task(coroutine)
+    TASKS.add(task)
+    task.add_done_callback(TASKS.discard)
+    return task
+
+
 class ConnectionAddressLink(LocalLink):
     """Tags LE data with the sender's address on that connection, not its current random address.
 
@@ -422,7 +433,7 @@ class Meter:
         self.connection = None
         self.busy = False
         if self.m.advertising[0] == "always" and self.advertise_wanted:
-            asyncio.get_running_loop().create_task(self.advertise(True))
+            spawn(self.advertise(True))
 
     async def command(self, line):
         if line == "forget":
@@ -439,7 +450,7 @@ class Meter:
             self.m.advertising = ("bursts", on, off)
             self.advertise_wanted = True
             if first:
-                asyncio.get_running_loop().create_task(self.bursts())
+                spawn(self.bursts())
             self.event(f"advertising in bursts: {on:g} s on, {off:g} s off")
         elif line == "disconnect" and self.connection is not None:
             await self.connection.disconnect()
@@ -474,7 +485,7 @@ class Meter:
         self.event(f"ready {method}{' security-request' if self.o.security_request else ''}"
                    f"{' fault=' + fault if fault else ''}")
         if self.m.advertising[0] == "bursts":
-            asyncio.get_running_loop().create_task(self.bursts())
+            spawn(self.bursts())
         elif self.advertise_wanted:
             await self.advertise(True)
 
@@ -507,7 +518,7 @@ async def serve(args, meters, make_gateway=gateway_controller):
     for meter in meters:
         await meter.start(link)
     if args.control:
-        asyncio.get_running_loop().create_task(control(args.control, meters))
+        spawn(control(args.control, meters))
     event(f"all {len(meters)} meter(s) ready")
     await asyncio.get_running_loop().create_future()
     return gateway
