@@ -1,4 +1,4 @@
-# Pairing methods on the Bumble meter that today's gateway handles (real kernel SMP against Bumble's SMP):
+# scan lists two Bumble meters. Pairing methods on the Bumble meter that today's gateway handles (real kernel SMP against Bumble's SMP):
 # legacy passkey entry (a BLE 4.0/4.1 meter: a wrong PIN refused, the right one bonds, and the
 # reconnections of two syncs are encrypted with the key the meter distributed), and a meter that starts
 # pairing itself (SMP Security Request right after connecting).
@@ -7,6 +7,8 @@ LEGACY=C0:26:DA:00:00:02
 ASKS=C0:26:DA:00:00:03
 bumble_start --meter "$BUMBLE_METER,pairing=legacy-passkey,address=$LEGACY" \
     --meter "$BUMBLE_METER,security-request,address=$ASKS,name=meter+asks"
+rb_step "scan" 0 gw scan --timeout 8
+rb_check "scan lists both Bumble meters" bash -c 'grep -q "^$1  *meter+06543210" <<< "$3" && grep -q "^$2  *meter+asks" <<< "$3"' _ "$LEGACY" "$ASKS" "$RB_OUTPUT"
 METER=$LEGACY
 gw_pair_wrong_then_right
 rb_check "the meter paired with legacy passkey entry" bumble_saw "$LEGACY paired legacy-passkey"

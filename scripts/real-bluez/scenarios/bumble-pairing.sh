@@ -1,4 +1,4 @@
-# rb-about: legacy passkey entry (a wrong PIN refused, the right one bonds, reconnections encrypted with the meter's own key) and a meter that sends an SMP Security Request; on the Bumble meter
+# rb-about: scan lists two Bumble meters; legacy passkey entry (a wrong PIN refused, the right one bonds, reconnections encrypted with the meter's own key) and a meter that sends an SMP Security Request; on the Bumble meter
 # rb-topology: one VM, no btvirt: Bumble's emulated controller is the kernel's hci0 (/dev/vhci), linked to the meters' own emulated controllers
 # rb-ci: yes
 # rb-releases: bookworm
