@@ -151,7 +151,7 @@ class CancellingSession(smp.Session):
     """The user cancels on the meter while its passkey is shown: Pairing Failed, Passkey Entry Failed."""
 
     async def display_passkey(self):
-        event(f"{self.connection.self_address} the user cancels on the meter")
+        event(f"{self.connection.self_address.to_string(False)} the user cancels on the meter")
         self.send_pairing_failed(smp.ErrorCode.PASSKEY_ENTRY_FAILED)
 
 
@@ -159,7 +159,7 @@ class SilentSession(smp.Session):
     """A meter that never answers a Pairing Request (the central's SMP times out after 30 s)."""
 
     def on_smp_pairing_request_command(self, command):
-        event(f"{self.connection.self_address} pairing request ignored")
+        event(f"{self.connection.self_address.to_string(False)} pairing request ignored")
 
 
 class Meter:
