@@ -407,11 +407,13 @@ class Meter:
             self.event(f"advertising change failed: {e}")
 
     async def bursts(self):
-        _, on, off = self.m.advertising
-        while True:
+        while self.m.advertising[0] == "bursts":
+            _, on, off = self.m.advertising
             if self.advertise_wanted:
                 await self.advertise(True)
             await asyncio.sleep(on)
+            if self.m.advertising[0] != "bursts":
+                break
             await self.advertise(False)
             await asyncio.sleep(off)
 
@@ -443,6 +445,11 @@ class Meter:
         elif line in ("advertise on", "advertise off"):
             self.advertise_wanted = line.endswith("on")
             await self.advertise(self.advertise_wanted)
+        elif line == "advertise always":
+            # Back to advertising all the time (the bursts loop ends at its next turn).
+            self.m.advertising = ("always", 0.0, 0.0)
+            self.advertise_wanted = True
+            await self.advertise(True)
         elif line.startswith("bursts "):
             # Advertising in bursts from now on (a meter that wakes now and then), ON and OFF seconds.
             on, off = (float(x) for x in line.split()[1:3])
@@ -501,7 +508,8 @@ async def gateway_controller(args, link):
 
 
 async def control(path, meters):
-    """Commands, one a line, for every meter: forget (every bond), advertise on|off, bursts ON OFF, disconnect."""
+    """Commands, one a line, for every meter: forget (every bond), advertise on|off|always, bursts ON OFF,
+    disconnect."""
     loop = asyncio.get_running_loop()
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
     reader = asyncio.StreamReader()
@@ -566,7 +574,7 @@ def arguments(argv=None):
     p.add_argument("--disconnect-after-racp", action="store_true", help="drop the link right after a report's response")
     p.add_argument("--gateway-address", default="00:AA:01:00:00:00",
                    help='the public address of the kernel\'s controller ("none": no public address)')
-    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off, bursts ON OFF, disconnect)")
+    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off|always, bursts ON OFF, disconnect)")
     p.add_argument("--debug", action="store_true")
     return p.parse_args(argv)
 

@@ -1,5 +1,5 @@
 # The daemon with the Bumble meter advertising in bursts (4 s on, 8 s off): it downloads every record
-# when the meter shows up. Then the meter forgets the bond: the daemon finds "re-pair needed" and stops
+# when the meter shows up. Then the meter (advertising all the time again) forgets the bond: the daemon finds "re-pair needed" and stops
 # connecting, sync names the fix (exit 69), pair makes it work again.
 source "$RB_LIBDIR/guest/bumble-lib.sh"
 bumble_start --meter "$BUMBLE_METER"
@@ -12,6 +12,9 @@ gw_daemon_start
 rb_expect_eq "the daemon downloads all 5 records from the bursting meter" 5 "$(gw_wait_count 5 90)"
 gw_check_readings "all 5 records stored once, exact values and times"
 gw_daemon_stop
+# The bond loss with the meter advertising all the time, as in the BlueZ bond-loss scenario; with
+# RB_BOND_LOSS_IN_BURSTS=1 (scenario bumble-bond-loss-bursts) while it keeps advertising in bursts.
+[[ ${RB_BOND_LOSS_IN_BURSTS:-0} == 1 ]] || bumble_cmd "advertise always"
 bumble_cmd forget
 rb_note "the meter forgot its bonds"
 gw_daemon_start
