@@ -15,8 +15,13 @@ gw_daemon_stop
 # The bond loss with the meter advertising all the time, as in the BlueZ bond-loss scenario; with
 # RB_BOND_LOSS_IN_BURSTS=1 (scenario bumble-bond-loss-bursts) while it keeps advertising in bursts.
 [[ ${RB_BOND_LOSS_IN_BURSTS:-0} == 1 ]] || bumble_cmd "advertise always"
+# A meter that forgets its bonds (reset) drops its link too: the daemon stopped right after its session
+# may have left the link up (bluetoothd keeps it; see the note below).
+bumble_saw_after "$(($(bumble_log_mark) - 1))" "racp response|sent [0-9]+ records" &&
+    rb_note "the link after the daemon's SIGTERM: $(tail -n 1 "$BUMBLE_LOG")"
 bumble_cmd forget
-rb_note "the meter forgot its bonds"
+bumble_cmd disconnect
+rb_note "the meter forgot its bonds and dropped its link"
 gw_daemon_start
 found=no
 deadline=$((SECONDS + 120))
