@@ -422,13 +422,24 @@ class Meter:
         self.event(f"connected {connection.peer_address}")
         connection.on("disconnection", self.on_disconnection)
         connection.on("pairing", lambda keys: self.event(f"paired {self.o.pairing}"))
-        connection.on("pairing_failure", lambda reason: self.event(f"pairing failed {reason!r}"))
+        connection.on("pairing_failure", lambda reason: self.on_pairing_failure(connection, reason))
         connection.on("connection_encryption_change", lambda: self.event(f"encrypted {connection.encryption}"))
         connection.on("connection_encryption_failure", lambda e: self.event(f"encryption failed {e!r}"))
         connection.on("connection_att_mtu_update", lambda: self.event(f"att mtu {connection.att_mtu}"))
         if self.o.security_request:
             self.event("security request")
             self.device.request_pairing(connection)
+
+    def on_pairing_failure(self, connection, reason):
+        """A failed pairing ends the link, as many meters do. (Bumble 0.0.236 would not complete a second
+        pairing on the same link: encrypted, but its session never ends, and the central waits.)"""
+        self.event(f"pairing failed {reason!r}")
+
+        async def drop():
+            await asyncio.sleep(0.2)
+            if self.connection is connection:
+                await connection.disconnect()
+        spawn(drop())
 
     def on_disconnection(self, reason):
         self.event(f"disconnected 0x{int(reason):02x}")
