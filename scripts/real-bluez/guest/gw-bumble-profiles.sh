@@ -32,7 +32,9 @@ for i in "${!profiles[@]}"; do
         /usr/bin/python3 "$RB_LIBDIR/guest/check_profile.py" "$meter" "$GW_DIR/readings.json" "$GW_DIR/meters.$i.json" \
         --address "$METER" --zone Europe/Berlin --sync-output "$GW_DIR/sync.$i.out"
     rb_step "$name: second sync" 0 gw sync "$METER" --wait 20
-    gw_check_incremental "$name: the second sync finds nothing new"
+    # The meter's clock stays 5 minutes fast (nothing sets it here): the line may say so.
+    rb_check "$name: the second sync finds nothing new" grep -qE \
+        "^$METER: 0 new readings(, 1 already stored)?(; meter clock off by -?[0-9]+ s)?$" <<< "$RB_OUTPUT"
 done
 bumble_stop
 rb_done
