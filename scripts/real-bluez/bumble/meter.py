@@ -1,20 +1,23 @@
-"""A glucose meter on Bumble's host stack, linked to the guest kernel through an emulated controller.
+"""Glucose meters on Bumble's host stack, linked to the guest kernel through an emulated controller.
 
-    meter.py --meter FILE [--pairing METHOD] [--security-request] [--pairing-fault cancel|silent]
-             [--racp-error CODE] [--disconnect-after-racp] [--gateway-address ADDRESS|none] [--control FIFO]
+    meter.py --meter FILE[,OPTION...] [--meter ...] [--pairing METHOD] [--security-request]
+             [--pairing-fault cancel|silent] [--racp-error CODE] [--disconnect-after-racp]
+             [--gateway-address ADDRESS|none] [--control FIFO]
 
-Two controllers of Bumble's emulator share one link: the first is the kernel's hci0 through /dev/vhci (the
-gateway's adapter), the second carries this meter's own host (Bumble's SMP, ATT, GATT). So the gateway
-meets a meter whose stack is not BlueZ: ATT MTU 23, no EATT, its own SMP and its own ATT error codes.
+Bumble's emulated controllers share one link: the first is the kernel's hci0 through /dev/vhci (the
+gateway's adapter), each further one carries one meter's own host (Bumble's SMP, ATT, GATT). So the gateway
+meets meters whose stack is not BlueZ: ATT MTU 23, no EATT, their own SMP and their own ATT error codes.
 
-The meter: Glucose Service (0x2A18 and 0x2A34 notify, 0x2A51 read, 0x2A52 write and indicate, every value
+A meter: Glucose Service (0x2A18 and 0x2A34 notify, 0x2A51 read, 0x2A52 write and indicate, every value
 and descriptor behind encryption), Device Information, a clock (Current Time Service, or Date Time 0x2A08
 inside the Glucose Service as Roche meters have it), advertising 0x1808 and its name. What it holds comes
-from a meter file in the simulator's format (meter_file.py). What it does is printed one event a line on
-stdout ("ready ADDRESS", "connected PEER", "paired METHOD", "racp REQUEST", "disconnected REASON", ...);
-lines written to the control FIFO steer it ("forget": drop every bond; "advertise on|off").
+from a meter file in the simulator's format (meter_file.py); how it pairs and misbehaves from the file's
+"pairing", the options after the file name (meter_options) or the command line's defaults. What it does is
+printed one event a line on stdout, each after the meter's address ("ready METHOD", "connected PEER",
+"paired METHOD", "racp REQUEST", "disconnected REASON", ...); lines written to the control FIFO steer every
+meter ("forget": drop every bond; "advertise on|off|always"; "bursts ON OFF"; "disconnect").
 
-Bumble is pinned (0.0.236): the link below reaches into its emulator's internals.
+Bumble is pinned (0.0.236): stack.py reaches into its emulator's internals.
 """
 import argparse
 import asyncio
