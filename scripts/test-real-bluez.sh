@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The gateway against the real Linux Bluetooth stack: Debian's kernel, bluetoothd and dbus-daemon in
 # throw-away QEMU VMs, btvirt controllers, real SMP and GATT, the meter played by
-# `glucose-gateway simulate-meter --bluez`.
+# `glucose-gateway simulate-meter --bluez`, or (the bumble-* scenarios) by a meter on another host stack:
+# scripts/real-bluez/bumble/meter.py on Bumble, whose emulated controller is the VM kernel's hci0.
 #
 #   scripts/test-real-bluez.sh [--list] [--ci] [--release R]... [SCENARIO...]
 #
@@ -19,7 +20,9 @@
 # Environment: RB_WORK (cache and job directories, default /var/tmp/glucose-gateway-vm), RB_KERNEL_PKG,
 # RB_ACCEL (kvm|tcg), RB_GATEWAY_BIN (default .build/debug/glucose-gateway), RB_SCENARIO_TIMEOUT (300 s, or
 # the scenario's "# rb-timeout:" line; times 3 on arm64), RB_DEB (arm64: the .deb to install),
-# RB_METER_RELEASE (arm64: the x86_64 release of the meter VM, default bookworm; it runs RB_GATEWAY_BIN).
+# RB_METER_RELEASE (arm64: the x86_64 release of the meter VM, default bookworm; it runs RB_GATEWAY_BIN),
+# RB_VM_TIMEOUT (a one-VM scenario's VM life; Bumble's default 400 s). Bumble (pinned in
+# scripts/real-bluez/bumble.sh) is installed once with pip into $RB_WORK/bumble-VERSION.
 # Scenarios see RB_CI=1 under --ci (a scenario may then run less) and RB_RELEASE.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
