@@ -4,6 +4,7 @@ import SQLiteStore
 import Testing
 import TestSupport
 @testable import Gateway
+import SQLiteStoreTestSupport
 
 /// Two different records a meter sends with the same number and the same time.
 @Suite("Same number, same time, different records", .timeLimit(.minutes(1)))
