@@ -27,8 +27,11 @@ final class FakeMeterRadio: MeterRadio {
         var answering = true
     }
     let state = Mutex(State())
-    /// When set, pairing never completes.
+    /// When set, pairing never completes: it fails with a timeout once `clock` has passed the timeout
+    /// it was given, as a radio whose meter never answers does.
     let pairingHangs = Mutex(false)
+    /// The radio's time, which only the test moves (`advance(by:)`).
+    let clock = ManualClock()
     let stream: AsyncStream<RadioEvent>
     let continuation: AsyncStream<RadioEvent>.Continuation
 
@@ -133,7 +136,7 @@ final class FakeMeterRadio: MeterRadio {
     func pair(address: String, passkey: UInt32, timeout: Duration) async throws(MeterAccessError) {
         log("pair \(address)")
         if pairingHangs.withLock({ $0 }) {
-            try? await Task.sleep(for: timeout)
+            try? await clock.sleep(for: timeout)
             throw MeterAccessError(.timeout, "AuthenticationTimeout")
         }
         try state.withLock { s throws(MeterAccessError) in
