@@ -53,16 +53,28 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // Tests come in two kinds (see docs/testing.md). A `...Tests` target is pure: in-process, no child
+        // process, no bus, no socket server, no real-time wait; these run in parallel in seconds.
+        // A `...IntegrationTests` target starts what the code meets outside the process (a private
+        // dbus-daemon, bluezoo, the Python servers, mosquitto, loopback HTTP servers, a child writer) and
+        // runs one test at a time (scripts/test.sh).
         .target(name: "TestSupport", dependencies: ["GatewayCore", "GlucoseProfile"], path: "Tests/TestSupport", exclude: ["private-bus.conf"], swiftSettings: strict),
+        // What tests look at inside a store, through a testable import: the product carries none of it.
+        .target(name: "SQLiteStoreTestSupport", dependencies: ["SQLiteStore"], path: "Tests/SQLiteStoreTestSupport", swiftSettings: strict),
         .testTarget(name: "GlucoseProfileTests", dependencies: ["GlucoseProfile", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "SyncEngine", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Meters", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "DBusKitIntegrationTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZIntegrationTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Meters", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SQLiteStoreTestSupport", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "SQLiteStoreIntegrationTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineIntegrationTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "SQLiteStoreTestSupport", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "SQLiteStoreTestSupport", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "MeterSimulatorIntegrationTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )

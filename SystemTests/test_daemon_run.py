@@ -335,8 +335,11 @@ def test_a_meter_another_process_is_downloading_is_left_alone_until_it_is_done(p
     try:
         gw.start()
         control(private_bus, "Advertise", A, 400.0)
-        wait_until("the daemon saw the meter busy", lambda: "another glucose-gateway process" in gw.log(), timeout=20)
-        time.sleep(5)  # the other download goes on; the daemon keeps checking, without touching the meter
+        busy = "another glucose-gateway process is downloading from this meter"
+        wait_until("the daemon saw the meter busy", lambda: busy in gw.log(), timeout=20)
+        # The other download goes on and the daemon keeps checking, without touching the meter: its next
+        # look (a second busy verdict, after the retry delay) is the event that it moved on.
+        wait_until("the daemon looked again", lambda: gw.log().count(busy) >= 2, timeout=30)
         assert gw.sequences(A) == []
         assert "connected" not in gw.log()
     finally:

@@ -3,6 +3,7 @@ import GatewayCore
 import SQLiteStore
 import Testing
 @testable import GatewayCLI
+import SQLiteStoreTestSupport
 
 /// `OneQueue`: a command's tasks, child tasks and store all run on its one queue.
 @Suite(.timeLimit(.minutes(1))) struct OneQueueTests {

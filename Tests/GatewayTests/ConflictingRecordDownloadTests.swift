@@ -5,6 +5,7 @@ import Testing
 import TestSupport
 @testable import Gateway
 @testable import Meters
+import SQLiteStoreTestSupport
 
 /// Two different records a meter sends with the same number and the same time.
 @Suite("Same number, same time, different records", .timeLimit(.minutes(1)))

@@ -26,8 +26,11 @@ final class FakeMeterRadio: MeterRadio {
         var answering = true
     }
     let state = Mutex(State())
-    /// When set, pairing never completes.
+    /// When set, pairing never completes: it fails with a timeout once `clock` has passed the timeout
+    /// it was given, as a radio whose meter never answers does.
     let pairingHangs = Mutex(false)
+    /// The radio's time, which only the test moves (`advance(by:)`).
+    let clock = ManualClock()
     let stream: AsyncStream<RadioEvent>
     let continuation: AsyncStream<RadioEvent>.Continuation
 
@@ -133,7 +136,7 @@ final class FakeMeterRadio: MeterRadio {
         log("pair \(address)")
         guard let passkey = input.passkey else { throw MeterAccessError(.passkeyNeeded, "no passkey") }
         if pairingHangs.withLock({ $0 }) {
-            try? await Task.sleep(for: timeout)
+            try? await clock.sleep(for: timeout)
             throw MeterAccessError(.timeout, "AuthenticationTimeout")
         }
         try state.withLock { s throws(MeterAccessError) in

@@ -56,14 +56,22 @@ struct MeterPairingTests {
     @Test func aPairingThatTimesOutIsNotCalledAWrongPin() async throws {
         let (meter, radio, store) = Self.setup()
         radio.pairingHangs.withLock { $0 = true }
-        do {
-            _ = try await MeterPairing(radio: radio, store: store, logger: .silent, pairTimeout: .milliseconds(10))
+        let pairing = Task {
+            try await MeterPairing(radio: radio, store: store, logger: .silent, pairTimeout: .seconds(30))
                 .run(address: meter.address, passkey: 654_321, timeZone: "UTC")
+        }
+        // The pairing waits on the radio's clock for its timeout; the test moves the clock past it.
+        #expect(await waitUntil(10) { radio.clock.sleeping == 1 })
+        radio.clock.advance(by: .seconds(30))
+        do {
+            _ = try await pairing.value
             Issue.record("expected a failure")
-        } catch {
+        } catch let error as GatewayFailure {
             #expect(error.status == .unavailable)
             #expect(error.message.contains("the meter did not answer in time; press its Bluetooth button and try again"))
             #expect(!error.message.contains("wrong PIN"))
+        } catch {
+            Issue.record("unexpected \(error)")
         }
         #expect(try await store.meter(meter.address) == nil)
     }

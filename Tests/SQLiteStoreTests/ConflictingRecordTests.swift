@@ -4,6 +4,7 @@ import Glibc
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// Two different records with one sequence number and one user-facing time: neither is a duplicate of
 /// the other, and which is right cannot be told.

@@ -1,6 +1,7 @@
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// The event log's two cheaper commits: a meter's bookkeeping with its event in one transaction, and an
 /// event whose loss to a power cut is harmless committed without a sync of its own.

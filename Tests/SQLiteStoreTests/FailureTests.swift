@@ -6,6 +6,7 @@ import Darwin
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 @Suite struct FailureTests {
     private let builders: [any OutboxBodyBuilder] = [StubBuilder(destination: .nightscout), StubBuilder(destination: .fhir)]

@@ -6,6 +6,7 @@ import Darwin
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 @Suite struct FileAndMigrationTests {
     @Test func databaseAndItsCompanionsAreMode0600() async throws {

@@ -1,6 +1,7 @@
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// A database written by the gateway before the lost-bond state and the raw identity existed (schema
 /// version 1, as every earlier release left it), opened by this one.

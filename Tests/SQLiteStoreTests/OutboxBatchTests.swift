@@ -1,6 +1,7 @@
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// Claims, acknowledgements and releases change a whole batch of outbox rows in one statement each; what
 /// they change must be exactly what the row-by-row rules say.

@@ -1,6 +1,7 @@
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// A database at schema version 4, whose outbox rows carry their bodies, opened by this gateway: the
 /// bodies move to `outbox_body` byte for byte and the queue goes on as it was.

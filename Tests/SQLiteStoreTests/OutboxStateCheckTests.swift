@@ -1,6 +1,7 @@
 import GatewayCore
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// The outbox's state CHECK as comparisons (migration 5): the same rows and rules, without a temporary
 /// table built for every row written.

@@ -2,6 +2,7 @@ import GatewayCore
 import Synchronization
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 @Suite struct OutboxStoreTests {
     private func filledStore(_ path: String, readings: Int) async throws -> SQLiteStore {

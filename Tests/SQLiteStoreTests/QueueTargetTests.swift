@@ -1,6 +1,7 @@
 import Dispatch
 import Testing
 @testable import SQLiteStore
+import SQLiteStoreTestSupport
 
 /// `SQLiteStore.queueTarget`: a store opened while it is set runs its work on that queue.
 @Suite(.timeLimit(.minutes(1))) struct QueueTargetTests {

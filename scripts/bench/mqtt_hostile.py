@@ -1,7 +1,7 @@
-"""Benchmark (not a test): the daemon's resident memory against a hostile broker (hostile_broker.py).
+"""Benchmark (not a test): the daemon's resident memory against a hostile broker (SystemTests/hostile_broker.py).
 
-  GLUCOSE_GATEWAY_BIN=... python SystemTests/bench_mqtt_hostile.py --mode drop --seconds 600
-  GLUCOSE_GATEWAY_BIN=... python SystemTests/bench_mqtt_hostile.py --mode publish --seconds 60
+  GLUCOSE_GATEWAY_BIN=... python scripts/bench/mqtt_hostile.py --mode drop --seconds 600
+  GLUCOSE_GATEWAY_BIN=... python scripts/bench/mqtt_hostile.py --mode publish --seconds 60
 
 Starts a private bus, the meter stand-in with one paired meter, the hostile broker and `glucose-gateway run`
 with an [mqtt] section, samples VmRSS and VmHWM every 5 s, and prints one JSON line: connections, RSS at the
@@ -14,7 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The system tests' helpers and the hostile broker: SystemTests/ beside scripts/.
+SYSTEM_TESTS = Path(__file__).resolve().parents[2] / "SystemTests"
+sys.path.insert(0, str(SYSTEM_TESTS))
 from gg_bus import PrivateBus, Simulator, stop_process  # noqa: E402
 from gg_daemon import Gateway, control  # noqa: E402
 
@@ -46,7 +48,7 @@ def main():
         started.append(sim)
         sim.wait_for_line("ready")
         count_file = directory / "connections"
-        broker = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "hostile_broker.py"), "--mode", args.mode,
+        broker = subprocess.Popen([sys.executable, str(SYSTEM_TESTS / "hostile_broker.py"), "--mode", args.mode,
                                    "--count-file", str(count_file)], stdout=subprocess.PIPE, text=True)
         port = json.loads(broker.stdout.readline())["port"]
         extra = '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ntopic_prefix = "gg"\n' % port

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import GatewayCore
 import Testing
+import TestSupport
 @testable import SQLiteStore
 
 /// A writer process inserting numbered batches is killed with SIGKILL at random moments, over and over.
@@ -17,7 +18,8 @@ import Testing
     @Test(.timeLimit(.minutes(1)))
     func killedWriterLosesNothingCommitted() async throws {
         let writer = try #require(Self.writerBinary(), "glucose-gateway-bench is built beside the test binary")
-        let dir = try TemporaryDirectory()
+        let dir = try TempDirectory()
+        let database = dir.path + "/gateway.sqlite3"
         defer { dir.remove() }
         var generator = SystemRandomNumberGenerator()
         var reported: [Int: Set<Int>] = [:]
@@ -25,7 +27,7 @@ import Testing
             // Some kills land while the file is created or migrated, most in the middle of inserting.
             let delay = round == 0 ? Int.random(in: 0...20, using: &generator) : Int.random(in: 30...300, using: &generator)
             let lines = try ChildProcess.runAndKill(
-                writer, ["store-writer", "--path", dir.database, "--start", String(round * 10_000), "--batch", String(Self.batchSize)],
+                writer, ["store-writer", "--path", database, "--start", String(round * 10_000), "--batch", String(Self.batchSize)],
                 afterMilliseconds: delay
             )
             for line in lines where line.hasPrefix("committed ") {
@@ -35,7 +37,7 @@ import Testing
         }
         #expect(reported.values.reduce(0) { $0 + $1.count } > 0, "the writer committed at least one batch before being killed")
 
-        let store = try SQLiteStore(path: dir.database)
+        let store = try SQLiteStore(path: database)
         #expect(try await store.integrityCheck() == ["ok"])
         let readings = try await store.readings()
         var perBatch: [Int: Int] = [:]

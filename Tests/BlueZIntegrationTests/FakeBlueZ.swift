@@ -122,9 +122,11 @@ final class FakeBlueZ: Sendable {
                         if drop { script.dropsBeforeResolve -= 1 }
                         return (drop, script.hangAfterConnect, script.dropAfter, script.dropReason)
                     }
-                    // Reply first; resolve (or drop) a little later, as BlueZ does.
+                    // Resolve (or drop) beside the reply: the client sees the two in either order, as from
+                    // bluetoothd. A scripted drop comes `dropAfter` later in real time, because the client
+                    // judges a lost bond by how long the link lived on its own clock.
                     Task {
-                        try? await Task.sleep(for: drop ? dropAfter : .milliseconds(30))
+                        if drop { try? await Task.sleep(for: dropAfter) }
                         if drop {
                             if let reason {
                                 try? await connection.emitSignal(path: path, interface: device, member: "Disconnected",
@@ -205,7 +207,6 @@ final class FakeBlueZ: Sendable {
             }
             let count = script.withLock { $0.records }
             Task {
-                try? await Task.sleep(for: .milliseconds(10))
                 for i in 0..<count {
                     await connection.setProperties(path: measurement, interface: "org.bluez.GattCharacteristic1",
                                                    ["Value": .bytes([0x00, UInt8(i & 0xFF), UInt8(i >> 8)])])

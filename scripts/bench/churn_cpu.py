@@ -1,7 +1,7 @@
 """Benchmark (not a test): CPU time an idle `glucose-gateway run` spends while another process creates and
 deletes unrelated files in the database's directory as fast as it can.
 
-    GLUCOSE_GATEWAY_BIN=.build/release/glucose-gateway python3 SystemTests/churn_cpu.py [--seconds 20] [--write]
+    GLUCOSE_GATEWAY_BIN=.build/release/glucose-gateway python3 scripts/bench/churn_cpu.py [--seconds 20] [--write]
 
 Prints one JSON line: the daemon's CPU seconds (user + system, from /proc/PID/stat) over the same span with
 no churn and with churn, and the create/delete cycles done. Everything runs on a private bus in a temporary
@@ -14,7 +14,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The system tests' helpers (private bus, daemon): SystemTests/ beside scripts/.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "SystemTests"))
 from gg_bus import PrivateBus  # noqa: E402
 from gg_daemon import Gateway  # noqa: E402
 
