@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// The few file-system calls the config loader needs, over the C library (no Foundation); files are read
 /// with `FileContents`.

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import Support
 
 /// Reads and validates the config file.
 ///

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// A secret (Nightscout API secret or token, FHIR bearer token). Its text is reachable only through
 /// `value`; printing, interpolating, dumping or mirroring it shows `(secret)`.

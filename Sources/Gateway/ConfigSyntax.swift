@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The config file's syntax: a small subset of TOML.
 ///

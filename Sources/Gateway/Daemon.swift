@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Synchronization
 
 /// `glucose-gateway run`: keeps the adapter looking for meters, downloads from each paired meter as soon

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// What a sync did with one meter.
 public struct MeterSyncResult: Sendable, Equatable {

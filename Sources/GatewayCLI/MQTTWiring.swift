@@ -1,6 +1,7 @@
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 import Synchronization
 import SyncEngine
 

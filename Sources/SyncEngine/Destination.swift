@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// How one request for a batch ended, as the dispatcher acts on it.
 public enum BatchOutcome: Sendable, Equatable {

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// Network error codes shown in logs, `status` and the alert command.
 public enum NetworkErrorCode {

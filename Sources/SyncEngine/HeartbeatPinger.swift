@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The heartbeat's last attempt, for `status` (no URL in it).
 public struct HeartbeatReport: Sendable, Equatable {

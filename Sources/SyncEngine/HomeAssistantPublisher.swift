@@ -2,6 +2,7 @@ import GatewayCore
 #if canImport(Glibc)
 import Glibc
 #endif
+import Support
 import Synchronization
 
 /// Keeps the broker's retained discovery configs and states in line with the store (the client publishes

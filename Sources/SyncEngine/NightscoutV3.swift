@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// Which Nightscout API the gateway writes to (`[nightscout] api`).
 public enum NightscoutAPI: String, Sendable, Equatable, CaseIterable {

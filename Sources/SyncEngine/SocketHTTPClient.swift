@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Synchronization
 #if canImport(Glibc)
 import Glibc

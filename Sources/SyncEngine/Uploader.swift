@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Synchronization
 
 /// What a one-shot drain achieved, for the exit status of `sync` and `upload`.

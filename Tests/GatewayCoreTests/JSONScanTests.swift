@@ -1,3 +1,4 @@
+@testable import Support
 import Testing
 @testable import GatewayCore
 import TestSupport

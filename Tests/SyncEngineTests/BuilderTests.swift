@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import SyncEngine
 import Testing
 import TestSupport

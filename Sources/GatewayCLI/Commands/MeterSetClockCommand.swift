@@ -2,6 +2,7 @@ import BlueZ
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 
 /// `glucose-gateway meters set-clock ADDRESS [--wait SECONDS] [--adapter hciN]`: sets one meter's clock once
 /// (see `MeterClockSession`). Reached through `meters`, whose option table carries `--wait` and `--adapter`.

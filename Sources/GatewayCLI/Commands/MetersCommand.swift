@@ -1,6 +1,7 @@
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 
 enum MetersCommand: GatewayCommand {
     static let name = "meters"

@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Support
 
 enum PairCommand: GatewayCommand {
     static let name = "pair"

@@ -2,6 +2,7 @@ import Gateway
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
+import Support
 
 enum ReadingsCommand: GatewayCommand {
     static let name = "readings"

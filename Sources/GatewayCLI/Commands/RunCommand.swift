@@ -6,6 +6,7 @@ import Dispatch
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 import Synchronization
 import SyncEngine
 

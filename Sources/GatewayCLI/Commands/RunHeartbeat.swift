@@ -1,5 +1,6 @@
 import Gateway
 import GatewayCore
+import Support
 import Synchronization
 import SyncEngine
 

@@ -5,6 +5,7 @@ import BlueZ
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 
 enum StatusCommand: GatewayCommand {
     static let name = "status"

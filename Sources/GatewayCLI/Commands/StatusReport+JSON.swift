@@ -1,5 +1,6 @@
 import Gateway
 import GatewayCore
+import Support
 
 /// `status --json`: times as Unix milliseconds, null when unknown.
 extension StatusReport {

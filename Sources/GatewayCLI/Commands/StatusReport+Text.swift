@@ -1,6 +1,7 @@
 import Gateway
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// `status` for a terminal.
 extension StatusReport {

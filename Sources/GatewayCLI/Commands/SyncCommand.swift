@@ -2,6 +2,7 @@ import BlueZ
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 import Synchronization
 
 enum SyncCommand: GatewayCommand {
