@@ -37,18 +37,21 @@ let package = Package(
         .target(name: "CPacketSocket"),
         .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "CPacketSocket", "Support"], swiftSettings: strict),
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
-        .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto", "Support"], swiftSettings: strict),
-        .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
+        // The HTTP and MQTT clients and the URL type: the only importer of libcurl and libmosquitto.
+        .target(name: "Transport", dependencies: ["Support", "CCurl", "CMosquitto"], swiftSettings: strict),
+        .target(name: "SyncEngine", dependencies: ["Transport", "GatewayCore", "GlucoseProfile", "DBusKit", "Support"], swiftSettings: strict),
+        .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile", "Support", "Transport"], swiftSettings: strict),
         .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore", "Support"], swiftSettings: strict),
         .target(
             name: "GatewayCLI",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator", "Support"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator", "Support", "Transport"],
             swiftSettings: strict
         ),
         .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
+        // The benchmarks start the gateway and the simulator as programs; they import only these.
         .executableTarget(
             name: "glucose-gateway-bench",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator", "GatewayCLI", "Support"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Support", "Transport"],
             swiftSettings: strict
         ),
 
@@ -58,7 +61,7 @@ let package = Package(
         .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Gateway", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit", "Support"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit", "Support", "Transport"], swiftSettings: strict),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SQLiteStore", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),

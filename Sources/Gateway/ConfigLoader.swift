@@ -3,6 +3,7 @@ import Glibc
 #endif
 import GatewayCore
 import Support
+import Transport
 
 /// Reads and validates the config file.
 ///
@@ -462,8 +463,8 @@ struct ConfigBuilder {
         if let v = integer(s, "retry_count", in: NetworkSection.retryCountRange) { n.retryCount = v.value }
         if let v = integer(s, "network_timeout_ms", in: NetworkSection.networkTimeoutRange) { n.networkTimeoutMilliseconds = v.value }
         if let v = httpURL(s, "health_check_url") {
-            let origin = Self.origin(v.value)
-            if let clash = uploadURLs.first(where: { $0.url.map(Self.origin) == origin }) {
+            let origin = HTTPURL(v.value)?.origin
+            if let clash = uploadURLs.first(where: { origin != nil && $0.url.flatMap { HTTPURL($0)?.origin } == origin }) {
                 problem(v.line, "\(s).health_check_url: must not point at an upload server (same scheme, host and port as \(clash.key)); use a host that tells whether the network is up")
             } else {
                 n.healthCheckURL = v.value
@@ -821,24 +822,6 @@ struct ConfigBuilder {
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         guard inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count)) != nil else { return nil }
         return String(cString: buffer)
-    }
-
-    /// The canonical origin of a normalized URL, for telling servers apart: scheme, lower-case host
-    /// without a trailing dot, IPv4 dotted, IPv6 compressed, and the port (80 or 443 when not written).
-    /// The same host on another port is another server.
-    static func origin(_ url: String) -> String {
-        let https = url.hasPrefix("https://")
-        let rest = url.dropFirst(https ? 8 : 7)
-        let authority = rest.prefix { $0 != "/" }
-        guard case .success(let parts) = splitAuthority(authority) else { return url }
-        var host = parts.host.lowercased()
-        while host.hasSuffix(".") { host.removeLast() }
-        if host.hasPrefix("[") {
-            host = "[" + (ipv6(String(host.dropFirst().dropLast())) ?? String(host.dropFirst().dropLast())) + "]"
-        } else if let dotted = ipv4(host) {
-            host = dotted
-        }
-        return (https ? "https" : "http") + "://" + host + ":" + String(parts.port ?? (https ? 443 : 80))
     }
 
     /// " (did you mean 'x'?)" for a near miss.

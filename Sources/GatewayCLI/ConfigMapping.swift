@@ -1,5 +1,7 @@
 import Gateway
+import Support
 import SyncEngine
+import Transport
 
 extension GatewayConfig {
     /// The upload engine's settings from the config: one entry per enabled destination, and the
@@ -21,8 +23,8 @@ extension GatewayConfig {
                                                          outOfRangeNotes: nightscout.outOfRangeNotes)
             settings.api = SyncEngine.NightscoutAPI(rawValue: nightscout.api) ?? .v1
             switch nightscout.credential {
-            case .apiSecret(let s): settings.apiSecret = SyncEngine.Secret(s.value)
-            case .token(let s): settings.token = SyncEngine.Secret(s.value)
+            case .apiSecret(let s): settings.apiSecret = Support.Secret(s.value)
+            case .token(let s): settings.token = Support.Secret(s.value)
             case nil: break
             }
             ns = settings
@@ -30,13 +32,13 @@ extension GatewayConfig {
         var fhirSettings: SyncEngine.FHIRSettings?
         if fhir.enabled, let base = fhir.baseURL, let subject = fhir.subject {
             fhirSettings = SyncEngine.FHIRSettings(
-                baseURL: base, subject: subject, token: fhir.bearerToken.map { SyncEngine.Secret($0.value) }, caFile: fhir.caFile
+                baseURL: base, subject: subject, token: fhir.bearerToken.map { Support.Secret($0.value) }, caFile: fhir.caFile
             )
         }
         var mqttSettings: SyncEngine.MQTTSettings?
         if mqtt.enabled, let host = mqtt.host, let port = mqtt.port {
             let broker = MQTTBrokerSettings(host: host, port: port, tls: mqtt.tls, username: mqtt.username,
-                                            password: mqtt.password.map { SyncEngine.Secret($0.value) }, caFile: mqtt.caFile)
+                                            password: mqtt.password.map { Support.Secret($0.value) }, caFile: mqtt.caFile)
             mqttSettings = SyncEngine.MQTTSettings(broker: broker, topicPrefix: mqtt.topicPrefix, discovery: mqtt.discovery)
         }
         return UploadSettings(recovery: recovery, nightscout: ns, fhir: fhirSettings, mqtt: mqttSettings)

@@ -2,6 +2,7 @@ import GatewayCore
 import GlucoseProfile
 import Support
 import Synchronization
+import Transport
 
 extension DestinationName {
     /// Reading events on an MQTT broker (`[mqtt]`).

@@ -1,13 +1,6 @@
 import GatewayCore
-
-/// A credential read from the config. Its description never shows the value, so it cannot leak into a
-/// log line, `status` or an error message by interpolation.
-public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
-    public let value: String
-    public init(_ value: String) { self.value = value }
-    public var description: String { "<redacted>" }
-    public var debugDescription: String { "<redacted>" }
-}
+import Support
+import Transport
 
 /// The `[network]` section: recovery behaviour shared by every destination. The config layer fills it
 /// and validates against the ranges below; `validate()` repeats the checks for other callers.
@@ -60,7 +53,7 @@ public struct RecoverySettings: Sendable, Equatable {
         if !Self.networkTimeoutRange.contains(networkTimeoutMs) {
             problems.append("network_timeout_ms must be in \(Self.networkTimeoutRange.lowerBound)..\(Self.networkTimeoutRange.upperBound), got \(networkTimeoutMs)")
         }
-        if let url = healthCheckURL, !HTTPURL.isValid(url) {
+        if let url = healthCheckURL, HTTPURL(url) == nil {
             problems.append("health_check_url must be an http:// or https:// URL")
         }
         return problems
@@ -112,7 +105,7 @@ public struct NightscoutSettings: Sendable, Equatable {
 
     public func validate() -> [String] {
         var problems: [String] = []
-        if !HTTPURL.isValid(url) { problems.append("url must be an http:// or https:// URL") }
+        if HTTPURL(url) == nil { problems.append("url must be an http:// or https:// URL") }
         if apiSecret == nil && token == nil { problems.append("api_secret, api_secret_file or token is required") }
         if api == .v3 && token == nil { problems.append("api = \"v3\" needs an access token (token or token_file)") }
         if let s = apiSecret, s.value.count < Self.minimumSecretLength {
@@ -148,7 +141,7 @@ public struct FHIRSettings: Sendable, Equatable {
 
     public func validate() -> [String] {
         var problems: [String] = []
-        if !HTTPURL.isValid(baseURL) { problems.append("base_url must be an http:// or https:// URL") }
+        if HTTPURL(baseURL) == nil { problems.append("base_url must be an http:// or https:// URL") }
         let parts = subject.split(separator: "/", omittingEmptySubsequences: false)
         if parts.count != 2 || parts[0].isEmpty || parts[1].isEmpty {
             problems.append("subject must be a reference such as Patient/123")
@@ -192,8 +185,8 @@ public struct UploadSettings: Sendable, Equatable {
     /// reached, so a one-shot upload has no use for watching it.
     public var allDestinationsLocal: Bool {
         var origins: [String] = []
-        if let nightscout { origins.append(HTTPURL.origin(nightscout.url)) }
-        if let fhir { origins.append(HTTPURL.origin(fhir.baseURL)) }
+        if let nightscout { origins.append(HTTPURL(nightscout.url)?.origin ?? "?") }
+        if let fhir { origins.append(HTTPURL(fhir.baseURL)?.origin ?? "?") }
         if let mqtt { origins.append(mqtt.broker.origin) }
         return !origins.isEmpty && origins.allSatisfy(Uploader.isLocal)
     }
@@ -207,31 +200,5 @@ public struct UploadSettings: Sendable, Equatable {
         recovery.validate().map { "[network] " + $0 }
             + (nightscout?.validate() ?? []).map { "[nightscout] " + $0 }
             + (fhir?.validate() ?? []).map { "[fhir] " + $0 }
-    }
-}
-
-enum HTTPURL {
-    static func isValid(_ text: String) -> Bool {
-        let lower = text.lowercased()
-        guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else { return false }
-        let rest = lower.drop(while: { $0 != "/" }).dropFirst(2)
-        guard let host = rest.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first, !host.isEmpty else { return false }
-        return !text.contains(where: { $0 == " " || $0 == "\n" || $0 == "\r" })
-    }
-
-    /// `base` + `path`, with exactly one slash between them.
-    static func join(_ base: String, _ path: String) -> String {
-        var b = base
-        while b.hasSuffix("/") { b.removeLast() }
-        return path.hasPrefix("/") ? b + path : b + "/" + path
-    }
-
-    /// Scheme, host and port only, for log lines (never a query, which could carry a token).
-    static func origin(_ url: String) -> String {
-        let parts = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
-        guard parts.count >= 3, parts[0].hasSuffix(":"), parts[1].isEmpty else { return "?" }
-        let hostPart = parts[2].prefix { $0 != "?" && $0 != "#" }
-        let host = hostPart.split(separator: "@").last.map(String.init) ?? String(hostPart)
-        return "\(parts[0])//\(host)"
     }
 }

@@ -4,6 +4,7 @@ import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 @Suite("Outbox body builders")
 struct BuilderTests {

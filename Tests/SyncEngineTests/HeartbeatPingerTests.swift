@@ -4,6 +4,7 @@ import SyncEngine
 import Synchronization
 import Testing
 import TestSupport
+import Transport
 
 /// Records each request and answers with the status it is told (or fails with `error`).
 final class RecordingHTTPClient: HTTPClient {

@@ -5,6 +5,7 @@ import SyncEngine
 import Synchronization
 import Testing
 import TestSupport
+import Transport
 
 /// An in-process server: each request goes to `answer`, and is recorded.
 final class ScriptedHTTPClient: HTTPClient {

@@ -3,6 +3,7 @@ import GatewayCore
 import Support
 import Synchronization
 import SyncEngine
+import Transport
 
 /// The run command's heartbeat: the daemon's snapshots go in (in order, through one stream), the
 /// `HeartbeatPinger` for the configured monitor decides and sends, and each attempt is written to

@@ -1,6 +1,5 @@
 import CMosquitto
 import Dispatch
-import GatewayCore
 import Support
 import Synchronization
 #if canImport(Glibc)
