@@ -15,9 +15,7 @@ import Transport
 /// needs them.
 func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxItem], status: Int, noun: String,
                                               fingerprint: (JSONValue) -> Print?) -> BatchOutcome {
-    // Only each element's `identifier` is built, and whether it has an `_id` noted; the rest is checked as
-    // a full parse checks it.
-    guard let elements = try? JSONParser.scanArray(body, keys: ["identifier"], present: ["_id"]) else {
+    guard let elements = (try? JSONParser.parse(body))?.arrayValue else {
         // A 2xx we cannot read: the server may have stored the batch; send the same bytes again.
         return .transient(TransientFailure(error: .other("unreadable answer from the server (HTTP \(status))")))
     }
@@ -41,20 +39,20 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
     stored.reserveCapacity(items.count)
     var duplicates = 0
     for (place, element) in elements.enumerated() {
-        guard element.isObject else { continue }
+        guard case .object = element else { continue }
         var id: Int64?
-        if let identifier = element.member("identifier") {
+        if let identifier = element["identifier"] {
             if let text = identifier.stringValue {
                 let match = keysDistinct && place < items.count && items[place].key == text ? items[place].id : byIdentifier[text]
                 if let match, !stored.contains(match) { id = match }
             }
-        } else if let whole = try? JSONParser.parse(Array(body[element.range])), let print = fingerprint(whole) {
+        } else if let print = fingerprint(element) {
             // No identifier (an older server): the element in full, matched by what it says.
             id = byFingerprint()[print]?.first { !stored.contains($0) }
         }
         guard let id else { continue }
         stored.insert(id)
-        if !element.has(0) { duplicates += 1 }
+        if element["_id"] == nil { duplicates += 1 }
     }
     let ids = items.map(\.id)
     // `stored` holds only ids of `items`: as many as there are items, it holds every item's id (and the
