@@ -5,6 +5,8 @@
 // C libraries come from Debian packages through system-library targets.
 // Oldest Swift: 6.0 for the product (Debian 13's swiftlang 6.0.3 builds it, see scripts/trixie-root.sh);
 // 6.1 for the tests, which use the error that Swift Testing's #expect(throws:) returns from 6.1 on.
+// Linux only: the gateway reads notifications with `recvmmsg`, watches files with inotify and talks to BlueZ,
+// none of which another platform has, so no platform is declared.
 import PackageDescription
 
 let strict: [SwiftSetting] = [
@@ -13,7 +15,6 @@ let strict: [SwiftSetting] = [
 
 let package = Package(
     name: "glucose-gateway",
-    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "glucose-gateway", targets: ["glucose-gateway"]),
         .library(name: "GlucoseProfile", targets: ["GlucoseProfile"]),
@@ -28,28 +29,33 @@ let package = Package(
         .systemLibrary(name: "CMosquitto", providers: [.apt(["libmosquitto-dev"])]),
 
         .target(name: "GlucoseProfile", swiftSettings: strict),
+        // The toolkit: JSON, files, locks, logging, clocks, hex, terminal text. It knows nothing of the product.
+        .target(name: "Support", swiftSettings: strict),
         .target(name: "GatewayCore", dependencies: ["GlucoseProfile"], swiftSettings: strict),
         .target(name: "DBusKit", dependencies: ["CDBus"], swiftSettings: strict),
         // recvmmsg, which the Swift importer's view of the C library does not show (see packet_socket.c).
         .target(name: "CPacketSocket"),
-        .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "CPacketSocket"], swiftSettings: strict),
-        .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
-        .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto"], swiftSettings: strict),
+        .target(name: "BlueZ", dependencies: ["DBusKit", "GatewayCore", "CPacketSocket", "Support"], swiftSettings: strict),
+        .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
+        // The HTTP and MQTT clients and the URL type: the only importer of libcurl and libmosquitto.
+        .target(name: "Transport", dependencies: ["Support", "CCurl", "CMosquitto"], swiftSettings: strict),
+        .target(name: "SyncEngine", dependencies: ["Transport", "GatewayCore", "GlucoseProfile", "DBusKit", "Support"], swiftSettings: strict),
         // The meter side: one session with one meter, its download (RACP procedures, intake, clinical rules),
         // meter clocks, pairing and zones.
-        .target(name: "Meters", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .target(name: "Meters", dependencies: ["GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
         // The application: the daemon, its schedule and the services its snapshots feed; the config loader.
-        .target(name: "Gateway", dependencies: ["Meters", "SyncEngine", "SQLiteStore", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
-        .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
+        .target(name: "Gateway", dependencies: ["Meters", "SyncEngine", "Transport", "SQLiteStore", "GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
+        .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore", "Support"], swiftSettings: strict),
         .target(
             name: "GatewayCLI",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Meters", "Gateway", "MeterSimulator"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Meters", "Gateway", "MeterSimulator", "Support", "Transport"],
             swiftSettings: strict
         ),
         .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
+        // The benchmarks start the gateway and the simulator as programs; they import only these.
         .executableTarget(
             name: "glucose-gateway-bench",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator", "GatewayCLI"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Support", "Transport"],
             swiftSettings: strict
         ),
 
@@ -58,23 +64,23 @@ let package = Package(
         // A `...IntegrationTests` target starts what the code meets outside the process (a private
         // dbus-daemon, bluezoo, the Python servers, mosquitto, loopback HTTP servers, a child writer) and
         // runs one test at a time (scripts/test.sh).
-        .target(name: "TestSupport", dependencies: ["GatewayCore", "GlucoseProfile"], path: "Tests/TestSupport", exclude: ["private-bus.conf"], swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["GatewayCore", "GlucoseProfile", "Support"], path: "Tests/TestSupport", exclude: ["private-bus.conf"], swiftSettings: strict),
         // What tests look at inside a store, through a testable import: the product carries none of it.
-        .target(name: "SQLiteStoreTestSupport", dependencies: ["SQLiteStore"], path: "Tests/SQLiteStoreTestSupport", swiftSettings: strict),
+        .target(name: "SQLiteStoreTestSupport", dependencies: ["SQLiteStore", "Support"], path: "Tests/SQLiteStoreTestSupport", swiftSettings: strict),
         .testTarget(name: "GlucoseProfileTests", dependencies: ["GlucoseProfile", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "DBusKitTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusKitIntegrationTests", dependencies: ["DBusKit", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZIntegrationTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Meters", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SQLiteStoreTestSupport", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "SQLiteStoreIntegrationTests", dependencies: ["SQLiteStore", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
-        .testTarget(name: "SyncEngineIntegrationTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "SQLiteStoreTestSupport", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "SQLiteStoreTestSupport", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "MeterSimulatorIntegrationTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBusKit", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "BlueZIntegrationTests", dependencies: ["BlueZ", "DBusKit", "MeterSimulator", "Meters", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SQLiteStoreTestSupport", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "SQLiteStoreIntegrationTests", dependencies: ["SQLiteStore", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit", "Support", "Transport"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineIntegrationTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit", "Support", "Transport"], swiftSettings: strict),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "SQLiteStoreTestSupport", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "SQLiteStoreTestSupport", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "MeterSimulatorIntegrationTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 import DBusKit
 import GatewayCore
+import Support
 import Synchronization
 
 /// Interfaces and their properties, by interface name.

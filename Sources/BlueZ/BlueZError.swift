@@ -1,5 +1,6 @@
 import DBusKit
 import GatewayCore
+import Support
 
 /// A failure of a BlueZ operation. D-Bus errors keep their name (`org.bluez.Error.AuthenticationFailed`)
 /// and message; `kind` says whether retrying makes sense.

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// What the commands do with the radio: scan, wait for a meter, pair, forget.
 extension BlueZMeterRadio {

@@ -1,5 +1,6 @@
 import DBusKit
 import GatewayCore
+import Support
 import Synchronization
 
 /// The gateway's radio over bluetoothd (the system bus, or `DBUS_SYSTEM_BUS_ADDRESS` when set). For the

@@ -2,6 +2,7 @@ import CPacketSocket
 import DBusKit
 import Dispatch
 import GatewayCore
+import Support
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,8 @@
 import GatewayCore
 import Meters
+import Support
 import SyncEngine
+import Transport
 
 /// Reads the config file and hands each section to the layer that owns it.
 ///

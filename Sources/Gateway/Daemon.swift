@@ -1,6 +1,7 @@
 import GatewayCore
 import GlucoseProfile
 import Meters
+import Support
 import Synchronization
 
 /// `glucose-gateway run`: keeps the adapter looking for meters, downloads from each paired meter as soon

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// The daemon's run-state file (`<database>.daemon.json`): what only the running process knows
 /// (radio, sessions, counters). `status` reads it beside the database. No secrets, no health values.

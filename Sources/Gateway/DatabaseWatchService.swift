@@ -1,5 +1,6 @@
 import GatewayCore
 import SQLiteStore
+import Support
 
 /// Tells the daemon about writes to its database: what the upload side does to the queue (so status and
 /// metrics follow without polling; from the store's own change stream) and rows another process stored

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Synchronization
 
 /// Writes each daemon snapshot to the run-state file (`<database>.daemon.json`, for `status`), in order;

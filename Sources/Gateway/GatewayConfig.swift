@@ -1,5 +1,6 @@
 import GatewayCore
 import Meters
+import Support
 import SyncEngine
 
 /// `[gateway]`: the daemon's own keys, with the keys its parts own read by them (the meter side's by

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 extension GatewayDaemon {
     /// `run` when the database failed its start-up check: nothing is downloaded or uploaded, so nothing is

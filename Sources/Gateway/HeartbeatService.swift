@@ -1,6 +1,8 @@
 import GatewayCore
+import Support
 import Synchronization
 import SyncEngine
+import Transport
 
 /// The heartbeat's driver: the daemon's snapshots go in, in order, each as the health the heartbeat judges
 /// (`DaemonSnapshot.heartbeatHealth`); the `HeartbeatPinger` for the configured monitor decides and sends,

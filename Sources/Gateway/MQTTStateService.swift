@@ -1,6 +1,8 @@
 import GatewayCore
 import SQLiteStore
+import Support
 import SyncEngine
+import Transport
 
 /// The daemon's MQTT side: one broker connection, with the availability topic and its last will, shared
 /// by the `mqtt` upload destination (reading events) and the Home Assistant publisher (discovery configs

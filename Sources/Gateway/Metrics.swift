@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// Upload figures of one destination.
 public struct DestinationMetrics: Sendable, Equatable {

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// The service manager notification protocol (`sd_notify`), without libsystemd.
 ///

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The options a command knows: which take a value (`--wait 20`, `--wait=20`), which are flags, and which
 /// may be given more than once. The tokenizer needs this before it can tell a value from a positional:

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// One subcommand: a name, a one-line abstract, a help text, and `run`. Parsing errors are usage errors
 /// (exit 64); everything else maps to an `ExitStatus` through `GatewayFailure`.

@@ -1,5 +1,6 @@
 import Gateway
 import GatewayCore
+import Support
 
 extension CommandContext {
     /// The configuration this command runs with (exit 78 on any problem). `--config` or

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import Support
 
 /// The whole command line: global options, subcommand dispatch, help, and exit statuses.
 public enum GatewayMain {

@@ -2,6 +2,7 @@ import Dispatch
 import DBusKit
 import GatewayCore
 import SQLiteStore
+import Support
 
 /// One serial queue for everything a command does: its tasks run on it (as their executor), and the
 /// queues of the D-Bus connections and the store it opens run on it as their target. A command such as

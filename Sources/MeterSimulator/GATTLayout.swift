@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The attribute table a simulated meter presents, with ATT handles laid out as on an Accu-Chek Guide
 /// (GLS from 0x0006, then Device Information). Both front ends build their objects from it: the stand-in

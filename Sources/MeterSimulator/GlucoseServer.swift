@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// The Glucose Service of one simulated meter as a state machine with no clock and no bus: the
 /// front ends feed it subscriptions and RACP writes and pull what the meter sends, one value at a time,

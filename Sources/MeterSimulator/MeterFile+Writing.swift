@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// Writes a meter back in the JSON meter format that `MeterFile.parse` reads: identity, PIN, GATT options,
 /// every stored record (value, unit, type, location, status, context, verbatim bytes), the new-record

@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// A meter file or meter flag that could not be used; the message names the field.
 public struct MeterFileError: Error, Sendable, CustomStringConvertible, Equatable {

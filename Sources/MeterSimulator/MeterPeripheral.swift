@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// Simulated time: every duration of the meter model (notification delay, new-record interval,
 /// advertising bursts, device expiry) is divided by `scale` before sleeping, so tests can compress minutes

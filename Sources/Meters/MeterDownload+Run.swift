@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Synchronization
 
 /// How a session stops early, internally.

@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Synchronization
 
 /// Timing and rules of one download.

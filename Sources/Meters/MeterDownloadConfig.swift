@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The meter-side keys of `[gateway]`: which adapter, how to scan, the meters' time zone and clocks, and the
 /// download's timing. Read and checked here, once; `downloadOptions` is the one place a download's options

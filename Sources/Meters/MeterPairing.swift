@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// What pairing learned about a meter.
 public struct PairingResult: Sendable, Equatable {

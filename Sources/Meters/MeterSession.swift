@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// One session with one meter, the same in `run` and `sync`: the meter's session lock (two processes never
 /// run procedures on one meter at once), waiting for it to advertise when asked, the connection, an event

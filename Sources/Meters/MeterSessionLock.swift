@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// One process talks to a meter at a time: a manual `sync` and the daemon must not both run RACP
 /// procedures on one meter (the second would get "procedure already in progress" and abort the first).

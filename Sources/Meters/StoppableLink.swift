@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// A meter link the daemon can end on its own: on SIGTERM it sends RACP Abort Operation, then ends the
 /// event stream with `.disconnected`, so the download commits what it has, unsubscribes and disconnects

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// The UTC offsets of one IANA time zone, read from the system's compiled tz database (TZif, RFC 8536),
 /// with the POSIX TZ rule of the file's footer for instants after its last transition.

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// The database holds health data: the file, its `-wal` and `-shm` companions are mode 0600.
 ///

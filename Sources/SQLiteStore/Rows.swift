@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// A meter row as stored: the identity and bookkeeping `MeterInfo` carries, plus when it was unpaired.
 public struct MeterRecord: Sendable, Equatable {

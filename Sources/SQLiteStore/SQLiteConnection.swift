@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CSQLite
 import GatewayCore
+import Support
 
 /// The raw handle types, named so signatures say what they hold.
 typealias SQLiteHandle = OpaquePointer

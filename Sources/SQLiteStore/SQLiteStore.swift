@@ -4,6 +4,7 @@ import Glibc
 import CSQLite
 import Dispatch
 import GatewayCore
+import Support
 
 /// The gateway's database: meters, readings, the upload outbox, destination state and the event log,
 /// in one SQLite file (WAL, `synchronous=FULL`, foreign keys on, mode 0600).

@@ -1,3 +1,5 @@
+import Support
+
 /// Timings of the recovery behaviour. `standard` is what the product uses; tests shrink them, and
 /// `run --time-scale` keeps them and runs the uploader on a `ScaledClock` instead.
 public struct UploadTiming: Sendable, Equatable {

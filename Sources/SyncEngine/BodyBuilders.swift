@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// What both builders agree on: which readings are uploaded, their instant and their local offset.
 enum UploadableReading {

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Synchronization
 
 /// What the system says about the network.

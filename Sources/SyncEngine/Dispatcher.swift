@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 
 /// Network error codes shown in logs, `status` and the alert command.
 public enum NetworkErrorCode {

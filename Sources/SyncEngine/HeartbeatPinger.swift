@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 
 /// The heartbeat's last attempt, for `status` (no URL in it).
 public struct HeartbeatReport: Sendable, Equatable {

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The heartbeat keys of `[gateway]`: the monitor pinged while the gateway is healthy, and how.
 public struct HeartbeatSettings: Sendable, Equatable {

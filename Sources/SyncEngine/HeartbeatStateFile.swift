@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// `<database>.heartbeat.json`: the heartbeat's last attempt, for `status`. The monitor appears as
 /// scheme://host only.

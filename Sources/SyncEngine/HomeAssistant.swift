@@ -1,5 +1,7 @@
 import GatewayCore
 import GlucoseProfile
+import Support
+import Transport
 
 /// The newest glucose result of a meter, as Home Assistant is shown it: a number only when the newest
 /// reading is an uploadable number; a HI, a LO or another result without a number replaces the last

@@ -2,7 +2,9 @@ import GatewayCore
 #if canImport(Glibc)
 import Glibc
 #endif
+import Support
 import Synchronization
+import Transport
 
 /// Keeps the broker's retained discovery configs and states in line with the store (the client publishes
 /// only what changed, and everything again after each reconnection), and clears what is no longer wanted.

@@ -1,6 +1,8 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Synchronization
+import Transport
 
 extension DestinationName {
     /// Reading events on an MQTT broker (`[mqtt]`).

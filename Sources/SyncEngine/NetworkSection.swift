@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// `[network]`: retries, timeouts and recovery, shared by every destination.
 public struct NetworkSection: Sendable, Equatable {

@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 
 /// Which Nightscout API the gateway writes to (`[nightscout] api`).
 public enum NightscoutAPI: String, Sendable, Equatable, CaseIterable {
@@ -29,7 +31,8 @@ public actor NightscoutAuthorization {
     /// Used when the answer gives no usable `iat`/`exp` (Nightscout's JWTs live 8 h), or a lifetime outside
     /// `plausibleLifetime`.
     public static let fallbackLifetime: Duration = .seconds(3600)
-    let baseURL: String
+    /// The site's URL, read once.
+    nonisolated let base: HTTPURL?
     let token: Secret
     let caFile: String?
     let http: any HTTPClient
@@ -41,7 +44,7 @@ public actor NightscoutAuthorization {
     public private(set) var exchanges = 0
 
     public init(baseURL: String, token: Secret, caFile: String?, http: any HTTPClient, clock: any SessionClock = ContinuousClock()) {
-        self.baseURL = baseURL
+        base = HTTPURL(baseURL)
         self.token = token
         self.caFile = caFile
         self.http = http
@@ -79,7 +82,7 @@ public actor NightscoutAuthorization {
 
     /// `GET /api/v2/authorization/request/<token>`: `{"token": JWT, "iat": s, "exp": s, ...}` or 401.
     private func exchange(timeoutMs: Int) async throws(TokenExchangeFailure) -> String {
-        let url = HTTPURL.join(baseURL, "/api/v2/authorization/request/" + Self.pathSegment(token.value))
+        let url = base?.appending(path: "/api/v2/authorization/request/" + Self.pathSegment(token.value))
         let request = HTTPRequest.check(url: url, headers: [("Accept", "application/json")], timeoutMs: timeoutMs, caFile: caFile)
         let response: HTTPResponse
         do {
@@ -189,7 +192,7 @@ public struct NightscoutV3Destination: UploadDestination {
         NightscoutV3Destination(name: name, collection: collection, settings: settings, http: http, authorization: authorization)
     }
 
-    public var origin: String { HTTPURL.origin(settings.url) }
+    public var origin: String { authorization.base?.origin ?? "?" }
 
     /// The permission a new document needs.
     public var createPermission: String { "api:\(collection):create" }
@@ -267,7 +270,7 @@ public struct NightscoutV3Destination: UploadDestination {
                 return .batch(await exchangeOutcome(error))
             }
             let request = HTTPRequest(
-                method: "POST", url: HTTPURL.join(settings.url, "/api/v3/\(collection)"),
+                method: "POST", url: authorization.base?.appending(path: "/api/v3/\(collection)"),
                 headers: [("Content-Type", "application/json"), ("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
                 body: document, connectTimeoutMs: networkTimeoutMs,
                 timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: document.count), caFile: settings.caFile,
@@ -364,7 +367,7 @@ public struct NightscoutV3Destination: UploadDestination {
             case .transient(let t): return .unreachable(t.message)
             }
         }
-        let request = HTTPRequest.check(url: HTTPURL.join(settings.url, "/api/v3/status"),
+        let request = HTTPRequest.check(url: authorization.base?.appending(path: "/api/v3/status"),
                                         headers: [("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
                                         timeoutMs: timeoutMs, caFile: settings.caFile)
         return await runCredentialCheck(request, http: http) { response in

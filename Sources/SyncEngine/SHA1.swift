@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// SHA-1 (FIPS 180-4). Used for the Nightscout `api-secret` header and for name-based UUIDs
 /// (RFC 9562 version 5); never for anything that needs collision resistance.

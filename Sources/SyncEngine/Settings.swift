@@ -1,29 +1,6 @@
 import GatewayCore
-
-/// A credential read from the config (Nightscout API secret or token, FHIR bearer token, MQTT password,
-/// heartbeat URL). Its text is reachable only through `value`; printing, interpolating, dumping or
-/// mirroring it shows `<redacted>`, so it cannot leak into a log line, `status` or an error message.
-public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
-    public let value: String
-    /// Where it came from: `file` is the secret file's path, nil when written inline in the config.
-    public let file: String?
-
-    public init(_ value: String) {
-        self.init(value, file: nil)
-    }
-
-    public init(_ value: String, file: String?) {
-        self.value = value
-        self.file = file
-    }
-
-    public var description: String { "<redacted>" }
-    public var debugDescription: String { "<redacted>" }
-    public var customMirror: Mirror { Mirror(self, children: [:]) }
-
-    /// `(set)` or `(set, from FILE)`: what status output may say about a secret.
-    public var summary: String { file.map { "(set, from \($0))" } ?? "(set)" }
-}
+import Support
+import Transport
 
 /// Recovery behaviour shared by every destination, from `[network]` (`NetworkSection`, which checks the
 /// ranges below).
@@ -169,8 +146,8 @@ public struct UploadSettings: Sendable, Equatable {
     /// reached, so a one-shot upload has no use for watching it.
     public var allDestinationsLocal: Bool {
         var origins: [String] = []
-        if let nightscout { origins.append(HTTPURL.origin(nightscout.url)) }
-        if let fhir { origins.append(HTTPURL.origin(fhir.baseURL)) }
+        if let nightscout { origins.append(HTTPURL(nightscout.url)?.origin ?? "?") }
+        if let fhir { origins.append(HTTPURL(fhir.baseURL)?.origin ?? "?") }
         if let mqtt { origins.append(mqtt.broker.origin) }
         return !origins.isEmpty && origins.allSatisfy(Uploader.isLocal)
     }
@@ -180,22 +157,4 @@ public struct UploadSettings: Sendable, Equatable {
             + (fhir != nil ? [.fhir] : []) + (mqtt != nil ? [.mqtt] : [])
     }
 
-}
-
-enum HTTPURL {
-    /// `base` + `path`, with exactly one slash between them.
-    static func join(_ base: String, _ path: String) -> String {
-        var b = base
-        while b.hasSuffix("/") { b.removeLast() }
-        return path.hasPrefix("/") ? b + path : b + "/" + path
-    }
-
-    /// Scheme, host and port only, for log lines (never a query, which could carry a token).
-    static func origin(_ url: String) -> String {
-        let parts = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
-        guard parts.count >= 3, parts[0].hasSuffix(":"), parts[1].isEmpty else { return "?" }
-        let hostPart = parts[2].prefix { $0 != "?" && $0 != "#" }
-        let host = hostPart.split(separator: "@").last.map(String.init) ?? String(hostPart)
-        return "\(parts[0])//\(host)"
-    }
 }

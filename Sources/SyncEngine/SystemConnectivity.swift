@@ -1,6 +1,7 @@
 import DBusKit
 import Dispatch
 import GatewayCore
+import Support
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// One uploading process per database: the daemon and a manual `upload` must never both send (two
 /// requests in flight to one server can create duplicates), and only the owner may move in-flight rows

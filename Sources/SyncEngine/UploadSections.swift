@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 
 // The upload sections of the config file, read and validated here, once: `[nightscout]`, `[fhir]` and
 // `[mqtt]` (one per destination) and `[network]` (recovery). Each keeps what the file says even when the

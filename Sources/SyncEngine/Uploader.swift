@@ -1,5 +1,7 @@
 import GatewayCore
+import Support
 import Synchronization
+import Transport
 
 /// What a one-shot drain achieved, for the exit status of `sync` and `upload`.
 public struct UploadOutcome: Sendable, Equatable {

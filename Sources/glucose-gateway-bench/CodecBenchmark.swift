@@ -5,6 +5,7 @@ import Darwin
 #endif
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// `codec`: Glucose Measurement (0x2A18) decodes per second on one thread, over a mix of values as meters
 /// send them (full 17-byte records, HI and LO, mol/L, minimal records). Prints the best and median of

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// `daemon-soak`: `glucose-gateway run` through one simulated hour against the BlueZ stand-in.
 ///

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import GatewayCore
+import Support
 
 /// `download`: one meter download through the BlueZ stand-in, measured as the gateway process sees it.
 ///

@@ -6,6 +6,7 @@ import Darwin
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
+import Support
 
 /// `store-insert`: bulk insert of readings into a fresh database file, in batches of one transaction each,
 /// with outbox rows for the configured number of destinations. Prints readings per second.

@@ -1,9 +1,11 @@
 import Foundation
+import Support
 import Synchronization
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
 import SyncEngine
+import Transport
 
 /// Upload benchmarks against the loopback Nightscout double (`SystemTests/fake_nightscout.py`, started here;
 /// run from the repository root or pass `--server PATH`).

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import GatewayCore
 import SQLiteStore
+import Support
 import SyncEngine
 
 /// `upload-hostile`: the resident memory of `glucose-gateway run` against a server that answers every

@@ -1,4 +1,5 @@
 import Gateway
+import Support
 import SyncEngine
 import Testing
 
@@ -39,8 +40,8 @@ import Testing
         error_bypass = true
         on_network_error = ["/bin/echo", "it's down", "plain"]
         """).upload
-        #expect(settings.nightscout == SyncEngine.NightscoutSettings(url: "https://ns.example", apiSecret: SyncEngine.Secret("0123456789abcdef")))
-        #expect(settings.fhir == SyncEngine.FHIRSettings(baseURL: "https://fhir.example/r4", subject: "Patient/42", token: SyncEngine.Secret("tok")))
+        #expect(settings.nightscout == SyncEngine.NightscoutSettings(url: "https://ns.example", apiSecret: Support.Secret("0123456789abcdef")))
+        #expect(settings.fhir == SyncEngine.FHIRSettings(baseURL: "https://fhir.example/r4", subject: "Patient/42", token: Support.Secret("tok")))
         #expect(settings.recovery == RecoverySettings(
             retryCount: 7, networkTimeoutMs: 1500, healthCheckURL: "http://probe.example/ok",
             recoveryMode: false, errorBypass: true, onNetworkError: "/bin/echo 'it'\\''s down' plain"
@@ -57,7 +58,7 @@ import Testing
         base_url = "https://fhir.example/r4"
         subject = "Patient/42"
         """).upload
-        #expect(settings.nightscout?.token == SyncEngine.Secret("reader-abc"))
+        #expect(settings.nightscout?.token == Support.Secret("reader-abc"))
         #expect(settings.nightscout?.apiSecret == nil)
         #expect(settings.fhir == nil)  // [fhir] defaults to disabled
         let off = Self.config("[nightscout]\nenabled = false\nurl = \"https://ns.example\"\n").upload

@@ -1,6 +1,7 @@
 import Dispatch
 import GatewayCore
 import SQLiteStore
+import Support
 import Testing
 @testable import GatewayCLI
 import SQLiteStoreTestSupport

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import Support
 import Testing
 import TestSupport
 

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Testing
 
 @Suite("Substring search on UTF-8 bytes")

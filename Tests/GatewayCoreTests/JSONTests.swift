@@ -1,5 +1,6 @@
 import Foundation
 import GatewayCore
+import Support
 import Testing
 import TestSupport
 

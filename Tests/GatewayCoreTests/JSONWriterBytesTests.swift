@@ -1,4 +1,5 @@
 @testable import GatewayCore
+@testable import Support
 import Testing
 import TestSupport
 

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Testing
 
 @Suite("text from outside on a terminal")

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import GatewayCore
 import Meters
+import Support
 import SyncEngine
 import Testing
 import TestSupport

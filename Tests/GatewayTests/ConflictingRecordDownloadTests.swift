@@ -1,6 +1,7 @@
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
+import Support
 import Testing
 import TestSupport
 @testable import Gateway

@@ -4,6 +4,7 @@ import Glibc
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
+import Support
 import Synchronization
 import Testing
 import TestSupport

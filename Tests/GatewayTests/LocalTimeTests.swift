@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Testing
 @testable import Meters
 

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import Support
 import SyncEngine
 import Testing
 import TestSupport

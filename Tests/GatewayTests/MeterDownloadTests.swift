@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Synchronization
 import Testing
 import TestSupport

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import SyncEngine
 import Testing
 @testable import Gateway

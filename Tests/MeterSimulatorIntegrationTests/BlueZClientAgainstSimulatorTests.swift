@@ -3,6 +3,7 @@ import Foundation
 import GatewayCore
 import GlucoseProfile
 @testable import MeterSimulator
+import Support
 import TestSupport
 import Testing
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 import Foundation
 import GatewayCore
 import GlucoseProfile
+import Support
 @testable import MeterSimulator
 import Synchronization
 import Testing

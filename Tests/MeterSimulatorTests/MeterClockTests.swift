@@ -2,6 +2,7 @@ import Foundation
 import GatewayCore
 import GlucoseProfile
 @testable import MeterSimulator
+import Support
 import Synchronization
 import Testing
 import TestSupport

@@ -1,6 +1,7 @@
 import GatewayCore
 import GlucoseProfile
 @testable import MeterSimulator
+import Support
 import Testing
 
 @Suite struct MeterRecordTests {

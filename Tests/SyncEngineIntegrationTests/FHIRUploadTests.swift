@@ -1,9 +1,11 @@
 import Foundation
 import GatewayCore
 import GlucoseProfile
+import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 /// `SystemTests/fake_fhir.py`, run with the test virtual environment's Python: it validates every Bundle and
 /// Observation with `fhir.resources` and does conditional creates.

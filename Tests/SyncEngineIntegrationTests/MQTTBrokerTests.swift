@@ -1,9 +1,11 @@
 import Foundation
 import GatewayCore
+import Support
 import SyncEngine
 import Synchronization
 import Testing
 import TestSupport
+import Transport
 
 /// A real `mosquitto` from Debian on 127.0.0.1 and a free port, with its own config in a temporary
 /// directory; stopped (or killed) by its pid. `scripts/install-deps.sh --test` installs it.

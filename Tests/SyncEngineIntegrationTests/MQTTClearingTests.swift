@@ -3,6 +3,7 @@ import GatewayCore
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 /// Retained topics the gateway no longer publishes (an unpaired meter, `discovery = false`, another topic
 /// prefix) are cleared on a real mosquitto and not published again after a reconnection.

@@ -1,7 +1,9 @@
 import GatewayCore
+import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 /// Uploads to the loopback Nightscout double (`SystemTests/fake_nightscout.py`).
 @Suite("Nightscout upload", .serialized, .timeLimit(.minutes(2)))

@@ -1,9 +1,11 @@
 import Foundation
 import GatewayCore
+import Support
 import SyncEngine
 import Synchronization
 import Testing
 import TestSupport
+import Transport
 
 /// Against the loopback Nightscout double over real HTTP.
 @Suite("Nightscout API v3 upload", .serialized, .timeLimit(.minutes(2)))

@@ -2,6 +2,7 @@ import Dispatch
 import Synchronization
 import Testing
 import TestSupport
+@testable import Transport
 @testable import SyncEngine
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,6 @@
 import Foundation
 import GatewayCore
+import Support
 import SyncEngine
 import Testing
 import TestSupport

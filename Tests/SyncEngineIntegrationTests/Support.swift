@@ -1,9 +1,11 @@
 import Foundation
 import GatewayCore
 import GlucoseProfile
+import Support
 import SyncEngine
 import Synchronization
 import TestSupport
+import Transport
 
 /// The repository root, found from this file's path.
 let repositoryRoot: String = {

@@ -1,9 +1,11 @@
 import Foundation
 import GatewayCore
 import GlucoseProfile
+import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 /// BG Check treatments to the loopback Nightscout double, beside the entries.
 @Suite("Nightscout treatments upload", .serialized, .timeLimit(.minutes(2)))

@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Testing
 import TestSupport
 @testable import SyncEngine

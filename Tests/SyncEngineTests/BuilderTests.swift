@@ -1,8 +1,10 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 @Suite("Outbox body builders")
 struct BuilderTests {

@@ -1,8 +1,10 @@
 import GatewayCore
+import Support
 import SyncEngine
 import Synchronization
 import Testing
 import TestSupport
+import Transport
 
 /// Records each request and answers with the status it is told (or fails with `error`).
 final class RecordingHTTPClient: HTTPClient {

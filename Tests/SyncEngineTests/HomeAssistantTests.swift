@@ -1,8 +1,10 @@
 import Foundation
 import GatewayCore
+import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 /// What Home Assistant is shown: the newest result as it is (HI and LO included, never an older number),
 /// the gateway's own device, and the clearing of retained topics the gateway no longer publishes.

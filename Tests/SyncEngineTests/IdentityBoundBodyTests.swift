@@ -3,6 +3,7 @@ import GlucoseProfile
 import Testing
 import TestSupport
 @testable import SyncEngine
+import Transport
 
 /// A meter row holding a huge identity string (stored before strings were bounded) sends at most 64
 /// characters of it: in Nightscout's `device`, FHIR's Device and the MQTT discovery config.

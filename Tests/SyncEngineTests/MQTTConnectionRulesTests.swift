@@ -2,6 +2,7 @@ import GatewayCore
 @testable import SyncEngine
 import Testing
 import TestSupport
+@testable import Transport
 
 /// The reconnection waits (on the manual clock), the inbound packet guard, and the names of TLS failures.
 @Suite("MQTT connection rules")

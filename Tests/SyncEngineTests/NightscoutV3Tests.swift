@@ -1,9 +1,11 @@
 import Foundation
 import GatewayCore
+import Support
 import SyncEngine
 import Synchronization
 import Testing
 import TestSupport
+import Transport
 
 /// An in-process server: each request goes to `answer`, and is recorded.
 final class ScriptedHTTPClient: HTTPClient {

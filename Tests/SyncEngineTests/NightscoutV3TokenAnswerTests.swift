@@ -1,7 +1,9 @@
 import GatewayCore
+import Support
 import SyncEngine
 import Testing
 import TestSupport
+import Transport
 
 /// A server that answers the token exchange with `exchange` (a JSON text) and stores every v3 document.
 private func tokenServer(_ exchange: String) -> ScriptedHTTPClient {

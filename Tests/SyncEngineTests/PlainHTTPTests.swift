@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import SyncEngine
+@testable import Transport
 #if canImport(Glibc)
 import Glibc
 #endif

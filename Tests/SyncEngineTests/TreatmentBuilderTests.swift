@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 import Testing
 import TestSupport
 @testable import SyncEngine
@@ -254,15 +255,16 @@ struct TreatmentBuilderTests {
     /// keys or rows sent twice, elements repeated, missing or without `_id`.
     @Test func identifiersJudgedAsByTheTableOfKeys() {
         func reference(_ body: [UInt8], items: [OutboxItem]) -> BatchOutcome? {
-            guard let elements = try? JSONParser.scanArray(body, keys: ["identifier", "_id"]) else { return nil }
+            guard let elements = (try? JSONParser.parse(body))?.arrayValue else { return nil }
             var byIdentifier: [String: Int64] = [:]
             for item in items { byIdentifier[item.key] = item.id }
             var stored: Set<Int64> = []
             var duplicates = 0
-            for element in elements where element.isObject {
-                guard let text = element.member("identifier")?.stringValue, let match = byIdentifier[text], !stored.contains(match) else { continue }
+            for element in elements {
+                guard case .object = element, let text = element["identifier"]?.stringValue, let match = byIdentifier[text],
+                      !stored.contains(match) else { continue }
                 stored.insert(match)
-                if element.member("_id") == nil { duplicates += 1 }
+                if element["_id"] == nil { duplicates += 1 }
             }
             let reason = stored.isEmpty
                 ? "server answered HTTP 200 without confirming any of the \(items.count) reading(s) sent"

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Synchronization
 
 /// A `Clock` that moves only when a test calls `advance(by:)`. Sleepers whose deadline has been reached are

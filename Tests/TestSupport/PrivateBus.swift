@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import GatewayCore
+import Support
 
 /// A private `dbus-daemon` with a system-bus style configuration in a temporary directory: anyone may own
 /// any name and send anything, and `max_replies_per_connection` is raised for bursts of calls. It is

@@ -1,5 +1,6 @@
 import Gateway
 import GatewayCore
+import Support
 
 enum ConfigCommand: GatewayCommand {
     static let name = "config"

@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// `glucose-gateway decode CHARACTERISTIC HEX`: decodes one Glucose Service value from a capture (btmon,
 /// Wireshark, nRF Connect) and prints it as one JSON object. Malformed input is exit 65 with one line on

@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// Every command's JSON output uses snake_case keys. Earlier versions printed camelCase ones in `meters`
 /// and `readings`; for one release those old keys are still written, with the same values, after the new

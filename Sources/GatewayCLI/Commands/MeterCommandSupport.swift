@@ -5,6 +5,7 @@ import Gateway
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
+import Support
 
 /// What the meter commands (`pair`, `unpair`, `meters`, `sync`, `readings`) share: opening the store with
 /// one-line errors, and validating addresses.

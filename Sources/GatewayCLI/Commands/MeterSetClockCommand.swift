@@ -3,6 +3,7 @@ import Gateway
 import GatewayCore
 import Meters
 import SQLiteStore
+import Support
 
 /// `glucose-gateway meters set-clock ADDRESS [--wait SECONDS] [--adapter hciN]`: sets one meter's clock once
 /// (see `MeterClockSession`). Reached through `meters`, whose option table carries `--wait` and `--adapter`.

@@ -2,6 +2,7 @@ import Gateway
 import GatewayCore
 import Meters
 import SQLiteStore
+import Support
 
 enum MetersCommand: GatewayCommand {
     static let name = "meters"

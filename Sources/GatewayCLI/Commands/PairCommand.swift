@@ -2,6 +2,7 @@ import BlueZ
 import Gateway
 import GatewayCore
 import Meters
+import Support
 
 enum PairCommand: GatewayCommand {
     static let name = "pair"

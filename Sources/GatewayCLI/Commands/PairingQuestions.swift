@@ -1,6 +1,7 @@
 import Dispatch
 import GatewayCore
 import Glibc
+import Support
 import Synchronization
 
 /// What `pair` answers when the meter's pairing method needs a person: the six digits of numeric

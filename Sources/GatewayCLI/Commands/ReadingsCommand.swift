@@ -3,6 +3,7 @@ import GatewayCore
 import GlucoseProfile
 import Meters
 import SQLiteStore
+import Support
 
 enum ReadingsCommand: GatewayCommand {
     static let name = "readings"

@@ -5,6 +5,8 @@ import BlueZ
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
+import Synchronization
 import SyncEngine
 
 enum RunCommand: GatewayCommand {

@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Support
 
 enum ScanCommand: GatewayCommand {
     static let name = "scan"

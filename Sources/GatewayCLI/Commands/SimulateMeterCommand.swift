@@ -6,6 +6,7 @@ import DBusKit
 import GatewayCore
 import GlucoseProfile
 import MeterSimulator
+import Support
 
 enum SimulateMeterCommand: GatewayCommand {
     static let name = "simulate-meter"

@@ -5,6 +5,7 @@ import BlueZ
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 import SyncEngine
 
 enum StatusCommand: GatewayCommand {

@@ -1,6 +1,7 @@
 import Gateway
 import GatewayCore
 import Meters
+import Support
 
 /// `status --json`: times as Unix milliseconds, null when unknown.
 extension StatusReport {

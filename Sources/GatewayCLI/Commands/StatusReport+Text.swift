@@ -2,6 +2,7 @@ import Gateway
 import GatewayCore
 import GlucoseProfile
 import Meters
+import Support
 
 /// `status` for a terminal.
 extension StatusReport {

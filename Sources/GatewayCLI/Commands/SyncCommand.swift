@@ -3,6 +3,7 @@ import Gateway
 import GatewayCore
 import Meters
 import SQLiteStore
+import Support
 import Synchronization
 
 enum SyncCommand: GatewayCommand {

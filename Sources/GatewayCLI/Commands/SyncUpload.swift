@@ -1,6 +1,7 @@
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 import SyncEngine
 
 /// The upload half of `sync`, wired as `upload` wires it.

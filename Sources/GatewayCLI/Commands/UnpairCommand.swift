@@ -1,6 +1,7 @@
 import BlueZ
 import Gateway
 import GatewayCore
+import Support
 
 enum UnpairCommand: GatewayCommand {
     static let name = "unpair"

@@ -2,6 +2,7 @@ import DBusKit
 import Gateway
 import GatewayCore
 import SQLiteStore
+import Support
 import SyncEngine
 
 enum UploadCommand: GatewayCommand {

@@ -1,6 +1,7 @@
 import DBusKit
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// Plays one meter on a real BlueZ adapter: a GATT application through
 /// `org.bluez.GattManager1.RegisterApplication` and an advertisement through

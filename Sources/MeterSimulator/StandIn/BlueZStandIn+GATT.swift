@@ -1,6 +1,7 @@
 import DBusKit
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// GATT: application registration (auto-connect), the service, characteristic and descriptor objects,
 /// reads, writes and notify sessions, and the meter's notifications delivered to them.

@@ -1,6 +1,7 @@
 import DBusKit
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// Options of the BlueZ stand-in.
 public struct StandInOptions: Sendable {

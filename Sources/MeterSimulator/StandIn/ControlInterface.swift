@@ -1,6 +1,7 @@
 import DBusKit
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// `org.glucosegateway.Simulator1` at `/org/glucosegateway/simulator`, on the stand-in's own connection
 /// (so it moves with `org.bluez` across restarts): lets tests script scenarios at run time.

@@ -1,5 +1,6 @@
 import GatewayCore
 import GlucoseProfile
+import Support
 
 /// The Record Access Control Point procedure of one download, as a value: events in, actions out, no I/O.
 ///

@@ -39,7 +39,7 @@ public final class CurlHTTPClient: HTTPClient {
 
     public func send(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
         let cancel = CancelFlag()
-        if !proxyConfigured, let target = PlainHTTPTarget(url: request.url) {
+        if !proxyConfigured, let target = request.location?.plainHTTPTarget {
             let plain = self.plain
             let result: Result<HTTPResponse, HTTPError> = await withTaskCancellationHandler {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
@@ -90,7 +90,7 @@ public final class CurlHTTPClient: HTTPClient {
     private static func perform(_ request: HTTPRequest, handle: CurlHandle?, cancel: CancelFlag) -> (result: Result<HTTPResponse, HTTPError>, reusable: Bool) {
         guard let h = handle?.pointer else { return (.failure(.other(CurlHTTPClient.libraryLoaded ? "cannot create an HTTP handle" : "libcurl is not installed (Debian package libcurl4)")), false) }
         gg_curl_easy_reset(h)
-        let sink = ResponseSink(cancel: cancel, limit: max(0, min(request.maxResponseBytes, ResponseLimit.maximum)))
+        let sink = ResponseSink(cancel: cancel, limit: max(0, min(request.maxResponseBytes, HTTPRequest.maximumResponseBytes)))
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>?
         defer { if let list = headerList { gg_curl_slist_free_all(list) } }

@@ -1,7 +1,14 @@
 /// One HTTP exchange as the destinations see it. Bodies are bytes; nothing here logs.
 public struct HTTPRequest: Sendable {
+    /// The longest answer body any request takes (1 MiB); `maxResponseBytes` is at most this.
+    public static let maximumResponseBytes = 1 << 20
+
     public var method: String
-    public var url: String
+    /// The URL as given, what libcurl is handed. It can carry a token: never log it.
+    public let url: String
+    /// `url` read once, where the clients take host, port and target from; nil when it is not an
+    /// `http`/`https` URL that `HTTPURL` reads (libcurl then has the last word, with its own error).
+    public let location: HTTPURL?
     public var headers: [(String, String)]
     public var body: [UInt8]
     /// Connect timeout.
@@ -14,9 +21,24 @@ public struct HTTPRequest: Sendable {
     public var maxResponseBytes: Int
 
     public init(method: String, url: String, headers: [(String, String)] = [], body: [UInt8] = [],
-                connectTimeoutMs: Int, timeoutMs: Int, caFile: String? = nil, maxResponseBytes: Int = ResponseLimit.maximum) {
+                connectTimeoutMs: Int, timeoutMs: Int, caFile: String? = nil, maxResponseBytes: Int = HTTPRequest.maximumResponseBytes) {
+        self.init(method: method, location: HTTPURL(url), text: url, headers: headers, body: body, connectTimeoutMs: connectTimeoutMs,
+                  timeoutMs: timeoutMs, caFile: caFile, maxResponseBytes: maxResponseBytes)
+    }
+
+    /// A request to `url`; nil (a URL the settings' validation would have refused) gives a request that
+    /// libcurl refuses as a malformed URL.
+    public init(method: String, url: HTTPURL?, headers: [(String, String)] = [], body: [UInt8] = [],
+                connectTimeoutMs: Int, timeoutMs: Int, caFile: String? = nil, maxResponseBytes: Int = HTTPRequest.maximumResponseBytes) {
+        self.init(method: method, location: url, text: url?.text ?? "", headers: headers, body: body, connectTimeoutMs: connectTimeoutMs,
+                  timeoutMs: timeoutMs, caFile: caFile, maxResponseBytes: maxResponseBytes)
+    }
+
+    private init(method: String, location: HTTPURL?, text: String, headers: [(String, String)], body: [UInt8],
+                 connectTimeoutMs: Int, timeoutMs: Int, caFile: String?, maxResponseBytes: Int) {
         self.method = method
-        self.url = url
+        self.url = text
+        self.location = location
         self.headers = headers
         self.body = body
         self.connectTimeoutMs = connectTimeoutMs

@@ -1,4 +1,4 @@
-import GatewayCore
+import Support
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -26,36 +26,17 @@ struct PlainHTTPTarget: Equatable {
     var authority: String
 
     /// Nil for anything but a plain `http://host[:port][/path]` URL with a host name or IPv4 address
-    /// (IPv6 literals, user info and fragments are left to libcurl).
+    /// (see `HTTPURL.plainHTTPTarget`).
     init?(url: String) {
-        let bytes = Array(url.utf8)
-        let scheme = Array("http://".utf8)
-        guard bytes.count > scheme.count,
-              zip(bytes.prefix(scheme.count), scheme).allSatisfy({ ($0 | 0x20) == $1 || $0 == $1 }) else { return nil }
-        let rest = bytes[scheme.count...]
-        let end = rest.firstIndex(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") }) ?? rest.endIndex
-        let authorityBytes = rest[rest.startIndex..<end]
-        var targetBytes = Array(rest[end...])
-        if targetBytes.first == UInt8(ascii: "?") { targetBytes.insert(UInt8(ascii: "/"), at: 0) }
-        if targetBytes.isEmpty { targetBytes = [UInt8(ascii: "/")] }
-        // Only what a request line may carry as it is: visible ASCII, no fragment.
-        guard targetBytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "#") }) else { return nil }
-        guard !authorityBytes.isEmpty, authorityBytes.allSatisfy({ byte in
-            (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
-                || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "-")
-                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: ":")
-        }) else { return nil }
-        let parts = authorityBytes.split(separator: UInt8(ascii: ":"), omittingEmptySubsequences: false)
-        guard parts.count <= 2, let hostPart = parts.first, !hostPart.isEmpty else { return nil }
-        var port: UInt16 = 80
-        if parts.count == 2 {
-            guard let p = UInt16(String(decoding: parts[1], as: UTF8.self)), p > 0 else { return nil }
-            port = p
-        }
-        host = String(decoding: hostPart, as: UTF8.self)
+        guard let target = HTTPURL(url)?.plainHTTPTarget else { return nil }
+        self = target
+    }
+
+    init(host: String, port: UInt16, target: String, authority: String) {
+        self.host = host
         self.port = port
-        target = String(decoding: targetBytes, as: UTF8.self)
-        authority = String(decoding: authorityBytes, as: UTF8.self)
+        self.target = target
+        self.authority = authority
     }
 }
 
@@ -259,7 +240,7 @@ final class SocketHTTPClient: Sendable {
             }
             return reused ? .staleConnection : .done(.failure(.connectionLost), keep: false)
         }
-        var reader = AnswerReader(limit: max(0, min(request.maxResponseBytes, ResponseLimit.maximum)),
+        var reader = AnswerReader(limit: max(0, min(request.maxResponseBytes, HTTPRequest.maximumResponseBytes)),
                                   headOnly: request.method == "HEAD")
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         while true {

@@ -1,4 +1,5 @@
-import GatewayCore
+import Support
+
 #if canImport(Glibc)
 import Glibc
 #endif

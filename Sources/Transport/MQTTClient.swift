@@ -1,6 +1,6 @@
 import CMosquitto
 import Dispatch
-import GatewayCore
+import Support
 import Synchronization
 #if canImport(Glibc)
 import Glibc
