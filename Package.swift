@@ -16,6 +16,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "glucose-gateway", targets: ["glucose-gateway"]),
+        // The meter simulator: a test double and the demo's meter, kept out of the gateway's binary.
+        .executable(name: "glucose-gateway-simulator", targets: ["glucose-gateway-simulator"]),
         .library(name: "GlucoseProfile", targets: ["GlucoseProfile"]),
     ],
     targets: [
@@ -36,13 +38,16 @@ let package = Package(
         .target(name: "SQLiteStore", dependencies: ["CSQLite", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto"], swiftSettings: strict),
         .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
-        .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
+        // A session with a meter as a file (docs/captures.md): written by `glucose-gateway capture`, replayed by the simulator.
+        .target(name: "MeterCapture", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore", "MeterCapture"], swiftSettings: strict),
         .target(
             name: "GatewayCLI",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterCapture"],
             swiftSettings: strict
         ),
         .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
+        .executableTarget(name: "glucose-gateway-simulator", dependencies: ["MeterSimulator", "MeterCapture", "DBusKit", "GlucoseProfile", "GatewayCore"], swiftSettings: strict),
         .executableTarget(
             name: "glucose-gateway-bench",
             dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Gateway", "MeterSimulator", "GatewayCLI"],
@@ -58,6 +63,7 @@ let package = Package(
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit"], swiftSettings: strict),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "SQLiteStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "MeterCaptureTests", dependencies: ["MeterCapture", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

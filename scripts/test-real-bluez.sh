@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The gateway against the real Linux Bluetooth stack: Debian's kernel, bluetoothd and dbus-daemon in
 # throw-away QEMU VMs, btvirt controllers, real SMP and GATT, the meter played by
-# `glucose-gateway simulate-meter --bluez`.
+# `glucose-gateway-simulator --bluez`.
 #
 #   scripts/test-real-bluez.sh [--list] [--ci] [--release R]... [SCENARIO...]
 #
