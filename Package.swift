@@ -39,7 +39,7 @@ let package = Package(
         .target(name: "SyncEngine", dependencies: ["GatewayCore", "GlucoseProfile", "DBusKit", "CCurl", "CMosquitto"], swiftSettings: strict),
         .target(name: "Gateway", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
         // A session with a meter as a file (docs/captures.md): written by `glucose-gateway capture`, replayed by the simulator.
-        .target(name: "MeterCapture", dependencies: ["GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .target(name: "MeterCapture", dependencies: ["GatewayCore"], swiftSettings: strict),
         .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore", "MeterCapture"], swiftSettings: strict),
         .target(
             name: "GatewayCLI",

@@ -1,5 +1,4 @@
 import GatewayCore
-import GlucoseProfile
 
 /// `--redact-values`: the glucose values and the times taken out of a capture, the layout of every value
 /// kept (flags, sequence numbers, types, status bits, lengths), so the capture still shows how the meter

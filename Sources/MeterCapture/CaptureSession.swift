@@ -1,5 +1,4 @@
 import GatewayCore
-import GlucoseProfile
 import Synchronization
 
 /// The session a capture records, on a connected link: what the meter says of itself (Device
