@@ -15,7 +15,7 @@ enum CaptureCommand: GatewayCommand {
     nothing that identifies the meter or its user: the address is replaced by 00:00:5E:00:53:01, and the
     serial number, System ID, name and keys are never written. Stores nothing in the database and
     changes nothing on the meter (no clock is set, no record deleted). The simulator replays FILE:
-    glucose-gateway-simulator --standin --meter FILE. Format: docs/captures.md.
+    `glucose-gateway-simulator --standin --meter FILE`. Format: docs/captures.md.
       --output FILE      where to write the capture (replaced if it exists)
       --redact-values    also take out the glucose values and times (concentrations become NaN, times
                          2000-01-01 00:00:00); the layout of every value stays
