@@ -12,7 +12,7 @@ public struct MeterFileError: Error, Sendable, CustomStringConvertible, Equatabl
     public var description: String { field.isEmpty ? message : "\(field): \(message)" }
 }
 
-/// Reads the JSON meter format (documented in `simulate-meter --help` and the simulator notes).
+/// Reads the JSON meter format (documented in `glucose-gateway-simulator --help` and the simulator notes).
 ///
 /// ```json
 /// { "address": "C0:26:DA:01:02:03", "name": "meter+06543210", "pin": "123456",
