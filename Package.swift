@@ -17,6 +17,8 @@ let package = Package(
     name: "glucose-gateway",
     products: [
         .executable(name: "glucose-gateway", targets: ["glucose-gateway"]),
+        // The meter simulator: a test double and the demo's meter, kept out of the gateway's binary.
+        .executable(name: "glucose-gateway-simulator", targets: ["glucose-gateway-simulator"]),
         .library(name: "GlucoseProfile", targets: ["GlucoseProfile"]),
     ],
     targets: [
@@ -45,13 +47,16 @@ let package = Package(
         .target(name: "Meters", dependencies: ["GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
         // The application: the daemon, its schedule and the services its snapshots feed; the config loader.
         .target(name: "Gateway", dependencies: ["Meters", "SyncEngine", "Transport", "SQLiteStore", "GatewayCore", "GlucoseProfile", "Support"], swiftSettings: strict),
-        .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore", "Support"], swiftSettings: strict),
+        // A session with a meter as a file (docs/captures.md): written by `glucose-gateway capture`, replayed by the simulator.
+        .target(name: "MeterCapture", dependencies: ["GatewayCore", "Support"], swiftSettings: strict),
+        .target(name: "MeterSimulator", dependencies: ["DBusKit", "GlucoseProfile", "GatewayCore", "MeterCapture", "Support"], swiftSettings: strict),
         .target(
             name: "GatewayCLI",
-            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Meters", "Gateway", "MeterSimulator", "Support", "Transport"],
+            dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Meters", "Gateway", "MeterCapture", "Support", "Transport"],
             swiftSettings: strict
         ),
         .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
+        .executableTarget(name: "glucose-gateway-simulator", dependencies: ["MeterSimulator", "MeterCapture", "DBusKit", "GlucoseProfile", "GatewayCore", "Support"], swiftSettings: strict),
         // The benchmarks start the gateway and the simulator as programs; they import only these.
         .executableTarget(
             name: "glucose-gateway-bench",
@@ -79,6 +84,7 @@ let package = Package(
         .testTarget(name: "SyncEngineIntegrationTests", dependencies: ["SyncEngine", "SQLiteStore", "TestSupport", "GatewayCore", "DBusKit", "Support", "Transport"], swiftSettings: strict),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "SQLiteStoreTestSupport", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "SQLiteStoreTestSupport", "TestSupport", "Support"], swiftSettings: strict),
+        .testTarget(name: "MeterCaptureTests", dependencies: ["MeterCapture", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorIntegrationTests", dependencies: ["MeterSimulator", "BlueZ", "DBusKit", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
     ],

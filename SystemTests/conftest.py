@@ -36,7 +36,7 @@ def meter_file(tmp_path):
 
 @pytest.fixture
 def standin(private_bus, tmp_path):
-    """Starts `simulate-meter --standin` on the private bus with the given arguments and waits for its
+    """Starts `glucose-gateway-simulator --standin` on the private bus with the given arguments and waits for its
     "ready" line; every stand-in started is stopped by pid at the end of the test."""
     started = []
 

@@ -89,14 +89,24 @@ def gateway_binary():
     return path
 
 
+def simulator_binary():
+    """The meter simulator: GLUCOSE_GATEWAY_SIMULATOR_BIN, else glucose-gateway-simulator beside the gateway."""
+    path = os.environ.get("GLUCOSE_GATEWAY_SIMULATOR_BIN")
+    if not path:
+        path = str(Path(gateway_binary()).parent / "glucose-gateway-simulator")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("glucose-gateway-simulator not found at %s (build first or set GLUCOSE_GATEWAY_SIMULATOR_BIN)" % path)
+    return path
+
+
 class Simulator:
-    """A `glucose-gateway simulate-meter` process; `wait_for_line` reads its stdout."""
+    """A `glucose-gateway-simulator` process; `wait_for_line` reads its stdout."""
 
     def __init__(self, args, env=None, log_path=None):
         self.log_path = log_path
         stderr = open(log_path, "w") if log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
-            [gateway_binary(), "simulate-meter"] + list(args),
+            [simulator_binary()] + list(args),
             stdout=subprocess.PIPE,
             stderr=stderr,
             env=env,

@@ -96,7 +96,9 @@ def packages():
             times = []
             # The next version packages the same binary again (--binary), without a second lintian run.
             binary = directory / "glucose-gateway.built"
-            for v, options in ((version(), []), (next_version(version()), ["--binary", str(binary), "--no-lintian"])):
+            simulator = directory / "glucose-gateway-simulator.built"
+            for v, options in ((version(), []), (next_version(version()), ["--binary", str(binary), "--simulator", str(simulator),
+                                                                            "--no-lintian"])):
                 started = time.monotonic()
                 env = dict(os.environ, GLUCOSE_GATEWAY_VERSION=v)
                 r = sh(str(REPO / "scripts/package-deb.sh"), "--output", str(directory), *options, env=env, timeout=1800)
@@ -108,6 +110,7 @@ def packages():
                     extracted = directory / "extracted"
                     subprocess.run(["dpkg-deb", "-x", str(current), str(extracted)], check=True, timeout=120)
                     shutil.move(str(extracted / "usr/bin/glucose-gateway"), binary)
+                    shutil.move(str(extracted / "usr/libexec/glucose-gateway/glucose-gateway-simulator"), simulator)
                     shutil.rmtree(extracted)
             (directory / "build-times.txt").write_text("\n".join(times) + "\n")
             (directory / "complete").write_text(key + "\n")

@@ -1,4 +1,4 @@
-"""The real-BlueZ front end (`simulate-meter --bluez`) under bluezoo, an emulator of BlueZ with several
+"""The real-BlueZ front end (`glucose-gateway-simulator --bluez`) under bluezoo, an emulator of BlueZ with several
 adapters: the meter registers its GATT application and advertisement on hci1, a central on hci0
 discovers it by the GLS UUID, connects, subscribes and downloads every record.
 

@@ -26,6 +26,7 @@ VECTOR = "1b 34 12 e8 07 03 05 0e 1e 0f 3c 00 6f b0 11 01 00"   # 111 mg/dL, seq
 # Every file the package installs, with its mode (directories are checked separately).
 PACKAGE_FILES = {
     "usr/bin/glucose-gateway": 0o755,
+    "usr/libexec/glucose-gateway/glucose-gateway-simulator": 0o755,
     "usr/lib/systemd/system/glucose-gateway.service": 0o644,
     "usr/lib/udev/rules.d/90-glucose-gateway.rules": 0o644,
     "usr/share/dbus-1/system.d/glucose-gateway.conf": 0o644,
@@ -283,7 +284,7 @@ fact help_first "$(glucose-gateway --help | head -n 1)"
 out="$(glucose-gateway decode --compact 2a18 "$vector")"; fact decode_rc $?
 fact decode "$out"
 fact ldd "$(ldd /usr/bin/glucose-gateway | tr '\n' ';')"
-for f in /usr/bin/glucose-gateway /usr/lib/systemd/system/glucose-gateway.service \
+for f in /usr/bin/glucose-gateway /usr/libexec/glucose-gateway/glucose-gateway-simulator /usr/lib/systemd/system/glucose-gateway.service \
          /usr/lib/udev/rules.d/90-glucose-gateway.rules /usr/share/dbus-1/system.d/glucose-gateway.conf \
          /usr/lib/sysusers.d/glucose-gateway.conf /usr/lib/tmpfiles.d/glucose-gateway.conf \
          /etc/glucose-gateway /etc/glucose-gateway/glucose-gateway.toml /var/lib/glucose-gateway \
@@ -368,6 +369,7 @@ def test_installed_files_user_and_modes(chroot_facts):
     f = chroot_facts
     expected = {
         "/usr/bin/glucose-gateway": "755 root:root",
+        "/usr/libexec/glucose-gateway/glucose-gateway-simulator": "755 root:root",
         "/usr/lib/systemd/system/glucose-gateway.service": "644 root:root",
         "/usr/lib/udev/rules.d/90-glucose-gateway.rules": "644 root:root",
         "/usr/share/dbus-1/system.d/glucose-gateway.conf": "644 root:root",

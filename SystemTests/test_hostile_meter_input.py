@@ -9,11 +9,12 @@ import subprocess
 import pytest
 
 BIN = os.environ.get("GLUCOSE_GATEWAY_BIN", str(pathlib.Path(__file__).resolve().parents[1] / ".build/debug/glucose-gateway"))
+SIMULATOR = os.environ.get("GLUCOSE_GATEWAY_SIMULATOR_BIN", str(pathlib.Path(BIN).parent / "glucose-gateway-simulator"))
 NO_BUS = "unix:path=/nonexistent/glucose-gateway-test.sock"
 
 
 def simulate(*args):
-    return subprocess.run([BIN, "simulate-meter", "--standin", "--bus", NO_BUS, *args],
+    return subprocess.run([SIMULATOR, "--standin", "--bus", NO_BUS, *args],
                           capture_output=True, text=True, timeout=20)
 
 
@@ -42,7 +43,7 @@ def test_a_bad_profile_or_meter_flag_is_one_line_and_exit_64(args, expected):
     assert r.returncode == 64, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and r.stdout == "", r.stderr
-    assert lines[0].startswith("glucose-gateway simulate-meter: ") and expected in lines[0], lines[0]
+    assert lines[0].startswith("glucose-gateway-simulator: ") and expected in lines[0], lines[0]
     assert "\x1b" not in r.stderr and "\u202e" not in r.stderr
 
 
@@ -51,7 +52,7 @@ def test_a_profile_with_a_meter_file_is_refused(tmp_path):
     f.write_text(json.dumps({"profile": "caresens"}))
     r = simulate("--meter", str(f), "--profile", "fora-tng")
     assert r.returncode == 64
-    assert r.stderr.strip().splitlines() == ["glucose-gateway simulate-meter: use either --meter files or meter flags, not both"]
+    assert r.stderr.strip().splitlines() == ["glucose-gateway-simulator: use either --meter files or meter flags, not both"]
 
 
 @pytest.mark.parametrize("meter, expected", [
@@ -72,7 +73,7 @@ def test_a_bad_meter_file_is_one_line_and_exit_65(tmp_path, meter, expected):
     assert r.returncode == 65, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("glucose-gateway simulate-meter: meter file %s: " % f) and expected in lines[0], lines[0]
+    assert lines[0].startswith("glucose-gateway-simulator: meter file %s: " % f) and expected in lines[0], lines[0]
 
 
 def test_a_meter_file_that_is_not_json_or_too_deep_is_one_line(tmp_path):

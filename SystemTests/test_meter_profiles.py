@@ -9,7 +9,7 @@ import re
 import subprocess
 from zoneinfo import ZoneInfo
 
-from gg_bus import gateway_binary
+from gg_bus import simulator_binary
 from gg_daemon import NightscoutDouble
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
@@ -113,7 +113,7 @@ REQUIRED = ["contour-next-one", "accu-chek-guide", "accu-chek-instant", "caresen
 
 
 def listed_profiles():
-    result = subprocess.run([gateway_binary(), "simulate-meter", "--list-profiles"], capture_output=True, text=True,
+    result = subprocess.run([simulator_binary(), "--list-profiles"], capture_output=True, text=True,
                             timeout=30)
     assert result.returncode == 0, result.stderr
     return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]

@@ -1,10 +1,10 @@
-"""The built-in meter profiles of `simulate-meter --profile` against the gateway through the BlueZ stand-in:
+"""The built-in meter profiles of `glucose-gateway-simulator --profile` against the gateway through the BlueZ stand-in:
 pair, sync, a new record, sync again; every reading once, with its exact value and time, written out here."""
 import datetime
 import json
 import subprocess
 
-from gg_bus import gateway_binary
+from gg_bus import simulator_binary
 from gg_dbus import standin_control as control
 from gg_download import Gateway
 
@@ -27,7 +27,7 @@ def summary(readings):
 
 
 def test_list_profiles_prints_one_line_per_profile():
-    result = subprocess.run([gateway_binary(), "simulate-meter", "--list-profiles"], capture_output=True, text=True,
+    result = subprocess.run([simulator_binary(), "--list-profiles"], capture_output=True, text=True,
                             timeout=30)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -38,7 +38,7 @@ def test_list_profiles_prints_one_line_per_profile():
 
 
 def test_unknown_profile_is_a_usage_error():
-    result = subprocess.run([gateway_binary(), "simulate-meter", "--standin", "--profile", "contour"],
+    result = subprocess.run([simulator_binary(), "--standin", "--profile", "contour"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 64
     assert "--profile must be one of" in result.stderr
@@ -227,7 +227,7 @@ def test_profile_in_a_meter_file(private_bus, standin, meter_file):
 
 def test_the_bluez_front_end_takes_a_profile(private_bus):
     # No bluetoothd on this bus: the profile is accepted, and the front end fails only at the adapter.
-    result = subprocess.run([gateway_binary(), "simulate-meter", "--bluez", "--bus", private_bus, "--profile",
+    result = subprocess.run([simulator_binary(), "--bluez", "--bus", private_bus, "--profile",
                              "contour-next-one"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 69, result.stderr
     assert "cannot read the address of adapter hci0" in result.stderr

@@ -1,13 +1,13 @@
-"""The simulate-meter command line: help for both front ends, meters from flags, usage and file errors."""
+"""The meter simulator's command line (glucose-gateway-simulator): help for both front ends, meters from flags, usage and file errors."""
 import asyncio
 import subprocess
 
-from gg_bus import gateway_binary
+from gg_bus import simulator_binary
 from gg_dbus import Client
 
 
 def run_cli(*args, timeout=20):
-    return subprocess.run([gateway_binary(), "simulate-meter"] + list(args), capture_output=True, text=True,
+    return subprocess.run([simulator_binary()] + list(args), capture_output=True, text=True,
                           timeout=timeout)
 
 

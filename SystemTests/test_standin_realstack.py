@@ -65,8 +65,8 @@ def test_repairing_a_bonded_meter_keeps_the_bond_and_says_so(private_bus, standi
 
 def test_simulate_meter_help_tells_how_the_pin_is_imposed_on_real_bluez():
     import subprocess
-    from gg_bus import gateway_binary
-    result = subprocess.run([gateway_binary(), "simulate-meter", "--help"], capture_output=True, text=True, timeout=20)
+    from gg_bus import simulator_binary
+    result = subprocess.run([simulator_binary(), "--help"], capture_output=True, text=True, timeout=20)
     assert result.returncode == 0
     assert "cannot be imposed" not in result.stdout
     assert "KeyboardOnly agent" in result.stdout
@@ -89,8 +89,8 @@ def test_bluez_front_end_takes_the_adapters_address(bluezoo, private_bus, tmp_pa
         sim.stop()
     # Usage errors stay usage errors.
     import subprocess
-    from gg_bus import gateway_binary
-    both = subprocess.run([gateway_binary(), "simulate-meter", "--bluez", "--bus", private_bus, "--pin", "123456",
+    from gg_bus import simulator_binary
+    both = subprocess.run([simulator_binary(), "--bluez", "--bus", private_bus, "--pin", "123456",
                            "--display-passkey"], capture_output=True, text=True, timeout=20)
     assert both.returncode == 64 and "--display-passkey" in both.stderr
 

@@ -5,7 +5,9 @@
 # the replay when the receiver returns, then what to do with real hardware. Ends by itself and leaves no
 # process behind.
 #
-# GLUCOSE_GATEWAY_BIN=path skips installing and building (the test suite uses this).
+# GLUCOSE_GATEWAY_BIN=path skips installing and building (the test suite uses this). The simulated meter
+# is glucose-gateway-simulator: GLUCOSE_GATEWAY_SIMULATOR, else the one beside the gateway binary (a
+# build of this tree), else the package's (/usr/libexec/glucose-gateway beside /usr/bin).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -22,10 +24,14 @@ if [[ -n "${GLUCOSE_GATEWAY_BIN:-}" ]]; then
 else
     step "Installing what is missing and building (first run only)"
     source "$here/scripts/install-deps.sh"
-    (cd "$here" && swift build -c release --product glucose-gateway 2>&1 | tail -1) || die "build failed"
+    (cd "$here" && swift build -c release --product glucose-gateway 2>&1 | tail -1 \
+        && swift build -c release --product glucose-gateway-simulator 2>&1 | tail -1) || die "build failed"
     bin="$here/.build/release/glucose-gateway"
 fi
 [[ -x "$bin" ]] || die "no glucose-gateway binary at $bin"
+simulator="${GLUCOSE_GATEWAY_SIMULATOR:-$(dirname "$bin")/glucose-gateway-simulator}"
+[[ -x "$simulator" ]] || simulator="$(dirname "$bin")/../libexec/glucose-gateway/glucose-gateway-simulator"
+[[ -x "$simulator" ]] || die "no glucose-gateway-simulator beside $bin (swift build --product glucose-gateway-simulator)"
 command -v dbus-daemon >/dev/null || die "dbus-daemon is missing (scripts/install-deps.sh installs it)"
 command -v python3 >/dev/null || die "python3 is missing (scripts/install-deps.sh installs it)"
 
@@ -101,7 +107,7 @@ cat >"$work/meter.json" <<EOF
  "generate": {"count": 8, "firstSequence": 1, "start": "2024-03-05T07:30:00", "intervalMinutes": 180},
  "advertising": "off"}
 EOF
-"$bin" simulate-meter --standin --time-scale 10 --meter "$work/meter.json" >"$work/sim.out" 2>"$work/sim.log" &
+"$simulator" --standin --time-scale 10 --meter "$work/meter.json" >"$work/sim.out" 2>"$work/sim.log" &
 pids+=($!)
 wait_for 20 'grep -q ^ready "$work/sim.out"' || die "the simulator did not start: $(tail -3 "$work/sim.log")"
 say "org.bluez is the stand-in; adapter hci0; meter $meter (not advertising until used)"

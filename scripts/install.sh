@@ -63,7 +63,10 @@ find_swift() {
     return 1
 }
 
-# 1. The binary.
+# 1. The binary. Only the gateway: the meter simulator (glucose-gateway-simulator, a test double and the
+#    demo's meter) stays in the build tree, where the demo (scripts/demo.sh, which needs the source
+#    tree anyway) finds it beside the gateway; the service never runs it. The Debian package does ship
+#    it, in /usr/libexec/glucose-gateway, for machines that have no source tree (see package-deb.sh).
 if [[ -z "$binary" ]]; then
     if ((live)); then
         "$here/scripts/install-deps.sh"

@@ -4,7 +4,10 @@
 # (--static-swift-stdlib), so the package needs only Debian's libraries and no Swift toolchain where it
 # is installed. The unit, udev rules, D-Bus policy, sysusers and tmpfiles entries and the example config
 # are generated from config/ and udev/ with Debian's paths; the manual page and the bash completion from
-# the program's own --help texts. lintian must report no error.
+# the program's own --help texts. lintian must report no error. The meter simulator
+# (glucose-gateway-simulator, a test double and the demo's meter) goes to /usr/libexec/glucose-gateway/:
+# off PATH, as no user runs it day to day, but there for the demo, for a second Pi playing a meter, and
+# for the real-stack bed's arm64 VMs, which get the package and nothing else.
 #
 #   scripts/package-deb.sh                      build and package (installs dpkg-dev and lintian if missing)
 #   scripts/package-deb.sh --arch arm64         the package for Raspberry Pi OS / Debian 13 arm64, from any
@@ -14,7 +17,8 @@
 #                                               dependencies computed against trixie's arm64 libraries, and
 #                                               --help run under qemu-aarch64-static (installed if missing)
 #   scripts/package-deb.sh --binary PATH        package an already built binary (built with
-#                                               --static-swift-stdlib for this architecture)
+#                                               --static-swift-stdlib for this architecture) and
+#                                               the simulator beside it (or --simulator PATH)
 #   scripts/package-deb.sh --output DIR         write the .deb (and its lintian report) to DIR, not dist/
 #   scripts/package-deb.sh --no-lintian         skip the lintian run
 #
@@ -24,11 +28,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "package-deb.sh: $*" >&2; exit 1; }
 say() { echo "package-deb.sh: $*"; }
 
 binary=""
+simulator=""
 output="$here/dist"
 run_lintian=1
 arch="$(dpkg --print-architecture)"
@@ -37,6 +42,8 @@ while (($#)); do
     case "$1" in
         --binary) [[ $# -ge 2 ]] || { echo "package-deb.sh: --binary needs a path" >&2; exit 64; }; binary="$2"; shift 2 ;;
         --binary=*) binary="${1#--binary=}"; shift ;;
+        --simulator) [[ $# -ge 2 ]] || { echo "package-deb.sh: --simulator needs a path" >&2; exit 64; }; simulator="$2"; shift 2 ;;
+        --simulator=*) simulator="${1#--simulator=}"; shift ;;
         --output) [[ $# -ge 2 ]] || { echo "package-deb.sh: --output needs a directory" >&2; exit 64; }; output="$2"; shift 2 ;;
         --output=*) output="${1#--output=}"; shift ;;
         --no-lintian) run_lintian=0; shift ;;
@@ -98,6 +105,10 @@ if [[ -z "$binary" ]] && ((cross)); then
         -Xlinker --no-export-dynamic)" \
         "$here/scripts/trixie-root.sh" build "$arch" "$build_dir/glucose-gateway"
     binary="$build_dir/glucose-gateway"
+    EXTRA_SWIFT_FLAGS="$(printf '%s\n' -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now \
+        -Xlinker --no-export-dynamic)" \
+        "$here/scripts/trixie-root.sh" build "$arch" "$build_dir/glucose-gateway-simulator" glucose-gateway-simulator
+    simulator="$build_dir/glucose-gateway-simulator"
 elif [[ -z "$binary" ]]; then
     source "$here/scripts/install-deps.sh"
     export PATH="/opt/swift/usr/bin:$PATH"
@@ -107,8 +118,22 @@ elif [[ -z "$binary" ]]; then
     say "building (swift build ${flags[*]})"
     swift build "${flags[@]}"
     binary="$(swift build "${flags[@]}" --show-bin-path)/glucose-gateway"
+    # The simulator with the same flags, its own product and linker map.
+    simulator_flags=()
+    for flag in "${flags[@]}"; do
+        case "$flag" in
+            glucose-gateway) simulator_flags+=(glucose-gateway-simulator) ;;
+            -Map=*) simulator_flags+=("-Map=$build_dir/glucose-gateway-simulator.map") ;;
+            *) simulator_flags+=("$flag") ;;
+        esac
+    done
+    say "building the simulator (--product glucose-gateway-simulator)"
+    swift build "${simulator_flags[@]}"
+    simulator="$(swift build "${simulator_flags[@]}" --show-bin-path)/glucose-gateway-simulator"
 fi
 [[ -f "$binary" && -x "$binary" ]] || die "$binary is not an executable file"
+[[ -n "$simulator" ]] || simulator="$(dirname "$binary")/glucose-gateway-simulator"
+[[ -f "$simulator" && -x "$simulator" ]] || die "$simulator is not an executable file (the simulator: --simulator PATH)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/glucose-gateway-deb.XXXXXX")"
 trap 'rm -rf -- "$work"' EXIT
@@ -139,15 +164,19 @@ else
 fi
 
 install -D -m 0755 "$binary" "$program"
+install -D -m 0755 "$simulator" "$root/usr/libexec/glucose-gateway/glucose-gateway-simulator"
 in_arch "$strip_tool --remove-section=.comment --remove-section=.note --strip-unneeded ../root/usr/bin/glucose-gateway"
+in_arch "$strip_tool --remove-section=.comment --remove-section=.note --strip-unneeded ../root/usr/libexec/glucose-gateway/glucose-gateway-simulator"
 # The point of the package: nothing from the toolchain at run time.
-dynamic="$(readelf -d "$root/usr/bin/glucose-gateway")"
-if grep -E 'NEEDED.*\[lib(swift|Foundation|dispatch|BlocksRuntime)' <<<"$dynamic"; then
-    die "$binary links the Swift runtime dynamically: build it with --static-swift-stdlib"
-fi
-if grep -E '\((RPATH|RUNPATH)\)' <<<"$dynamic"; then
-    die "$binary has a library search path: build it with --disable-local-rpath"
-fi
+for packaged in usr/bin/glucose-gateway usr/libexec/glucose-gateway/glucose-gateway-simulator; do
+    dynamic="$(readelf -d "$root/$packaged")"
+    if grep -E 'NEEDED.*\[lib(swift|Foundation|dispatch|BlocksRuntime)' <<<"$dynamic"; then
+        die "/$packaged links the Swift runtime dynamically: build it with --static-swift-stdlib"
+    fi
+    if grep -E '\((RPATH|RUNPATH)\)' <<<"$dynamic"; then
+        die "/$packaged has a library search path: build it with --disable-local-rpath"
+    fi
+done
 machine="$(readelf -h "$root/usr/bin/glucose-gateway" | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print $2}')"
 if ((cross)); then
     [[ "$machine" == AArch64 ]] || die "$binary is not built for $arch (machine: $machine)"
@@ -163,6 +192,11 @@ if awk '$1 == "LOAD" && $(NF - 1) ~ /W/ && $(NF - 1) ~ /E/ { found = 1 } END { e
 fi
 grep -q GNU_RELRO <<<"$segments" || die "$binary has no read-only relocation segment (RELRO)"
 "$run_program" --help >/dev/null || die "$binary --help failed"
+if ((cross)); then
+    qemu-aarch64-static -L "$sysroot" "$root/usr/libexec/glucose-gateway/glucose-gateway-simulator" --help > /dev/null
+else
+    "$root/usr/libexec/glucose-gateway/glucose-gateway-simulator" --help > /dev/null
+fi || die "$simulator --help failed"
 
 # 3. System files, generated from config/ and udev/ with the package's paths, so changes there (unit
 #    hardening, new rules) reach the package as they are. Only paths and the "installed as" comments change.
@@ -231,7 +265,7 @@ find "$root"/usr/share/doc/glucose-gateway -maxdepth 1 -type f -exec chmod 0644 
 #    and the fields from packaging/deb/control (dpkg-gencontrol), the maintainer scripts and conffiles.
 sed "s|@MAINTAINER@|$maintainer|" "$here/packaging/deb/control" > "$work/src/debian/control"
 install -d -m 0755 "$root/DEBIAN"
-in_arch "dpkg-shlibdeps -Tdebian/substvars ../root/usr/bin/glucose-gateway"
+in_arch "dpkg-shlibdeps -Tdebian/substvars ../root/usr/bin/glucose-gateway ../root/usr/libexec/glucose-gateway/glucose-gateway-simulator"
 # Packed relative relocations need a loader that knows them (the GLIBC_ABI_DT_RELR version, glibc 2.36),
 # a version without symbols that dpkg-shlibdeps does not count.
 if readelf -V "$root/usr/bin/glucose-gateway" | grep -q 'GLIBC_ABI_DT_RELR'; then

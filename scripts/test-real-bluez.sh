@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The gateway against the real Linux Bluetooth stack: Debian's kernel, bluetoothd and dbus-daemon in
 # throw-away QEMU VMs, btvirt controllers, real SMP and GATT, the meter played by
-# `glucose-gateway simulate-meter --bluez`, or (the bumble-* scenarios) by a meter on another host stack:
+# `glucose-gateway-simulator --bluez`, or (the bumble-* scenarios) by a meter on another host stack:
 # scripts/real-bluez/bumble/meter.py on Bumble, whose emulated controller is the VM kernel's hci0.
 #
 #   scripts/test-real-bluez.sh [--list] [--ci] [--release R]... [SCENARIO...]

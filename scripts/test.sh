@@ -84,6 +84,7 @@ if [[ -n $chroot_job ]]; then
     chroot_job=""
 fi
 export GLUCOSE_GATEWAY_BIN="$here/.build/debug/glucose-gateway"
+export GLUCOSE_GATEWAY_SIMULATOR_BIN="$here/.build/debug/glucose-gateway-simulator"
 set +e
 # Two test files at a time (pytest-xdist): they mostly wait on servers, kills and compressed hours; a
 # file's tests stay together on one worker, and the shared package and chroot caches are locked.

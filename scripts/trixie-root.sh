@@ -8,7 +8,8 @@
 # (the package list below) changes. Needs root (debootstrap, chroot, mount namespaces).
 #
 #   scripts/trixie-root.sh prepare               create the root, or reuse the cached one; prints its path
-#   scripts/trixie-root.sh build ARCH OUTPUT     release build of glucose-gateway for ARCH (amd64 or arm64)
+#   scripts/trixie-root.sh build ARCH OUTPUT [PRODUCT]   release build of glucose-gateway (or PRODUCT,
+#                                                e.g. glucose-gateway-simulator) for ARCH (amd64 or arm64)
 #                                                with the root's Swift, copied to OUTPUT; EXTRA_SWIFT_FLAGS
 #                                                (an array in the environment, one per line) are passed on
 #   scripts/trixie-root.sh run SCRIPT [ARGS]     runs a bash script in the root, the repository at /src
@@ -124,11 +125,11 @@ prepare() {
     echo "$root"
 }
 
-build() { # ARCH OUTPUT
-    local arch="$1" output="$2"
+build() { # ARCH OUTPUT [PRODUCT]
+    local arch="$1" output="$2" product="${3:-glucose-gateway}"
     prepare > /dev/null
     exec 9>&-
-    local flags=(-c release --product glucose-gateway --static-swift-stdlib --disable-local-rpath
+    local flags=(-c release --product "$product" --static-swift-stdlib --disable-local-rpath
                  --package-path /src --scratch-path "/build/$arch")
     local env=() setup="" relink=""
     case "$arch" in
@@ -182,15 +183,15 @@ ln -sfn "$cxx" /build/static-libstdc++-arm64/libstdc++.a
     say "swift build ${flags[*]}"
     local quoted
     quoted="$(printf '%q ' "${flags[@]}")"
-    local program="\"\$(swift build $quoted --show-bin-path)/glucose-gateway\""
+    local program="\"\$(swift build $quoted --show-bin-path)/$product\""
     [[ -z "$relink" ]] || setup+="[[ ! $relink -nt $program ]] || rm -f -- $program"$'\n'
-    in_root "$root" "${setup}env ${env[*]} swift build $quoted && cp $program /build/glucose-gateway-$arch.out"
-    install -m 0755 "$cache/build/glucose-gateway-$arch.out" "$output"
+    in_root "$root" "${setup}env ${env[*]} swift build $quoted && cp $program /build/$product-$arch.out"
+    install -m 0755 "$cache/build/$product-$arch.out" "$output"
 }
 
 case "${1:-}" in
     prepare) prepare ;;
-    build) [[ $# == 3 ]] || die "usage: build ARCH OUTPUT"; build "$2" "$3" ;;
+    build) [[ $# == 3 || $# == 4 ]] || die "usage: build ARCH OUTPUT [PRODUCT]"; build "$2" "$3" "${4:-}" ;;
     run) [[ $# -ge 2 ]] || die "usage: run SCRIPT [ARGS]"; prepare > /dev/null; exec 9>&-; in_root "$root" "$2" run "${@:3}" ;;
     *) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 64 ;;
 esac

@@ -48,6 +48,6 @@ let allCommands: [any GatewayCommand.Type] = [
     ReadingsCommand.self,
     StatusCommand.self,
     ConfigCommand.self,
-    SimulateMeterCommand.self,
+    CaptureCommand.self,
     DemoCommand.self,
 ]

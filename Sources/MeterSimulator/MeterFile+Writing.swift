@@ -90,6 +90,7 @@ extension MeterFile {
         if let status = r.sensorStatus { o.append(JSONMember("status", .int(status))) }
         if let c = r.context { o.append(JSONMember("context", json(context: c))) }
         if let raw = r.rawMeasurement { o.append(JSONMember("hex", .string(hexString(raw)))) }
+        if let raw = r.rawContext { o.append(JSONMember("contextHex", .string(hexString(raw)))) }
         return .object(o)
     }
 

@@ -13,7 +13,7 @@ public struct MeterFileError: Error, Sendable, CustomStringConvertible, Equatabl
     public var description: String { field.isEmpty ? message : "\(field): \(message)" }
 }
 
-/// Reads the JSON meter format (documented in `simulate-meter --help` and the simulator notes).
+/// Reads the JSON meter format (documented in `glucose-gateway-simulator --help` and the simulator notes).
 ///
 /// ```json
 /// { "address": "C0:26:DA:01:02:03", "name": "meter+06543210", "pin": "123456",
@@ -222,7 +222,7 @@ public enum MeterFile {
 
     static let recordKeys: Set<String> = [
         "sequence", "time", "timeOffset", "mgdl", "mmol", "sfloat", "result", "unit", "type", "location",
-        "control", "status", "context", "hex",
+        "control", "status", "context", "hex", "contextHex",
     ]
 
     /// One record object. Exactly one of `mgdl`, `mmol`, `sfloat` or `result` ("high", "low", "none").
@@ -273,11 +273,16 @@ public enum MeterFile {
             guard let bytes = hexBytes(hex) else { throw MeterFileError(o.field("hex"), "must be hex bytes") }
             raw = bytes
         }
+        var rawContext: [UInt8]?
+        if let hex = try o.optionalString("contextHex") {
+            guard let bytes = hexBytes(hex) else { throw MeterFileError(o.field("contextHex"), "must be hex bytes") }
+            rawContext = bytes
+        }
         var recordContext: GlucoseMeasurementContext?
         if let c = try o.optionalObject("context") { recordContext = try Self.context(c, sequence: sequence) }
         return MeterRecord(sequenceNumber: sequence, baseTime: time, timeOffset: offset, result: result, unit: unit,
                            type: type, sampleLocation: location, sensorStatus: status, context: recordContext,
-                           rawMeasurement: raw)
+                           rawMeasurement: raw, rawContext: rawContext)
     }
 
     static let statusNames: [String: UInt16] = [

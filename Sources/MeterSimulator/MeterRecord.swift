@@ -36,6 +36,8 @@ public struct MeterRecord: Sendable, Equatable {
     public var context: GlucoseMeasurementContext?
     /// Bytes sent verbatim instead of the encoded measurement (a meter with odd firmware).
     public var rawMeasurement: [UInt8]?
+    /// Bytes sent verbatim as the record's context (a replayed capture), whether or not `context` is set.
+    public var rawContext: [UInt8]?
 
     public init(
         sequenceNumber: UInt16,
@@ -47,7 +49,8 @@ public struct MeterRecord: Sendable, Equatable {
         sampleLocation: UInt8 = 1,
         sensorStatus: UInt16? = nil,
         context: GlucoseMeasurementContext? = nil,
-        rawMeasurement: [UInt8]? = nil
+        rawMeasurement: [UInt8]? = nil,
+        rawContext: [UInt8]? = nil
     ) {
         self.sequenceNumber = sequenceNumber
         self.baseTime = baseTime
@@ -59,6 +62,7 @@ public struct MeterRecord: Sendable, Equatable {
         self.sensorStatus = sensorStatus
         self.context = context
         self.rawMeasurement = rawMeasurement
+        self.rawContext = rawContext
     }
 
     /// A control-solution test: type 10 and sample location 4, as meters mark them.
@@ -120,6 +124,7 @@ public struct MeterRecord: Sendable, Equatable {
 
     /// The 0x2A34 value bytes, when the record has context.
     public var contextBytes: [UInt8]? {
+        if let rawContext { return rawContext }
         guard var context else { return nil }
         context.sequenceNumber = sequenceNumber
         return context.encoded()

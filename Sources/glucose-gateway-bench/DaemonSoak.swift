@@ -59,7 +59,7 @@ enum DaemonSoak {
          "newRecords": {"everySeconds": 300, "limit": 12}, "advertising": "off"}
         """
         guard DownloadBenchmark.write(file: dir + "/meter.json", meter),
-              let sim = DownloadBenchmark.spawn([gateway, "simulate-meter", "--standin", "--time-scale", String(scale), "--meter", dir + "/meter.json"],
+              let sim = DownloadBenchmark.spawn([DownloadBenchmark.simulator(besideGateway: gateway), "--standin", "--time-scale", String(scale), "--meter", dir + "/meter.json"],
                                                 environment: env, captureOutput: true)
         else { return fail("cannot start the simulator") }
         started.append(sim.pid)

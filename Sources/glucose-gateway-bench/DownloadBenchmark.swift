@@ -8,7 +8,7 @@ import Support
 
 /// `download`: one meter download through the BlueZ stand-in, measured as the gateway process sees it.
 ///
-/// Starts a private dbus-daemon and `glucose-gateway simulate-meter --standin` with N records, pairs, then
+/// Starts a private dbus-daemon and `glucose-gateway-simulator --standin` with N records, pairs, then
 /// runs `glucose-gateway sync` K times, each on a fresh database, and reports the `sync` process's CPU
 /// seconds (user + system) and peak resident memory from `wait4`. Only processes it started are stopped,
 /// by pid.
@@ -44,7 +44,7 @@ enum DownloadBenchmark {
             return 1
         }
         let env = ["DBUS_SYSTEM_BUS_ADDRESS": busAddress, "TZ": "UTC"]
-        guard let sim = spawn([gateway, "simulate-meter", "--standin", "--address", address, "--name", "meter+bench",
+        guard let sim = spawn([simulator(besideGateway: gateway), "--standin", "--address", address, "--name", "meter+bench",
                                "--pin", "123456", "--records", String(records), "--with-context"],
                               environment: env, captureOutput: true) else {
             print("download: cannot start the simulator")
@@ -247,6 +247,13 @@ enum DownloadBenchmark {
             pointer += 1
         }
         return result
+    }
+
+    /// The meter simulator: glucose-gateway-simulator beside `gateway`, else beside this program.
+    static func simulator(besideGateway gateway: String) -> String {
+        let dir = gateway.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        let beside = dir + "/glucose-gateway-simulator"
+        return access(beside, X_OK) == 0 ? beside : siblingExecutable("glucose-gateway-simulator")
     }
 
     static func siblingExecutable(_ name: String) -> String {

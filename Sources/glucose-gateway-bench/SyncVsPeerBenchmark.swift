@@ -5,7 +5,7 @@ import Glibc
 /// `sync-vs-peer`: one meter download with upload, done by the gateway and by a bleak-based Python
 /// gateway (`scripts/bench/bleak_peer.py`), measured side by side in one run.
 ///
-/// A private dbus-daemon, `glucose-gateway simulate-meter --standin` with N records and the loopback
+/// A private dbus-daemon, `glucose-gateway-simulator --standin` with N records and the loopback
 /// Nightscout double (`SystemTests/fake_nightscout.py`). Each run, in alternating order: pair, then
 /// `glucose-gateway sync` on a fresh database with `[nightscout]` set (CPU user+sys from `wait4`, peak RSS
 /// as `VmHWM`); the same sync under `/usr/bin/time -f "%U %S %M"`; and the peer doing the same job on a
@@ -66,7 +66,7 @@ enum SyncVsPeerBenchmark {
             return fail(error.description)
         }
         let env = ["DBUS_SYSTEM_BUS_ADDRESS": bus, "TZ": "UTC"]
-        guard let sim = DownloadBenchmark.spawn([gateway, "simulate-meter", "--standin", "--address", address, "--name", "meter+peer",
+        guard let sim = DownloadBenchmark.spawn([DownloadBenchmark.simulator(besideGateway: gateway), "--standin", "--address", address, "--name", "meter+peer",
                                                  "--pin", "123456", "--records", String(records)],
                                                 environment: env, captureOutput: true)
         else { return fail("cannot start the simulator") }

@@ -40,6 +40,6 @@ import SQLiteStoreTestSupport
 
     /// The daemon and the commands that run test doubles beside it keep their parts concurrent.
     @Test func onlyTheDaemonAndTheDoublesRunConcurrently() {
-        #expect(allCommands.filter { $0.runsConcurrently }.map { $0.name }.sorted() == ["demo", "run", "simulate-meter"])
+        #expect(allCommands.filter { $0.runsConcurrently }.map { $0.name }.sorted() == ["demo", "run"])
     }
 }

@@ -16,4 +16,6 @@ flags=("${package_flags[@]}")
 swift build "${flags[@]}" >&2
 gateway="$(swift build "${flags[@]}" --show-bin-path)/glucose-gateway"
 swift build -c release --product glucose-gateway-bench >&2
+# The meter simulator beside the benchmark (its speed is not measured).
+swift build -c release --product glucose-gateway-simulator >&2
 exec "$(swift build -c release --show-bin-path)/glucose-gateway-bench" sync-vs-peer --gateway "$gateway" "$@"

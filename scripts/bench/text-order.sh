@@ -2,7 +2,7 @@
 # Writes packaging/text-order.txt, the order in which the package links the gateway's hot code (see
 # packaging/text-order.py and docs/performance.md, "How the gateway compares with a Python peer"). Builds the gateway
 # as the package does (scripts/package-flags.sh, which writes a linker map), then runs it under valgrind's
-# callgrind on a private bus with `simulate-meter --standin` (1,000 records) and the loopback Nightscout
+# callgrind on a private bus with `glucose-gateway-simulator --standin` (1,000 records) and the loopback Nightscout
 # double: `pair`, a `sync` with upload, `status` and `--help`. Every function that ran is listed, in its
 # present order. Run it again when much of the code has changed: a stale list only packs less well (lld
 # skips names it does not find). Installs valgrind from Debian if it is missing.
@@ -39,12 +39,15 @@ if ((check)); then
     exit 0
 fi
 
+# The meter simulator, a release build of its own (it is not the program measured).
+swift build -c release --product glucose-gateway-simulator >&2
+simulator="$(swift build -c release --show-bin-path)/glucose-gateway-simulator"
 sed "s|{socket}|$work/bus.sock|" Tests/TestSupport/private-bus.conf > "$work/bus.conf"
 dbus-daemon --nofork --nopidfile --config-file="$work/bus.conf" & pids+=($!)
 for _ in $(seq 50); do [[ -S "$work/bus.sock" ]] && break; sleep 0.1; done
 export DBUS_SYSTEM_BUS_ADDRESS="unix:path=$work/bus.sock" TZ=UTC
 address=C0:26:DA:0B:E4:02
-"$gateway" simulate-meter --standin --address "$address" --name text-order --pin 123456 --records 1000 > "$work/meter.log" 2>&1 & pids+=($!)
+"$simulator" --standin --address "$address" --name text-order --pin 123456 --records 1000 > "$work/meter.log" 2>&1 & pids+=($!)
 secret=text-order-secret
 .venv/bin/python SystemTests/fake_nightscout.py --delay-401 0 --secret "$secret" > "$work/nightscout.out" 2> "$work/nightscout.log" & pids+=($!)
 for _ in $(seq 100); do [[ -s "$work/nightscout.out" ]] && break; sleep 0.1; done

@@ -36,10 +36,20 @@ fi
 # The gateway under test at a path every user can reach: the checkout may live in a directory only its
 # owner can enter (mktemp -d gives 0700, as CI work directories do), which the service user cannot
 # traverse. A bind mount of the file needs no copy; its libraries come from /opt/swift and the system.
+# The meter simulator likewise: the build's glucose-gateway-simulator beside the gateway binary, else the
+# package's (arm64).
 if [[ -n ${RB_GATEWAY_BIN:-} && -f $RB_GATEWAY_BIN ]]; then
     mkdir -p /run/rb/gateway && : > /run/rb/gateway/glucose-gateway
+    simulator="$(dirname "$RB_GATEWAY_BIN")/glucose-gateway-simulator"
+    if [[ -f $simulator ]]; then
+        : > /run/rb/gateway/glucose-gateway-simulator
+        mount --bind "$simulator" /run/rb/gateway/glucose-gateway-simulator && export RB_SIMULATOR_BIN=/run/rb/gateway/glucose-gateway-simulator
+    fi
     mount --bind "$RB_GATEWAY_BIN" /run/rb/gateway/glucose-gateway && RB_GATEWAY_BIN=/run/rb/gateway/glucose-gateway
     export RB_GATEWAY_BIN
+fi
+if [[ -z ${RB_SIMULATOR_BIN:-} ]]; then
+    export RB_SIMULATOR_BIN=/usr/libexec/glucose-gateway/glucose-gateway-simulator
 fi
 mkdir -p "$RB_OUT"
 finish() {

@@ -13,7 +13,7 @@
 # vdc (scratch, to time an upload); cut: vda (the disk cut now) and, after the first cut, vdb (the disk
 # cut in the previous boot); check: vdb alone.
 #
-# The meter is `simulate-meter --standin` on a private dbus-daemon (durability does not depend on the
+# The meter is `glucose-gateway-simulator --standin` on a private dbus-daemon (durability does not depend on the
 # radio; real BlueZ would only make each boot slower). Nightscout is the host's double, reached through
 # power-cut-relay.py: the guest's 127.0.0.1:17580 is its API, 127.0.0.1:17581 its control port.
 #
@@ -75,6 +75,9 @@ if [[ -n ${RB_DEB:-} && ! -x $GG_BIN ]]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$RB_DEB" > /run/apt-install.log 2>&1 ||
         echo "RB-NOTE apt install of $RB_DEB failed: $(tail -n 1 /run/apt-install.log)"
 fi
+# The meter simulator beside the gateway binary (a build), else the package's.
+simulator="$(dirname "$GG_BIN")/glucose-gateway-simulator"
+[[ -x $simulator ]] || simulator=/usr/libexec/glucose-gateway/glucose-gateway-simulator
 modprobe -a virtio_blk ext4 virtio_console >/dev/null 2>&1
 # The virtio-serial port by its name (no udev here to make the /dev/virtio-ports/ link).
 port_dev=""
@@ -126,7 +129,7 @@ print(json.dumps({"address": "C0:26:DA:01:02:03", "name": "meter+010203", "pin":
                   "records": records}))
 EOF
 # The meter keeps its bond in the job directory: it is not the machine that loses power.
-"$GG_BIN" simulate-meter --standin --meter /run/pc/meter.json --state "$job/meter-bonds.json" > /run/pc/standin.log 2>&1 &
+"$simulator" --standin --meter /run/pc/meter.json --state "$job/meter-bonds.json" > /run/pc/standin.log 2>&1 &
 for _ in $(seq 300); do grep -q '^ready' /run/pc/standin.log && grep -q 'relay ready' /run/pc/relay.log && break; sleep 0.1; done
 grep -q 'relay ready' /run/pc/relay.log || { echo "power-cut: the relay did not start"; cat /run/pc/relay.log; failed=1; finish; }
 grep -q '^ready' /run/pc/standin.log || { echo "power-cut: the stand-in did not start"; cat /run/pc/standin.log; failed=1; finish; }

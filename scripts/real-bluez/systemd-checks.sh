@@ -1,7 +1,7 @@
 #!/bin/bash
 # The systemd scenario's checks, run as root inside a VM whose PID 1 is systemd (see systemd-preinit.sh).
 # The gateway is installed with scripts/install.sh and runs as the real unit; a second btvirt controller
-# plays the meter (simulate-meter --bluez); a Nightscout double listens on the guest's loopback.
+# plays the meter (glucose-gateway-simulator --bluez); a Nightscout double listens on the guest's loopback.
 #
 #   systemd-checks.sh REPO BINARY
 #
@@ -203,9 +203,9 @@ udevadm info -q property /sys/class/bluetooth/hci0 | grep -qx 'SYSTEMD_WANTS=.*g
 ok=$?; check "udev gave hci0 SYSTEMD_WANTS=glucose-gateway.service (our rule) and NRestarts stayed $restarts_before" "$ok"
 run journalctl --no-pager -u "$unit" -o cat -n 4
 
-say "the meter on hci1 (simulate-meter --bluez) and a Nightscout double on the guest's loopback"
+say "the meter on hci1 (glucose-gateway-simulator --bluez) and a Nightscout double on the guest's loopback"
 start_meter() {
-    "$binary" simulate-meter --bluez --adapter hci1 --address "$meter" --name meter+06543210 --pin "$pin" \
+    "$(dirname "$binary")/glucose-gateway-simulator" --bluez --adapter hci1 --address "$meter" --name meter+06543210 --pin "$pin" \
         --records 5 --start 2024-03-05T07:30:00 --interval-minutes 60 >> "$out/meter.log" 2>&1 &
     meter_pid=$!
     pids+=("$meter_pid")
@@ -214,12 +214,12 @@ if ((uart)); then
     # guest/meter.sh in the meter VM: meters/base.json (PIN 123456, 5 records), its own agent and the
     # rotation advertisement; it names its address in the flag meter-ready.
     wait_for 60 test -f "$RB_JOB/flag.meter-ready"
-    ok=$?; check "the meter VM's simulate-meter --bluez and meter aid are ready" "$ok"
+    ok=$?; check "the meter VM's simulator (--bluez) and meter aid are ready" "$ok"
     meter="$(cat "$RB_JOB/flag.meter-ready" 2>/dev/null)"
 else
     start_meter
     wait_for 30 grep -q '^ready' "$out/meter.log"
-    ok=$?; check "simulate-meter --bluez registered on hci1" "$ok"
+    ok=$?; check "the simulator (--bluez) registered on hci1" "$ok"
     # The meter side's keypad agent (the default agent, answering the meter's PIN) and the second, rotating
     # advertisement that keeps btvirt reporting the meter to a scanner (guest/meter_aid.py).
     python3 "$repo/scripts/real-bluez/guest/meter_aid.py" --pin "$pin" --rotate --adapter hci1 > "$out/meter-aid.log" 2>&1 &

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import GatewayCore
+import Support
 
 enum DemoCommand: GatewayCommand {
     static let name = "demo"
@@ -11,7 +12,8 @@ enum DemoCommand: GatewayCommand {
     usage: glucose-gateway demo
 
     Runs scripts/demo.sh from the source tree this program was built in, with this program: a private
-    D-Bus with the BlueZ stand-in and a simulated meter, a loopback Nightscout, `pair` and `run`; readings
+    D-Bus with the BlueZ stand-in and a simulated meter (glucose-gateway-simulator, beside this program
+    or in ../libexec/glucose-gateway), a loopback Nightscout, `pair` and `run`; readings
     arriving, a network drop (error code shown, readings kept) and the replay. About a minute; touches
     neither the system bus nor Bluetooth hardware; leaves no process behind.
     Set GLUCOSE_GATEWAY_SOURCE to the source tree if the program was moved.

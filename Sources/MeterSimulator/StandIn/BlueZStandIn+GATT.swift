@@ -27,7 +27,7 @@ extension BlueZStandIn {
                 .contains(GATTUUID.glucoseService.uuidString)
         }
         guard glucose else {
-            throw bluezError("NotSupported", "The stand-in plays meters only; use simulate-meter --bluez on BlueZ")
+            throw bluezError("NotSupported", "The stand-in plays meters only; use glucose-gateway-simulator --bluez on BlueZ")
         }
         profiles[sender, default: []].insert(root)
         await scanTick(run)

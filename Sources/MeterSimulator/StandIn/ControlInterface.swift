@@ -258,7 +258,7 @@ enum StandInState {
     }
 }
 
-/// Documentation strings of the control interface, for `simulate-meter --help`.
+/// Documentation strings of the control interface, for `glucose-gateway-simulator --help`.
 public enum StandInDocs {
     public static let controlPath = ControlInterface.path
     public static let controlSummary = ControlInterface.summary

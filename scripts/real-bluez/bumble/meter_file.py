@@ -1,6 +1,6 @@
 """The simulator's JSON meter format, read for the Bumble meter, and the Glucose Profile encodings it needs.
 
-The Bumble meter takes the same meter files as `simulate-meter --meter FILE`: a meter written out in full
+The Bumble meter takes the same meter files as `glucose-gateway-simulator --meter FILE`: a meter written out in full
 (what the simulator's `Describe` gives, see guest/describe_meter.py, which also resolves a built-in
 `"profile"`), or a file in the same format written by hand. Keys this meter cannot play are refused with
 one line naming the key, as the simulator refuses unknown keys: a misspelt or unsupported fault never

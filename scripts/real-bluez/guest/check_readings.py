@@ -4,7 +4,7 @@
 Compares `glucose-gateway readings --json` (ACTUAL) with the meter's records (EXPECTED: sequence, UTC time,
 local time, mg/dL): every expected record stored exactly once with exactly these values, and nothing else
 but N extra records: new records the meter made while the test ran (sequences following the last
-expected one, each V mg/dL), which simulate-meter times M minutes after its newest one (its new-record
+expected one, each V mg/dL), which the simulator times M minutes after its newest one (its new-record
 interval in minutes, at least 1; default 1). Prints every difference; exit 1 when any.
 """
 import argparse

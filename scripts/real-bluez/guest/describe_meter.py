@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""describe_meter.py GATEWAY_BIN SIMULATE-METER-ARGS...
+"""describe_meter.py SIMULATOR_BIN SIMULATOR-ARGS...
 
-Prints the meter that `simulate-meter SIMULATE-METER-ARGS` plays as a meter file (JSON), taken from the
+Prints the meter that `glucose-gateway-simulator SIMULATOR-ARGS` plays as a meter file (JSON), taken from the
 simulator itself: it runs the same meter as a BlueZ stand-in on a private dbus-daemon of its own and asks
 the control interface (Meters, then Describe). So the checks on the other VM compare with the meter's
 own record list, PIN and clock, not with a copy written by hand. Exit 1 with one line on any failure.
@@ -36,7 +36,7 @@ def main():
                 sys.exit("describe_meter: the private dbus-daemon did not start")
             time.sleep(0.05)
         address = "unix:path=" + socket
-        sim = subprocess.Popen([binary, "simulate-meter", "--standin", "--bus", address] + args,
+        sim = subprocess.Popen([binary, "--standin", "--bus", address] + args,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = sim.stdout.readline()
         if not line.startswith("ready"):

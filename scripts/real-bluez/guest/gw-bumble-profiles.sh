@@ -15,7 +15,7 @@ for i in "${!profiles[@]}"; do
         kind="$(/usr/bin/python3 "$1" "$2" --profile "$3" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin).get(\"clock\", {}).get(\"kind\", \"none\"))")"
         extra=(); [[ $kind != none ]] && extra=(--clock-skew 300 --clock-utc-offset "$5")
         /usr/bin/python3 "$1" "$2" --profile "$3" "${extra[@]}" > "$4"' _ \
-        "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" "$name" "$RB_OUT/profile.$i.json" "$offset"
+        "$RB_LIBDIR/guest/describe_meter.py" "$RB_SIMULATOR_BIN" "$name" "$RB_OUT/profile.$i.json" "$offset"
     specs+=(--meter "$RB_OUT/profile.$i.json,address=C0:26:DA:00:01:1$i")
 done
 bumble_start "${specs[@]}"

@@ -41,7 +41,7 @@ print(json.dumps({"address": "C0:26:DA:01:02:03", "name": "meter+010203", "pin":
                   "deviceInformation": {"manufacturer": "Simulated Meters", "model": "GlucoSim 1", "serial": "SIM03"},
                   "records": records}))
 PY
-"$gg" simulate-meter --standin --meter "$w/meter.json" > "$w/standin.log" 2>&1 &
+"$RB_SIMULATOR_BIN" --standin --meter "$w/meter.json" > "$w/standin.log" 2>&1 &
 /usr/bin/python3 "$RB_REPO/SystemTests/fake_nightscout.py" --port 0 --control-port 0 --secret correct-horse-battery \
     > "$w/nightscout.json" 2> "$w/nightscout.log" &
 for _ in $(seq 600); do grep -q '^ready' "$w/standin.log" && grep -q '"port"' "$w/nightscout.json" && break; sleep 0.1; done

@@ -1,5 +1,5 @@
 # Meter VM of the profiles scenario: plays each meter of RB_PROFILES in turn (a profile name:
-# `simulate-meter --bluez --profile NAME`; "file:NAME": the meter file meters/NAME.json) on this VM's
+# `glucose-gateway-simulator --bluez --profile NAME`; "file:NAME": the meter file meters/NAME.json) on this VM's
 # controller, next to the rotation advertisement (guest/meter_aid.py, with the meter's name). Before each
 # meter it writes the meter's own description (records, PIN, clock; guest/describe_meter.py) to the job
 # directory as meter.N.json, announces "ADDRESS NAME" as flag meter-ready.N, and waits for gateway-done.N.
@@ -20,7 +20,7 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     fi
     # A meter with a clock shows the local time of the gateway's meter zone (its offset now), 5 minutes
     # fast, as a meter set by hand in the field does; the gateway then sets it (meters set-clock).
-    clock_kind="$(/usr/bin/python3 "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" "${args[@]}" \
+    clock_kind="$(/usr/bin/python3 "$RB_LIBDIR/guest/describe_meter.py" "$RB_SIMULATOR_BIN" "${args[@]}" \
         | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get("clock", {}).get("kind", "none"))')"
     rb_note "$name: meter clock ${clock_kind:-unknown}"
     if [[ ${clock_kind:-none} != none ]]; then
@@ -29,7 +29,7 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
         args+=(--clock-skew 300 --clock-utc-offset "$offset")
     fi
     rb_step "$name: the meter's own description" 0 \
-        bash -c '/usr/bin/python3 "$1" "$2" "${@:4}" > "$3"' _ "$RB_LIBDIR/guest/describe_meter.py" "$RB_GATEWAY_BIN" \
+        bash -c '/usr/bin/python3 "$1" "$2" "${@:4}" > "$3"' _ "$RB_LIBDIR/guest/describe_meter.py" "$RB_SIMULATOR_BIN" \
         "$RB_JOB/meter.$i.json" "${args[@]}"
     # The rotation advertisement carries the meter's own name, as every advertisement of a real meter does
     # (the gateway's handling of a Fora TN'G goes by the name).
@@ -40,11 +40,11 @@ for item in ${RB_PROFILES:-contour-next-one accu-chek-guide}; do
     while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/meter_aid.$i.log" && break; sleep 0.2; done
     rb_check "$name: meter aid ready" grep -q '^ready' "$RB_OUT/meter_aid.$i.log"
     log="$RB_OUT/simulator.$i.log"
-    "$RB_GATEWAY_BIN" simulate-meter --bluez --adapter hci0 "${args[@]}" > "$log" 2>&1 &
+    "$RB_SIMULATOR_BIN" --bluez --adapter hci0 "${args[@]}" > "$log" 2>&1 &
     sim=$!
     deadline=$((SECONDS + 40))
     while ((SECONDS < deadline)); do grep -q '^ready' "$log" && break; kill -0 $sim 2> /dev/null || break; sleep 0.2; done
-    rb_check "$name: simulate-meter --bluez registered (ready)" grep -q '^ready' "$log"
+    rb_check "$name: the simulator (--bluez) registered (ready)" grep -q '^ready' "$log"
     rb_signal "meter-ready.$i" "$addr $name"
     rb_await "gateway-done.$i" 200 > /dev/null
     rb_check "$name: the simulator ran to the end" kill -0 $sim

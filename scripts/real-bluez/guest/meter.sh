@@ -1,4 +1,4 @@
-# Meter VM: `glucose-gateway simulate-meter --bluez` on this VM's controller with the meter file
+# Meter VM: `glucose-gateway-simulator --bluez` on this VM's controller with the meter file
 # meters/${RB_METER:-base}.json (its "ADDRESS" replaced by the controller's address, RB_METER_EXTRA merged
 # in), which imposes the meter's PIN through its own KeyboardOnly agent, plus the rotation advertisement
 # (guest/meter_aid.py; RB_METER_AGENT=keypad adds meter_aid's own keypad agent instead). Announces the
@@ -21,11 +21,11 @@ if [[ -n ${RB_METER_AWAIT_GATEWAY:-} ]]; then
     while [[ ! -f $RB_JOB/ready.$RB_METER_AWAIT_GATEWAY ]] && ((SECONDS < deadline)); do sleep 0.3; done
     rb_note "the gateway VM's controller is up"
 fi
-"$RB_GATEWAY_BIN" simulate-meter --bluez --adapter hci0 --meter /tmp/meter.json > "$RB_OUT/simulator.log" 2>&1 &
+"$RB_SIMULATOR_BIN" --bluez --adapter hci0 --meter /tmp/meter.json > "$RB_OUT/simulator.log" 2>&1 &
 sim=$!
 deadline=$((SECONDS + 40))
 while ((SECONDS < deadline)); do grep -q '^ready' "$RB_OUT/simulator.log" && break; kill -0 $sim 2> /dev/null || break; sleep 0.2; done
-rb_check "simulate-meter --bluez registered (ready)" grep -q '^ready' "$RB_OUT/simulator.log"
+rb_check "the simulator (--bluez) registered (ready)" grep -q '^ready' "$RB_OUT/simulator.log"
 aid=(--rotate)
 [[ ${RB_METER_AGENT:-simulator} == keypad ]] && aid+=(--pin "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin"])' /tmp/meter.json)")
 /usr/bin/python3 "$RB_LIBDIR/guest/meter_aid.py" "${aid[@]}" > "$RB_OUT/meter_aid.log" 2>&1 &

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Meter-side helpers next to `glucose-gateway simulate-meter --bluez`, on the meter VM's bluetoothd.
+"""Meter-side helpers next to `glucose-gateway-simulator --bluez`, on the meter VM's bluetoothd.
 
   meter_aid.py [--pin NNNNNN] [--rotate [--name NAME]] [--adapter hciN]
 

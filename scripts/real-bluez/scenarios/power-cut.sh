@@ -1,5 +1,5 @@
 # rb-about: power cuts: qemu SIGKILLed at random moments of a 1,000-record download and of an upload, the database on an ext4 virtual disk; after each cut the store is intact, keeps all the server holds, the next sync or upload completes, every record exactly once in the store and on the server
-# rb-topology: one VM per boot, no Bluetooth (simulate-meter --standin on a private dbus-daemon); one virtio disk per cut; the Nightscout double on the host, reached over virtio-serial (power-cut-relay.py)
+# rb-topology: one VM per boot, no Bluetooth (glucose-gateway-simulator --standin on a private dbus-daemon); one virtio disk per cut; the Nightscout double on the host, reached over virtio-serial (power-cut-relay.py)
 # rb-ci: yes
 # rb-releases: bookworm trixie arm64
 # rb-needs-bluetooth: no

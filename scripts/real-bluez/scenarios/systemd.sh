@@ -1,5 +1,5 @@
 # rb-about: real systemd as PID 1: the gateway installed by scripts/install.sh runs as the shipped unit (every hardening line), READY=1 and STATUS=, watchdog, reload with a bad config, stop within 5 s, the udev rule, a real-BlueZ download and an upload under the unit
-# rb-topology: one VM, systemd PID 1, one bluetoothd; btvirt's hci0 is the gateway's, hci1 the meter's (simulate-meter --bluez); a Nightscout double on the guest's loopback (arm64: the meter in an x86_64 VM, the gateway VM's hci0 over a virtio console)
+# rb-topology: one VM, systemd PID 1, one bluetoothd; btvirt's hci0 is the gateway's, hci1 the meter's (glucose-gateway-simulator --bluez); a Nightscout double on the guest's loopback (arm64: the meter in an x86_64 VM, the gateway VM's hci0 over a virtio console)
 # rb-ci: yes
 # rb-releases: bookworm trixie arm64
 # rb-ci-releases: bookworm trixie

@@ -1,6 +1,4 @@
 import GatewayCore
-import Support
-
 /// The options a command knows: which take a value (`--wait 20`, `--wait=20`), which are flags, and which
 /// may be given more than once. The tokenizer needs this before it can tell a value from a positional:
 /// in `sync --wait 20` the `20` belongs to `--wait`, in `sync 20` it is an ADDRESS.
@@ -160,7 +158,7 @@ public struct Arguments: Sendable {
     }
 
     /// A command-line token in an error message: printable, and not endless.
-    static func shown(_ token: String) -> String {
+    public static func shown(_ token: String) -> String {
         TerminalText.escaped(String(token.prefix(60)))
     }
 }
