@@ -108,7 +108,7 @@ public actor BlueZClient {
             throw BlueZError(error)
         }
         if owner != nil { await reload() }
-        pump = Task(executorPreference: CommandExecutor.preferred) { [weak self] in
+        pump = Task { [weak self] in
             for await message in signals {
                 guard let self else { return }
                 await self.apply(message)
@@ -409,7 +409,7 @@ public actor BlueZClient {
         waiters[key] = continuation
         defer { waiters[key] = nil }
         let deadline = ContinuousClock.now + timeout
-        let timer = Task(executorPreference: CommandExecutor.preferred) {
+        let timer = Task {
             try? await Task.sleep(until: deadline, clock: .continuous)
             continuation.yield(())
         }

@@ -43,16 +43,9 @@ public final class DBusConnection: Sendable {
         try await connect(address: systemBusAddress)
     }
 
-    /// A queue for the connections a task opens (and its child tasks open) to run on, or nil: each
-    /// connection's queue then runs by itself on Dispatch's threads. A command that does one thing at a
-    /// time sets one serial queue here, for its store and as its tasks' executor, so handing a message to
-    /// the task that waits for it and that task's commit never wake another thread.
-    @TaskLocal public static var queueTarget: DispatchQueue?
-
-    /// Connects to the bus at a D-Bus address (`unix:path=…`) and registers (`Hello`). The connection's
-    /// queue targets ``queueTarget`` when one is set.
+    /// Connects to the bus at a D-Bus address (`unix:path=…`) and registers (`Hello`).
     public static func connect(address: String) async throws(DBusError) -> DBusConnection {
-        let queue = DispatchQueue(label: "dbus-connection", target: queueTarget)
+        let queue = DispatchQueue(label: "dbus-connection")
         let result: Result<QueueConfined<ConnectionCore>, DBusError> = await withCheckedContinuation { continuation in
             queue.async {
                 continuation.resume(returning: ConnectionCore.open(address: address, queue: queue).map { QueueConfined(value: $0) })

@@ -73,7 +73,7 @@ final class DownloadSession {
         self.continuation = continuation
         // In groups: a burst of notifications costs one stream element, not one each.
         let groups = link.eventGroups
-        forwarder = Task(executorPreference: CommandExecutor.preferred) {
+        forwarder = Task {
             func tell(_ wake: DownloadIntake.Wake) {
                 if wake.contains(.batchFull) {
                     continuation.yield(.batchFull)
@@ -531,7 +531,7 @@ final class DownloadSession {
         timerDeadline = deadline
         let clock = self.clock
         let continuation = self.continuation
-        timer = Task(executorPreference: CommandExecutor.preferred) {
+        timer = Task {
             do { try await clock.sleep(until: deadline) } catch { return }
             continuation.yield(.deadline)
         }

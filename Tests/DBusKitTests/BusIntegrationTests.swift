@@ -42,37 +42,6 @@ final class BusPair: Sendable {
         await pair.close()
     }
 
-    /// A connection opened while `queueTarget` is set handles its messages on that queue; one opened
-    /// without it does not.
-    @Test func aConnectionOpenedUnderATargetHandlesMessagesOnIt() async throws {
-        let bus = try await PrivateBus.start()
-        let key = DispatchSpecificKey<String>()
-        let target = DispatchQueue(label: "test.dbus-target")
-        target.setSpecific(key: key, value: "target")
-        let onTarget = try await DBusConnection.$queueTarget.withValue(target) {
-            try await DBusConnection.connect(address: bus.address)
-        }
-        let alone = try await DBusConnection.connect(address: bus.address)
-        let sender = try await DBusConnection.connect(address: bus.address)
-        let seen = Mutex<[String: String]>([:])
-        let rule = MatchRule(interface: "org.example.Where", member: "Ping")
-        var subscriptions: [DBusSubscription] = []
-        for (name, connection) in [("on target", onTarget), ("alone", alone)] {
-            subscriptions.append(try await connection.subscribe([rule], onMessage: { _ in
-                let queue = DispatchQueue.getSpecific(key: key) ?? "own"
-                seen.withLock { $0[name] = queue }
-            }, onBatchEnd: {}, onEnd: {}))
-        }
-        try await sender.emitSignal(path: "/where", interface: "org.example.Where", member: "Ping")
-        try #require(await waitUntil(10) { seen.withLock { $0.count } == 2 })
-        #expect(seen.withLock { $0 } == ["on target": "target", "alone": "own"])
-        for subscription in subscriptions { subscription.cancel() }
-        await sender.close()
-        await alone.close()
-        await onTarget.close()
-        bus.close()
-    }
-
     /// Calls sent together are answered in the order given, each with its own reply or error.
     @Test func callsSentTogetherKeepTheirOrderAndErrors() async throws {
         let pair = try await BusPair()

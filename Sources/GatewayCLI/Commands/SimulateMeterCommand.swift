@@ -9,7 +9,6 @@ import MeterSimulator
 
 enum SimulateMeterCommand: GatewayCommand {
     static let name = "simulate-meter"
-    static let runsConcurrently = true
     static let abstract = "Simulate a glucose meter, on real BlueZ or as a BlueZ stand-in"
     static let help = """
     usage: glucose-gateway simulate-meter --list-profiles
