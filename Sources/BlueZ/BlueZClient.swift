@@ -100,9 +100,7 @@ public actor BlueZClient {
                 MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
                           path: DBusNames.busPath, arguments: [0: BlueZNames.service]),
                 MatchRule(sender: connection.uniqueName, interface: Self.barrierInterface, member: "Reached"),
-            ], where: { !Self.isNotification($0) }, propertyBytes: { _, property in
-                Self.isNotification(property) ? .skipped : .asMessage
-            })
+            ], where: { !Self.isNotification($0) })
             owner = try await connection.nameOwner(of: BlueZNames.service)
         } catch {
             throw BlueZError(error)
@@ -193,11 +191,6 @@ public actor BlueZClient {
               let entries = message.body[1].dictionaryEntries, entries.count == 1,
               case .string("Value") = entries[0].key else { return false }
         return true
-    }
-
-    /// The same test for a signal taken in as `PropertyBytes`.
-    public nonisolated static func isNotification(_ property: PropertyBytes) -> Bool {
-        property.interface == BlueZNames.gattCharacteristic && property.name == "Value"
     }
 
     private func apply(_ message: DBusMessage) async {
