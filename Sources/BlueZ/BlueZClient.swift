@@ -104,15 +104,13 @@ public actor BlueZClient {
                 MatchRule(sender: DBusNames.bus, interface: DBusNames.bus, member: "NameOwnerChanged",
                           path: DBusNames.busPath, arguments: [0: BlueZNames.service]),
                 MatchRule(sender: connection.uniqueName, interface: Self.barrierInterface, member: "Reached"),
-            ], where: { !Self.isNotification($0) }, propertyBytes: { _, property in
-                Self.isNotification(property) ? .skipped : .asMessage
-            })
+            ], where: { !Self.isNotification($0) })
             owner = try await connection.nameOwner(of: BlueZNames.service)
         } catch {
             throw BlueZError(error)
         }
         if owner != nil { await reload() }
-        pump = Task(executorPreference: CommandExecutor.preferred) { [weak self] in
+        pump = Task { [weak self] in
             for await message in signals {
                 guard let self else { return }
                 await self.apply(message)
@@ -197,11 +195,6 @@ public actor BlueZClient {
               let entries = message.body[1].dictionaryEntries, entries.count == 1,
               case .string("Value") = entries[0].key else { return false }
         return true
-    }
-
-    /// The same test for a signal taken in as `PropertyBytes`.
-    public nonisolated static func isNotification(_ property: PropertyBytes) -> Bool {
-        property.interface == BlueZNames.gattCharacteristic && property.name == "Value"
     }
 
     private func apply(_ message: DBusMessage) async {
@@ -413,7 +406,7 @@ public actor BlueZClient {
         waiters[key] = continuation
         defer { waiters[key] = nil }
         let deadline = ContinuousClock.now + timeout
-        let timer = Task(executorPreference: CommandExecutor.preferred) {
+        let timer = Task {
             try? await Task.sleep(until: deadline, clock: .continuous)
             continuation.yield(())
         }

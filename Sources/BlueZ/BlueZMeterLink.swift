@@ -135,7 +135,6 @@ extension BlueZClient {
             subscription = try await connection.subscribe(
                 BlueZMeterLink.rules(devicePath: path),
                 onMessage: { core.handle($0) },
-                onPropertyBytes: { core.handle($0, $1) },
                 onBatchEnd: { core.flush() },
                 awaitsBurst: { core.isReporting },
                 onEnd: { core.end("the connection to the bus was lost") })

@@ -157,15 +157,6 @@ final class LinkCore: Sendable {
         }
     }
 
-    /// One signal of the `PropertyBytes` shape, on the connection's queue: a notification or indication
-    /// of a characteristic is taken straight from the bytes; anything else goes to `handle(_:)`.
-    func handle(_ header: DBusMessage, _ property: PropertyBytes) -> PropertyBytesOutcome {
-        guard BlueZClient.isNotification(property) else { return .asMessage }
-        guard header.sender == owner, let path = header.path else { return .skipped }
-        take(Array(property.value), from: path)
-        return .took
-    }
-
     /// A characteristic's new value: queued for the link when its characteristic is subscribed.
     private func take(_ value: [UInt8], from path: String) {
         let closed = state.withLock { state -> [AcquiredSocket] in

@@ -14,29 +14,15 @@ extension ConnectionCore {
         /// Asked on the queue after a pass that delivered messages to this subscription: true lets the
         /// connection wait a moment for more of the burst before ending the pass (see `BurstWait`).
         var awaitsBurst: (@Sendable () -> Bool)? = nil
-        /// For a signal of the `PropertyBytes` shape, when set: called on the queue with the header (its
-        /// body left undecoded) and the property, before `filter` and `deliver`.
-        var propertyBytes: (@Sendable (DBusMessage, PropertyBytes) -> PropertyBytesOutcome)? = nil
     }
 
     /// Hands a signal to every subscription with a rule that matches it. Counts it for the pass: a burst
     /// signal when every subscription it was delivered to lets the connection wait for more
     /// (`awaitsBurst`), another message when some other subscription took it.
-    ///
-    /// A signal of the `PropertyBytes` shape (a GATT notification) goes to a subscription's
-    /// `propertyBytes` first: its body is decoded into values only for a subscription that asks for it
-    /// as a message.
     func routeSignal(_ message: OpaquePointer) {
         guard !subscriptions.isEmpty else { return }
-        // Headers first; the body is decoded only when some rule wants the message. Read from the wire
-        // bytes where `WireSignal` knows them, else field by field through libdbus.
-        let wire = WireSignal(message, cache: &signalCache)
-        defer { wire?.free() }
-        var decoded = wire?.header ?? Marshalling.decodeHeader(message, strings: &signalCache.strings)
-        let property = wire?.singleBytesProperty(&signalCache)
-        func body() -> [DBusValue] {
-            wire?.propertiesChangedBody(&signalCache) ?? Marshalling.decodeBody(message, strings: &signalCache.strings)
-        }
+        // Headers first; the body is decoded only when some rule wants the message.
+        var decoded = Marshalling.decodeHeader(message)
         var bodyDecoded = false
         var plainDelivery = false
         var burstDelivery = false
@@ -47,16 +33,8 @@ extension ConnectionCore {
                     wanted = true
                     break
                 }
-                if !bodyDecoded, let property {
-                    // The first argument is the interface; the others are not strings.
-                    if rule.matchesArguments(firstString: property.interface) {
-                        wanted = true
-                        break
-                    }
-                    continue
-                }
                 if !bodyDecoded {
-                    decoded.body = body()
+                    decoded.body = Marshalling.decodeBody(message)
                     bodyDecoded = true
                 }
                 if rule.matches(decoded) {
@@ -65,22 +43,12 @@ extension ConnectionCore {
                 }
             }
             guard wanted else { continue }
-            var taken = false
-            if let property, let take = subscription.propertyBytes {
-                switch take(decoded, property) {
-                case .took: taken = true
-                case .skipped: continue
-                case .asMessage: break
-                }
+            if !bodyDecoded {
+                decoded.body = Marshalling.decodeBody(message)
+                bodyDecoded = true
             }
-            if !taken {
-                if !bodyDecoded {
-                    decoded.body = body()
-                    bodyDecoded = true
-                }
-                if let filter = subscription.filter, !filter(decoded) { continue }
-                subscription.deliver(decoded)
-            }
+            if let filter = subscription.filter, !filter(decoded) { continue }
+            subscription.deliver(decoded)
             if subscription.endOfBatch != nil { batched.insert(key) }
             if subscription.awaitsBurst != nil {
                 burstDelivery = true

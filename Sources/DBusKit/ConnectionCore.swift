@@ -60,8 +60,6 @@ final class ConnectionCore {
     var subscriptions: [Int: Subscription] = [:]
     /// Subscriptions with an `endOfBatch` that were delivered a message in the current dispatch pass.
     var batched: Set<Int> = []
-    /// The strings and the last header of recent signals (see `WireSignalCache`, `DecodedStrings`).
-    var signalCache = WireSignalCache()
     /// What the current dispatch pass delivered (see `BurstWait`).
     var pass = PassCount()
     var disconnectWatchers: [Int: AsyncStream<Void>.Continuation] = [:]
@@ -235,8 +233,8 @@ final class ConnectionCore {
         pass = PassCount()
         readWaiting(watch)
         dispatchMessages()
-        // A pass of GATT notifications during a meter's report is most likely part of a burst that the
-        // meter sends faster than one per wake-up is worth: each trip through the event loop costs several
+        // A pass of signals for subscribers that expect a burst (`awaitsBurst`) is most likely part of one
+        // that arrives faster than one per wake-up is worth: each trip through the event loop costs several
         // thread switches (Dispatch's event thread, a worker, the consumer). So when everything the pass
         // dispatched was a signal for subscribers that ask for it (`awaitsBurst`) and no reply of ours is
         // awaited, the queue pauses a fixed short time and then takes in everything that arrived, as one

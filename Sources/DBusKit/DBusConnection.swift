@@ -43,16 +43,9 @@ public final class DBusConnection: Sendable {
         try await connect(address: systemBusAddress)
     }
 
-    /// A queue for the connections a task opens (and its child tasks open) to run on, or nil: each
-    /// connection's queue then runs by itself on Dispatch's threads. A command that does one thing at a
-    /// time sets one serial queue here, for its store and as its tasks' executor, so handing a message to
-    /// the task that waits for it and that task's commit never wake another thread.
-    @TaskLocal public static var queueTarget: DispatchQueue?
-
-    /// Connects to the bus at a D-Bus address (`unix:path=…`) and registers (`Hello`). The connection's
-    /// queue targets ``queueTarget`` when one is set.
+    /// Connects to the bus at a D-Bus address (`unix:path=…`) and registers (`Hello`).
     public static func connect(address: String) async throws(DBusError) -> DBusConnection {
-        let queue = DispatchQueue(label: "dbus-connection", target: queueTarget)
+        let queue = DispatchQueue(label: "dbus-connection")
         let result: Result<QueueConfined<ConnectionCore>, DBusError> = await withCheckedContinuation { continuation in
             queue.async {
                 continuation.resume(returning: ConnectionCore.open(address: address, queue: queue).map { QueueConfined(value: $0) })
@@ -162,16 +155,12 @@ public final class DBusConnection: Sendable {
     ///
     /// - Parameter filter: evaluated on the connection's queue before a message is buffered; messages it
     ///   rejects cost the consumer nothing (for rules that cannot express an exclusion).
-    /// - Parameter propertyBytes: for a signal of the `PropertyBytes` shape, asked on the queue before
-    ///   `filter` with its header and the property (see the callback form); `.took` buffers nothing.
     public func subscribe(_ rules: [MatchRule], timeout: Duration = .seconds(10),
-                          where filter: (@Sendable (DBusMessage) -> Bool)? = nil,
-                          propertyBytes: (@Sendable (DBusMessage, PropertyBytes) -> PropertyBytesOutcome)? = nil)
+                          where filter: (@Sendable (DBusMessage) -> Bool)? = nil)
         async throws(DBusError) -> AsyncStream<DBusMessage> {
         let (stream, continuation) = AsyncStream.makeStream(of: DBusMessage.self, bufferingPolicy: .unbounded)
         let subscription = try await subscribe(ConnectionCore.Subscription(
-            rules: rules, deliver: { continuation.yield($0) }, finish: { continuation.finish() }, filter: filter,
-            propertyBytes: propertyBytes),
+            rules: rules, deliver: { continuation.yield($0) }, finish: { continuation.finish() }, filter: filter),
             timeout: timeout)
         continuation.onTermination = { _ in subscription.cancel() }
         return stream
@@ -185,26 +174,18 @@ public final class DBusConnection: Sendable {
     /// can buffer in `onMessage` and wake its consumer once per pass instead of once per message.
     ///
     /// `awaitsBurst`, when given, is asked on the queue after a pass that delivered messages to this
-    /// subscription: true (say, while a meter sends the records of a report) lets the connection pause a
+    /// subscription: true (say, while a peer sends a long series of signals) lets the connection pause a
     /// couple of milliseconds and take in what arrived meanwhile as part of the same pass, so a burst costs
     /// one wake-up per many messages. It pauses only while every message of the pass went to such
     /// subscribers and none of them declines, and no reply is awaited; a wake-up pauses a few
     /// milliseconds at most in all.
-    ///
-    /// `onPropertyBytes`, when given, gets each matching signal of the `PropertyBytes` shape (one property
-    /// changed to a byte array, none invalidated: a GATT notification) first, on the queue, with the
-    /// header (its body not decoded) and the property read in place; it answers whether it took the
-    /// signal, does not want it, or wants it as a message through `onMessage`. The bytes must be copied
-    /// to be kept.
     public func subscribe(_ rules: [MatchRule], timeout: Duration = .seconds(10),
                           onMessage: @escaping @Sendable (DBusMessage) -> Void,
-                          onPropertyBytes: (@Sendable (DBusMessage, PropertyBytes) -> PropertyBytesOutcome)? = nil,
                           onBatchEnd: (@Sendable () -> Void)? = nil,
                           awaitsBurst: (@Sendable () -> Bool)? = nil,
                           onEnd: @escaping @Sendable () -> Void) async throws(DBusError) -> DBusSubscription {
         try await subscribe(ConnectionCore.Subscription(rules: rules, deliver: onMessage, finish: onEnd,
-                                                        endOfBatch: onBatchEnd, awaitsBurst: awaitsBurst,
-                                                        propertyBytes: onPropertyBytes),
+                                                        endOfBatch: onBatchEnd, awaitsBurst: awaitsBurst),
                             timeout: timeout)
     }
 

@@ -205,12 +205,6 @@ enum Marshalling {
 
     /// The header fields only (empty body, signature kept).
     static func decodeHeader(_ message: OpaquePointer) -> DBusMessage {
-        var strings: DecodedStrings? = nil
-        return decodeHeader(message, strings: &strings)
-    }
-
-    /// The header fields only, their strings taken from `strings` where kept there (nil: none kept).
-    static func decodeHeader(_ message: OpaquePointer, strings: inout DecodedStrings?) -> DBusMessage {
         let kind: DBusMessage.Kind
         switch dbus_message_get_type(message) {
         case DBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
@@ -221,90 +215,21 @@ enum Marshalling {
         var decoded = DBusMessage(kind: kind)
         decoded.serial = dbus_message_get_serial(message)
         decoded.replySerial = dbus_message_get_reply_serial(message)
-        decoded.path = dbus_message_get_path(message).map { text($0, &strings) }
-        decoded.interface = dbus_message_get_interface(message).map { text($0, &strings) }
-        decoded.member = dbus_message_get_member(message).map { text($0, &strings) }
-        decoded.errorName = dbus_message_get_error_name(message).map { text($0, &strings) }
-        decoded.sender = dbus_message_get_sender(message).map { text($0, &strings) }
-        decoded.destination = dbus_message_get_destination(message).map { text($0, &strings) }
-        decoded.signature = dbus_message_get_signature(message).map { text($0, &strings) } ?? ""
+        decoded.path = dbus_message_get_path(message).map { String(cString: $0) }
+        decoded.interface = dbus_message_get_interface(message).map { String(cString: $0) }
+        decoded.member = dbus_message_get_member(message).map { String(cString: $0) }
+        decoded.errorName = dbus_message_get_error_name(message).map { String(cString: $0) }
+        decoded.sender = dbus_message_get_sender(message).map { String(cString: $0) }
+        decoded.destination = dbus_message_get_destination(message).map { String(cString: $0) }
+        decoded.signature = dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
         return decoded
     }
 
-    private static func text(_ pointer: UnsafePointer<CChar>, _ strings: inout DecodedStrings?) -> String {
-        strings?.string(pointer) ?? String(cString: pointer)
-    }
-
+    /// The body, whatever its signature.
     static func decodeBody(_ message: OpaquePointer) -> [DBusValue] {
-        var strings: DecodedStrings? = nil
-        return decodeBody(message, strings: &strings)
-    }
-
-    /// The body; the strings of a PropertiesChanged (interface, property names) are taken from `strings`
-    /// where kept there.
-    static func decodeBody(_ message: OpaquePointer, strings: inout DecodedStrings?) -> [DBusValue] {
-        // PropertiesChanged (every GATT notification from BlueZ is one) has its own path, which knows the
-        // signature and asks libdbus for none of the inner ones.
-        if hasSignature(message, "sa{sv}as") {
-            var iter = DBusMessageIter()
-            if dbus_message_iter_init(message, &iter) != 0, let body = decodePropertiesChanged(&iter, &strings) {
-                return body
-            }
-        }
-        return decodeBodyGenerically(message)
-    }
-
-    /// The generic decoding of the whole body, whatever its signature (tests compare the paths).
-    static func decodeBodyGenerically(_ message: OpaquePointer) -> [DBusValue] {
         var iter = DBusMessageIter()
         guard dbus_message_iter_init(message, &iter) != 0 else { return [] }
         return decodeSequence(&iter)
-    }
-
-    /// Whether the message's body signature is `expected`, compared in place.
-    private static func hasSignature(_ message: OpaquePointer, _ expected: StaticString) -> Bool {
-        guard let signature = dbus_message_get_signature(message) else { return false }
-        return expected.withUTF8Buffer { want in
-            // Stops at the first difference, so never reads past the NUL of a shorter signature.
-            for (i, byte) in want.enumerated() where UInt8(bitPattern: signature[i]) != byte { return false }
-            return signature[want.count] == 0
-        }
-    }
-
-    /// `sa{sv}as`: `(interface, changed, invalidated)`, the same values as `decodeSequence` gives; nil (the
-    /// caller decodes generically) when a variant holds nothing `decodeOne` knows.
-    ///
-    /// Only called once the body's signature was seen to be exactly `sa{sv}as`, and libdbus validated the
-    /// body against it before handing the message over, so the type of every position is known: libdbus
-    /// is asked only where the message decides (the values, whether another element follows, what a
-    /// variant holds), not to confirm what the signature already says.
-    private static func decodePropertiesChanged(_ iter: inout DBusMessageIter,
-                                                _ strings: inout DecodedStrings?) -> [DBusValue]? {
-        let interface = basicString(&iter, &strings)
-        guard dbus_message_iter_next(&iter) != 0 else { return nil }
-        var entries: [DBusDictEntry] = []
-        var array = DBusMessageIter()
-        dbus_message_iter_recurse(&iter, &array)
-        while dbus_message_iter_get_arg_type(&array) == CDBUS_TYPE_DICT_ENTRY {
-            var entry = DBusMessageIter()
-            dbus_message_iter_recurse(&array, &entry)
-            let key = basicString(&entry, &strings)
-            guard dbus_message_iter_next(&entry) != 0 else { return nil }
-            var content = DBusMessageIter()
-            dbus_message_iter_recurse(&entry, &content)
-            guard let inner = decodeOne(&content) else { return nil }
-            entries.append(DBusDictEntry(.string(key), .variant(inner)))
-            dbus_message_iter_next(&array)
-        }
-        guard dbus_message_iter_next(&iter) != 0 else { return nil }
-        var invalidated: [DBusValue] = []
-        var names = DBusMessageIter()
-        dbus_message_iter_recurse(&iter, &names)
-        while dbus_message_iter_get_arg_type(&names) == CDBUS_TYPE_STRING {
-            invalidated.append(.string(basicString(&names, &strings)))
-            dbus_message_iter_next(&names)
-        }
-        return [.string(interface), .dictionary(key: "s", value: "v", entries), .array(element: "s", invalidated)]
     }
 
     private static func decodeSequence(_ iter: inout DBusMessageIter) -> [DBusValue] {
@@ -326,12 +251,6 @@ enum Marshalling {
         var pointer: UnsafePointer<CChar>? = nil
         dbus_message_iter_get_basic(&iter, &pointer)
         return pointer.map { String(cString: $0) } ?? ""
-    }
-
-    private static func basicString(_ iter: inout DBusMessageIter, _ strings: inout DecodedStrings?) -> String {
-        var pointer: UnsafePointer<CChar>? = nil
-        dbus_message_iter_get_basic(&iter, &pointer)
-        return pointer.map { text($0, &strings) } ?? ""
     }
 
     private static func signature(of iter: inout DBusMessageIter) -> String {
@@ -405,14 +324,7 @@ enum Marshalling {
 extension Marshalling {
     /// Encodes `values` into a method-call message, serializes it to wire bytes, parses the bytes back and
     /// decodes the body. Used by tests to check both directions against libdbus itself.
-    static func wireRoundTrip(_ values: [DBusValue], generically: Bool = false) throws(DBusError) -> [DBusValue] {
-        var strings: DecodedStrings? = nil
-        return try wireRoundTrip(values, generically: generically, strings: &strings).body
-    }
-
-    /// The same, decoding header and body as a signal's route does, with `strings`.
-    static func wireRoundTrip(_ values: [DBusValue], generically: Bool = false,
-                              strings: inout DecodedStrings?) throws(DBusError) -> DBusMessage {
+    static func wireRoundTrip(_ values: [DBusValue]) throws(DBusError) -> [DBusValue] {
         try validate(values)
         guard let message = dbus_message_new_method_call("org.example.Peer", "/org/example", "org.example.Iface", "Echo")
         else { throw DBusError(.noMemory, "out of memory") }
@@ -431,8 +343,6 @@ extension Marshalling {
             throw ConnectionCore.takeError(&error, fallback: .failed)
         }
         defer { dbus_message_unref(parsed) }
-        var decoded = decodeHeader(parsed, strings: &strings)
-        decoded.body = generically ? decodeBodyGenerically(parsed) : decodeBody(parsed, strings: &strings)
-        return decoded
+        return decodeBody(parsed)
     }
 }

@@ -69,15 +69,6 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
         return true
     }
 
-    /// Whether the `argN` conditions hold for a body whose only string argument is the first, `first`
-    /// (a `PropertiesChanged` body: the interface, then a dictionary and an array).
-    func matchesArguments(firstString first: String) -> Bool {
-        for (index, value) in arguments {
-            guard index == 0, first == value else { return false }
-        }
-        return true
-    }
-
     /// Whether the header fields satisfy the rule (the `argN` conditions are not checked).
     public func matchesHeader(_ message: DBusMessage) -> Bool {
         if let type, type != message.kind { return false }

@@ -12,14 +12,6 @@ public protocol GatewayCommand: Sendable {
     /// before it reads positionals. `--help`/`-h` and the global `--config`/`--verbose` are always known.
     static var options: OptionTable { get }
     static func run(_ arguments: inout Arguments, context: CommandContext) async throws -> ExitStatus
-    /// True for a command whose parts must go on while another waits (the daemon: several meters, uploads
-    /// and timers at once, where one commit or one slow server must never hold up the rest). Every other
-    /// command runs on one serial queue (`OneQueue`). Default false.
-    static var runsConcurrently: Bool { get }
-}
-
-extension GatewayCommand {
-    public static var runsConcurrently: Bool { false }
 }
 
 /// What every command gets: global options and the process environment.

@@ -124,8 +124,7 @@ public enum GatewayMain {
             logger: logger
         )
         do {
-            if command.runsConcurrently { return try await command.run(&args, context: context).rawValue }
-            return try await OneQueue().run { try await command.run(&args, context: context) }.rawValue
+            return try await command.run(&args, context: context).rawValue
         } catch {
             return fail(error, command: command.name)
         }

@@ -23,7 +23,7 @@ extension MeterDownload.Run {
         timerDeadline = deadline
         let clock = self.clock
         let continuation = self.continuation
-        timer = Task(executorPreference: CommandExecutor.preferred) {
+        timer = Task {
             do { try await clock.sleep(until: deadline) } catch { return }
             continuation.yield(.deadline)
         }

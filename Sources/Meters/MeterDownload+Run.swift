@@ -75,7 +75,7 @@ extension MeterDownload {
             self.continuation = continuation
             // In groups: a burst of notifications costs one stream element, not one each.
             let groups = link.eventGroups
-            forwarder = Task(executorPreference: CommandExecutor.preferred) {
+            forwarder = Task {
                 func tell(_ wake: DownloadIntake.Wake) {
                     if wake.contains(.batchFull) {
                         continuation.yield(.batchFull)

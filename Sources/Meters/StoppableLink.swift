@@ -15,7 +15,7 @@ public final class StoppableLink: MeterLink, Sendable {
         let channel = self.channel
         // The base's groups pass through whole: one stream element per group on each side.
         let upstream = base.eventGroups
-        forwarder = Task(executorPreference: CommandExecutor.preferred) {
+        forwarder = Task {
             for await group in upstream {
                 if let end = group.firstIndex(where: { if case .disconnected = $0 { true } else { false } }) {
                     channel.finish(after: Array(group[...end]))

@@ -5,9 +5,8 @@ import Dispatch
 final class DispatchQueueExecutor: SerialExecutor {
     let queue: DispatchQueue
 
-    /// A private queue, on `target` when one is given (a command's one queue, see `SQLiteStore.queueTarget`).
-    init(label: String, target: DispatchQueue? = nil) {
-        queue = DispatchQueue(label: label, target: target)
+    init(label: String) {
+        queue = DispatchQueue(label: label)
     }
 
     func enqueue(_ job: consuming ExecutorJob) {

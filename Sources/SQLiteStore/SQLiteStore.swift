@@ -26,12 +26,6 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
-    /// A queue for the stores a task opens (and its child tasks open) to run on, or nil: each store's
-    /// queue then runs by itself on Dispatch's threads. A command that does one thing at a time sets one
-    /// serial queue here, for its D-Bus connections and as its tasks' executor (see `DBusConnection.queueTarget`):
-    /// a blocking SQLite call then holds up that command's other work, which waits for it anyway.
-    @TaskLocal public static var queueTarget: DispatchQueue?
-
     /// Opens the database at `path`, creating it (mode 0600) and applying migrations as needed.
     ///
     /// - Parameters:
@@ -81,7 +75,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         self.path = path
         self.builders = builders
         self.now = now
-        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store", target: Self.queueTarget)
+        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
     }
 
     /// How a store was opened for reading (`openForReading`).
@@ -167,7 +161,7 @@ public actor SQLiteStore: ReadingStore, OutboxStore {
         self.builders = []
         self.now = SystemClock.now
         self.readAccess = .readOnly(reason: reason)
-        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store", target: Self.queueTarget)
+        self.executor = DispatchQueueExecutor(label: "glucose-gateway.store")
     }
 
     private static func configure(_ db: SQLiteConnection, busyTimeoutMilliseconds: Int, inMemory: Bool) throws {

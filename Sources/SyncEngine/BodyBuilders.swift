@@ -28,33 +28,28 @@ enum UploadableReading {
 
     /// Plain ASCII for a device string: letters, digits, `.`, `_` and `-`; anything else becomes `_`.
     static func plain(_ text: String) -> String {
-        var text = text
-        return text.withUTF8 { utf8 in
-            String(unsafeUninitializedCapacity: utf8.count) { out in
-                guard let p = out.baseAddress else { return 0 }
-                return writePlain(utf8, into: p)
-            }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count)
+        appendPlain(text, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `plain` of `text`: one `_` per Unicode scalar outside the set, whatever its UTF-8 length (a
+    /// scalar is its lead byte, below 0x80 or from 0xC0; its continuation bytes, 0x80...0xBF, add nothing).
+    static func appendPlain(_ text: String, to out: inout [UInt8]) {
+        for c in text.utf8 where !(0x80...0xBF).contains(c) {
+            out.append(isPlain(c) ? c : UInt8(ascii: "_"))
         }
     }
 
-    /// Writes `plain` of the UTF-8 bytes `text` at `out` and returns how many bytes that took (at most
-    /// `text.count`). One `_` per Unicode scalar outside the set, whatever its UTF-8 length: a scalar is
-    /// its lead byte (below 0x80 or from 0xC0), its continuation bytes (0x80...0xBF) add nothing.
-    static func writePlain(_ text: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) -> Int {
-        var at = 0
-        for c in text {
-            switch c {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
-                out[at] = c
-            case 0x80...0xBF:
-                continue
-            default:
-                out[at] = UInt8(ascii: "_")
-            }
-            at += 1
+    private static func isPlain(_ c: UInt8) -> Bool {
+        switch c {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+            return true
+        default:
+            return false
         }
-        return at
     }
 
     /// The meter's model (else its advertised name), cut to the length every meter string sent is cut to (`IdentityString`).
@@ -63,107 +58,34 @@ enum UploadableReading {
     }
 
     static func meterSerial(_ meter: MeterInfo) -> String {
-        plain(meterSerialText(meter))
+        var out: [UInt8] = []
+        appendSerial(meter, to: &out)
+        return String(decoding: out, as: UTF8.self)
     }
 
-    /// The serial as the meter gave it, or its address without colons in upper case.
-    private static func meterSerialText(_ meter: MeterInfo) -> String {
-        IdentityString.capped(meter.serial) ?? meter.address.replacingColons()
+    /// `glucose-gateway://<model>-<serial>`, both plain.
+    static func device(_ meter: MeterInfo) -> String {
+        var out = Array("glucose-gateway://".utf8)
+        out.reserveCapacity(64)
+        appendPlain(IdentityString.capped(meter.model ?? meter.name ?? "meter"), to: &out)
+        out.append(UInt8(ascii: "-"))
+        appendSerial(meter, to: &out)
+        return String(decoding: out, as: UTF8.self)
     }
 
-    /// Calls `body` with the UTF-8 bytes of `glucose-gateway://<model>-<serial>`, written on the stack.
-    static func withDevice<R>(_ meter: MeterInfo, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        var model = IdentityString.capped(meter.model ?? meter.name ?? "meter")
-        // Without a serial, an ASCII address is written as `plain` of its `replacingColons()` straight from
-        // its bytes; any other address goes through that text.
-        var address = meter.address
-        var serial = ""
-        var fromAddress = false
-        if meter.serial == nil {
-            fromAddress = address.withUTF8 { bytes in
-                for c in bytes where c >= 0x80 { return false }
-                return true
-            }
-        }
-        if !fromAddress { serial = meterSerialText(meter) }
-        let scheme: StaticString = "glucose-gateway://"
-        return model.withUTF8 { model in
-            address.withUTF8 { address in
-                serial.withUTF8 { serial in
-                    let serialBytes = fromAddress ? address : serial
-                    return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: scheme.utf8CodeUnitCount + model.count + 1 + serialBytes.count) { buffer in
-                        guard let p = buffer.baseAddress else { return body(UnsafeBufferPointer(buffer)) }
-                        var at = 0
-                        BodyBytes.put(scheme, p, &at)
-                        at += writePlain(model, into: p + at)
-                        p[at] = UInt8(ascii: "-")
-                        at += 1
-                        if fromAddress {
-                            at += writePlainAddress(address, into: p + at)
-                        } else {
-                            at += writePlain(serial, into: p + at)
-                        }
-                        return body(UnsafeBufferPointer(rebasing: buffer[..<at]))
-                    }
-                }
-            }
-        }
-    }
-
-    /// `writePlain` of `replacingColons()` of an ASCII address: its bytes without `:`, letters a-z raised,
-    /// then anything outside the plain set as `_`.
-    static func writePlainAddress(_ address: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) -> Int {
-        var at = 0
-        for var c in address where c != UInt8(ascii: ":") {
-            if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z") { c -= 0x20 }
-            switch c {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
-                out[at] = c
-            default:
-                out[at] = UInt8(ascii: "_")
-            }
-            at += 1
-        }
-        return at
-    }
-}
-
-extension String {
-    fileprivate func replacingColons() -> String {
-        // An ASCII address: its bytes without `:`, letters raised; any other text by Characters, as always.
-        if utf8.allSatisfy({ $0 < 0x80 }) {
-            var out: [UInt8] = []
-            out.reserveCapacity(utf8.count)
-            for var c in utf8 where c != UInt8(ascii: ":") {
+    /// Appends `plain` of the serial as the meter gave it, or of its address without colons in upper case
+    /// (an ASCII address, as BlueZ gives them, byte by byte; any other by Characters).
+    private static func appendSerial(_ meter: MeterInfo, to out: inout [UInt8]) {
+        if let serial = IdentityString.capped(meter.serial) {
+            appendPlain(serial, to: &out)
+        } else if meter.address.utf8.allSatisfy({ $0 < 0x80 }) {
+            for var c in meter.address.utf8 where c != UInt8(ascii: ":") {
                 if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z") { c -= 0x20 }
-                out.append(c)
+                out.append(isPlain(c) ? c : UInt8(ascii: "_"))
             }
-            return String(decoding: out, as: UTF8.self)
+        } else {
+            appendPlain(String(meter.address.filter { $0 != ":" }).uppercased(), to: &out)
         }
-        return String(filter { $0 != ":" }).uppercased()
-    }
-}
-
-/// Pieces of a body written at `p[at...]`, `at` moved past them.
-enum BodyBytes {
-    @inline(__always)
-    static func put(_ text: UnsafeBufferPointer<UInt8>, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
-        guard let base = text.baseAddress, !text.isEmpty else { return }
-        (p + at).initialize(from: base, count: text.count)
-        at += text.count
-    }
-
-    @inline(__always)
-    static func put(_ text: StaticString, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
-        text.withUTF8Buffer { put($0, p, &at) }
-    }
-
-    /// The decimal digits of `value` as `String(value)` writes them, `-` first when negative (`Int` is
-    /// 64 bits on every platform the gateway is built for).
-    @inline(__always)
-    static func put(_ value: Int64, _ p: UnsafeMutablePointer<UInt8>, _ at: inout Int) {
-        PaddedDecimal.write(Int(value), width: 0, p, &at)
     }
 }
 
@@ -192,59 +114,16 @@ public struct NightscoutBodyBuilder: OutboxBodyBuilder {
         }
         guard mgdl.isFinite, mgdl >= 1, mgdl < 10_000 else { return nil }
         let key = UploadableReading.key(of: reading)
-        let body = CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { time in
-            UploadableReading.withDevice(meter) { device in
-                Self.body(mbg: Int64(mgdl.rounded()), date: instant, dateString: time, device: device, identifier: key)
-            }
-        }
-        return OutboxElement(key: key, body: body)
-    }
-
-    /// `{"type":"mbg","mbg":…,"date":…,"dateString":"…","device":"…","identifier":"…"}` written in one
-    /// buffer on the stack and copied once. The same bytes `JSONWriter` writes for these members: none of
-    /// the texts can hold a byte JSON escapes (an ISO time, the device name of `withDevice`, which is plain
-    /// ASCII, and a UUID); a text that did would go through `JSONWriter.appendQuoted` all the same.
-    static func body(mbg: Int64, date: Int64, dateString: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>,
-                     identifier: String) -> [UInt8] {
-        var identifier = identifier
-        return identifier.withUTF8 { identifier in
-            guard JSONWriter.writesVerbatim(dateString), JSONWriter.writesVerbatim(device), JSONWriter.writesVerbatim(identifier) else {
-                return slow(mbg, date, dateString, device, identifier)
-            }
-            // The member names and punctuation (79 bytes), two integers of at most 20 characters each.
-            let capacity = 128 + dateString.count + device.count + identifier.count
-            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer -> [UInt8] in
-                guard let p = buffer.baseAddress else { return slow(mbg, date, dateString, device, identifier) }
-                var at = 0
-                BodyBytes.put(#"{"type":"mbg","mbg":"#, p, &at)
-                BodyBytes.put(mbg, p, &at)
-                BodyBytes.put(#","date":"#, p, &at)
-                BodyBytes.put(date, p, &at)
-                BodyBytes.put(#","dateString":""#, p, &at)
-                BodyBytes.put(dateString, p, &at)
-                BodyBytes.put(#"","device":""#, p, &at)
-                BodyBytes.put(device, p, &at)
-                BodyBytes.put(#"","identifier":""#, p, &at)
-                BodyBytes.put(identifier, p, &at)
-                BodyBytes.put(#""}"#, p, &at)
-                return Array(UnsafeBufferPointer(rebasing: buffer[..<at]))
-            }
-        }
-    }
-
-    /// The same body by `JSONWriter`, member by member.
-    private static func slow(_ mbg: Int64, _ date: Int64, _ dateString: UnsafeBufferPointer<UInt8>, _ device: UnsafeBufferPointer<UInt8>,
-                             _ identifier: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var w = JSONWriter(capacity: 256)
         w.beginObject()
         w.string("type", "mbg")
-        w.integer("mbg", mbg)
-        w.integer("date", date)
-        w.string("dateString", utf8: dateString)
-        w.string("device", utf8: device)
-        w.string("identifier", utf8: identifier)
+        w.integer("mbg", Int64(mgdl.rounded()))
+        w.integer("date", instant)
+        CivilCalendar.withISO8601(millis: instant, offsetMinutes: offset) { w.string("dateString", utf8: $0) }
+        w.string("device", UploadableReading.device(meter))
+        w.string("identifier", key)
         w.endObject()
-        return w.bytes
+        return OutboxElement(key: key, body: w.bytes)
     }
 }
 

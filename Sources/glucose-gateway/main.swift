@@ -6,7 +6,8 @@ import GatewayCLI
 
 // One malloc arena for the whole process, set before any thread starts: glibc otherwise gives each thread
 // that allocates an arena of its own, and a sync's dispatch threads leave about 0.8 MB more resident
-// memory that way (docs/performance.md, "How the gateway compares with a Python peer"). The threads rarely allocate at once.
+// memory and 3 % more CPU that way (docs/performance.md, "The performance code, piece by piece"). The
+// threads rarely allocate at once.
 #if canImport(Glibc)
 // <malloc.h> is not part of the Glibc module: mallopt is looked up, M_ARENA_MAX is -8 there.
 if let mallopt = dlsym(nil, "mallopt") {
@@ -17,7 +18,7 @@ if let mallopt = dlsym(nil, "mallopt") {
 // No logic here: the command line lives in GatewayCLI. It runs as a task on the concurrency pool, which
 // exits the process when it is done, while this thread waits. An asynchronous top-level `main` would end
 // this thread with pthread_exit (dispatch_main), which unwinds its stack through the unwind tables: half a
-// megabyte of them read into memory for nothing (docs/performance.md, "How the gateway compares with a Python peer").
+// megabyte of them read into memory for nothing (docs/performance.md, "What the package's build flags do").
 // The waiting thread blocks every signal first, as dispatch's own threads do, so a signal the commands
 // handle (SIGTERM, SIGINT, SIGHUP through dispatch signal sources) is never taken by a thread that ignores it.
 // All but SIGABRT: systemd's watchdog sends it to a daemon that stopped pinging, and its default action (end

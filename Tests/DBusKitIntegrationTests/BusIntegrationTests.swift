@@ -42,37 +42,6 @@ final class BusPair: Sendable {
         await pair.close()
     }
 
-    /// A connection opened while `queueTarget` is set handles its messages on that queue; one opened
-    /// without it does not.
-    @Test func aConnectionOpenedUnderATargetHandlesMessagesOnIt() async throws {
-        let bus = try await PrivateBus.start()
-        let key = DispatchSpecificKey<String>()
-        let target = DispatchQueue(label: "test.dbus-target")
-        target.setSpecific(key: key, value: "target")
-        let onTarget = try await DBusConnection.$queueTarget.withValue(target) {
-            try await DBusConnection.connect(address: bus.address)
-        }
-        let alone = try await DBusConnection.connect(address: bus.address)
-        let sender = try await DBusConnection.connect(address: bus.address)
-        let seen = Mutex<[String: String]>([:])
-        let rule = MatchRule(interface: "org.example.Where", member: "Ping")
-        var subscriptions: [DBusSubscription] = []
-        for (name, connection) in [("on target", onTarget), ("alone", alone)] {
-            subscriptions.append(try await connection.subscribe([rule], onMessage: { _ in
-                let queue = DispatchQueue.getSpecific(key: key) ?? "own"
-                seen.withLock { $0[name] = queue }
-            }, onBatchEnd: {}, onEnd: {}))
-        }
-        try await sender.emitSignal(path: "/where", interface: "org.example.Where", member: "Ping")
-        try #require(await waitUntil(10) { seen.withLock { $0.count } == 2 })
-        #expect(seen.withLock { $0 } == ["on target": "target", "alone": "own"])
-        for subscription in subscriptions { subscription.cancel() }
-        await sender.close()
-        await alone.close()
-        await onTarget.close()
-        bus.close()
-    }
-
     /// Calls sent together are answered in the order given, each with its own reply or error.
     @Test func callsSentTogetherKeepTheirOrderAndErrors() async throws {
         let pair = try await BusPair()
@@ -276,73 +245,6 @@ final class BusPair: Sendable {
         #expect(final.seen == 200)
         #expect(final.atLastEnd == 200)
         #expect((1...200).contains(final.ends))
-        subscription.cancel()
-        await pair.close()
-    }
-
-    /// A signal of the `PropertyBytes` shape (a GATT notification) goes to `onPropertyBytes` first: what
-    /// it takes is not delivered again, what it skips is not delivered at all, what it asks for as a
-    /// message comes whole to `onMessage`. Rules with `arg0` hold the same way. Any other signal goes to
-    /// `onMessage` alone.
-    @Test func propertyBytesSignalsAreTakenSkippedOrDeliveredAsMessages() async throws {
-        let pair = try await BusPair()
-        let gatt = "org.bluez.GattCharacteristic1"
-        let path = "/org/bluez/hci0/dev_00_11_22_33_44_55/service0010/char0011"
-        struct Seen: Sendable, Equatable {
-            var taken: [[UInt8]] = []
-            var messages: [[DBusValue]] = []
-            var offered: [String] = []
-        }
-        let seen = Mutex(Seen())
-        let changed = MatchRule(interface: DBusNames.properties, member: "PropertiesChanged")
-        let subscription = try await pair.client.subscribe([changed], onMessage: { message in
-            seen.withLock { $0.messages.append(message.body) }
-        }, onPropertyBytes: { header, property in
-            let value = Array(property.value)
-            seen.withLock { $0.offered.append("\(header.path ?? "?") \(property.interface) \(property.name)") }
-            guard let first = value.first else { return .skipped }
-            if first % 2 == 0 {
-                seen.withLock { $0.taken.append(value) }
-                return .took
-            }
-            return .asMessage
-        }, onEnd: {})
-        // By arg0: one rule for another interface (sees nothing), one for the characteristic's.
-        let otherInterface = try await pair.client.subscribe([MatchRule(interface: DBusNames.properties, arguments: [0: "org.other.I"])],
-                                                             propertyBytes: { _, _ in .asMessage })
-        let byInterface = try await pair.client.subscribe([MatchRule(interface: DBusNames.properties, arguments: [0: gatt])],
-                                                          propertyBytes: { _, property in property.value.first == 2 ? .skipped : .asMessage })
-        func notify(_ body: [DBusValue]) async throws {
-            try await pair.server.emitSignal(path: path, interface: DBusNames.properties, member: "PropertiesChanged", arguments: body)
-        }
-        for n in UInt8(1)...4 {
-            try await notify([.string(gatt), .vardict(["Value": .bytes([n, 0xAA])]), .strings([])])
-        }
-        try await notify([.string(gatt), .vardict(["Value": .bytes([])]), .strings([])])
-        let twoProperties: [DBusValue] = [.string(gatt), .vardict(["Value": .bytes([6])]), .strings(["Notifying"])]
-        try await notify(twoProperties)
-        try #require(await waitUntil(20) { seen.withLock { $0.messages.count } >= 3 })
-        let odd: (UInt8) -> [DBusValue] = { [.string(gatt), .vardict(["Value": .bytes([$0, 0xAA])]), .strings([])] }
-        let final = seen.withLock { $0 }
-        #expect(final.taken == [[2, 0xAA], [4, 0xAA]])
-        #expect(final.messages == [odd(1), odd(3), twoProperties])
-        #expect(final.offered == Array(repeating: "\(path) \(gatt) Value", count: 5))
-        let received = try await withTimeout(5) { () -> [[DBusValue]] in
-            var out: [[DBusValue]] = []
-            for await message in byInterface {
-                out.append(message.body)
-                if out.count == 5 { break }
-            }
-            return out
-        }
-        #expect(received == [odd(1), odd(3), odd(4), [.string(gatt), .vardict(["Value": .bytes([])]), .strings([])], twoProperties])
-        try await pair.server.emitSignal(path: "/t", interface: DBusNames.properties, member: "PropertiesChanged",
-                                         arguments: [.string("org.other.I"), .vardict(["Value": .bytes([9])]), .strings([])])
-        let other = try await withTimeout(5) { () -> [DBusValue]? in
-            for await message in otherInterface { return message.body }
-            return nil
-        }
-        #expect(other == [.string("org.other.I"), .vardict(["Value": .bytes([9])]), .strings([])])
         subscription.cancel()
         await pair.close()
     }

@@ -151,41 +151,7 @@ struct BodyBytesTests {
         }
     }
 
-    /// The entry written in one buffer against `JSONWriter` member by member, for texts the builder passes
-    /// and for texts that need escapes (which it never passes, but which must be written as the writer does).
-    @Test func entryBytesAsTheWriterWritesThem() {
-        let texts = ["", "2024-03-05T07:30:00.000+01:00", "glucose-gateway://Accu-Chek-C026DA0BE402", "a\"b", "back\\slash", "\n",
-                     "x\u{01}", "\u{1F}", "\u{7F}", "\u{E9}\u{1F600}", "0b6c3a6e-1b7c-5d2e-9f3a-2c1d4e5f6a7b", " \t\r/"]
-        let numbers: [Int64] = [0, 1, -1, 9, 10, 142, 9_999, Int64.max, Int64.min, 1_709_623_800_000, -1_709_623_800_000, 100]
-        var cases = 0
-        for (n, time) in texts.enumerated() {
-            for (m, device) in texts.enumerated() {
-                for (k, identifier) in texts.enumerated() {
-                    let mbg = numbers[(n + m) % numbers.count], date = numbers[(m + k + 5) % numbers.count]
-                    var w = JSONWriter(capacity: 256)
-                    w.beginObject()
-                    w.string("type", "mbg")
-                    w.integer("mbg", mbg)
-                    w.integer("date", date)
-                    w.string("dateString", time)
-                    w.string("device", device)
-                    w.string("identifier", identifier)
-                    w.endObject()
-                    let t = Array(time.utf8), d = Array(device.utf8)
-                    let body = t.withUnsafeBufferPointer { t in
-                        d.withUnsafeBufferPointer { d in
-                            NightscoutBodyBuilder.body(mbg: mbg, date: date, dateString: t, device: d, identifier: identifier)
-                        }
-                    }
-                    #expect(body == w.bytes, "\(String(decoding: w.bytes, as: UTF8.self))")
-                    cases += 1
-                }
-            }
-        }
-        #expect(cases == texts.count * texts.count * texts.count)
-    }
-
-    /// A meter without a serial: its address in the device name, ASCII ones written from their bytes.
+    /// A meter without a serial: its address in the device name.
     @Test func deviceOfAMeterWithoutSerial() {
         let addresses = ["c0:26:da:0b:e4:02", "C0:26:DA:0B:E4:02", "", ":", "::", "a b/c.d_e-f:Z~", "aa:\u{DF}:\u{1C6}:0e",
                          "\u{7F}:\u{01}:\"\\", "e\u{301}:x", "\u{0130}:i", "zz:{}:[]:@`"]
@@ -193,10 +159,10 @@ struct BodyBytesTests {
             for model: String? in [nil, "GlucoSim 1", "\u{E9}"] {
                 var meter = MeterInfo(address: address, timeZone: "UTC")
                 meter.model = model
-                let device = UploadableReading.withDevice(meter) { String(decoding: $0, as: UTF8.self) }
+                let device = UploadableReading.device(meter)
                 #expect(device == Reference.device(meter), "\(Array(address.unicodeScalars))")
                 meter.serial = address
-                let withSerial = UploadableReading.withDevice(meter) { String(decoding: $0, as: UTF8.self) }
+                let withSerial = UploadableReading.device(meter)
                 #expect(withSerial == Reference.device(meter), "\(Array(address.unicodeScalars))")
             }
         }

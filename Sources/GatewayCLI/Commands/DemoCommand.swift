@@ -6,7 +6,6 @@ import Support
 
 enum DemoCommand: GatewayCommand {
     static let name = "demo"
-    static let runsConcurrently = true
     static let abstract = "Run a self-contained demonstration with a simulated meter and a loopback receiver"
     static let help = """
     usage: glucose-gateway demo

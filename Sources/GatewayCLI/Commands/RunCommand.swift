@@ -11,7 +11,6 @@ import SyncEngine
 
 enum RunCommand: GatewayCommand {
     static let name = "run"
-    static let runsConcurrently = true
     static let abstract = "Run the gateway daemon (discovery, downloads, uploads, status)"
     static let help = """
     usage: glucose-gateway run [--quiet-after SECONDS] [--connect-timeout SECONDS] [--time-scale X]
