@@ -132,7 +132,8 @@ public struct ReadingInterpreter: Sendable {
     public static let controlSolutionLocation: UInt8 = 4
 
     public func reading(
-        _ decoded: DecodedMeasurement, context: GlucoseMeasurementContext?, rawContext: [UInt8]?, receivedAt: UnixMillis
+        _ decoded: DecodedMeasurement, context: GlucoseMeasurementContext?, rawContext: [UInt8]?, receivedAt: UnixMillis,
+        placement: ClockPlacement? = nil
     ) -> NewReading {
         let m = decoded.measurement
         let offset = Int(m.timeOffset ?? 0)
@@ -147,6 +148,8 @@ public struct ReadingInterpreter: Sendable {
             let (shift, o1) = Int64(correctionSeconds).multipliedReportingOverflow(by: 1000)
             let (corrected, o2) = resolved.instant.subtractingReportingOverflow(shift)
             instant = o1 || o2 ? nil : corrected
+            // Placed by the meter's clock history (`ClockPlacer`): that instant instead of the one correction.
+            if let placed = placement?.instant(replacing: resolved.instant, settings: settings) { instant = placed }
             utcOffset = NewReading.utcOffsetMinutes(userFacingTime: userFacing, meterInstant: resolved.instant)
         }
 
@@ -194,6 +197,11 @@ public struct ReadingInterpreter: Sendable {
         if meterInstant != nil, instant.map({ $0 < Self.earliestPlausibleInstant }) ?? true {
             instant = nil
             exclusion = .timeUnresolved
+        }
+        // A time the clock history cannot place: kept with no instant, never uploaded, whatever else is wrong.
+        if meterInstant != nil, placement?.excludes(settings) == true {
+            instant = nil
+            exclusion = .timeUncertain
         }
         // Before every other reason: a future HI or LO must not become a note at a time that has not come.
         // Checked: `receivedAt` of a reading re-evaluated from the store is a number from a file.
