@@ -66,13 +66,13 @@ public enum ClockPlacement: Sendable, Equatable {
     }
 
     /// As the store keeps it beside the reading; nil for `unplaced` (the zone rules, nothing to keep).
-    public func stored(sequence: Int, userFacingTime: GlucoseDateTime) -> ReadingClock? {
+    public func stored(sequence: Int, userFacingTime: GlucoseDateTime, uncertainBecause: String = "clock changed between syncs") -> ReadingClock? {
         switch self {
         case .placed(_, let f, let since, let reason):
             ReadingClock(sequence: sequence, userFacingTime: userFacingTime, offsetSeconds: f, since: since, reason: reason.rawValue)
         case .uncertain(let candidates):
             ReadingClock(sequence: sequence, userFacingTime: userFacingTime, offsetSeconds: nil, since: nil,
-                         reason: "clock changed between syncs", candidates: candidates)
+                         reason: uncertainBecause, candidates: candidates)
         case .unplaced:
             nil
         }
@@ -288,4 +288,57 @@ public struct ClockPlacer: Sendable {
 
 extension Int64 {
     fileprivate var clampedInt: Int { Int(clamping: self) }
+}
+
+/// A meter without a readable clock: its times are read in its zone, uncorrected. Only the repeated autumn
+/// hour is placed here, where a wall time names two instants: the first when the gateway received the
+/// record before the second occurrence, the second when the record before it was taken after the first
+/// occurrence (the wall time ran back: the clock fell back between them), the first when the record after
+/// it was taken before the second; otherwise `uncertain` with both.
+public enum RepeatedHourPlacer {
+    public struct Record: Sendable, Equatable {
+        public var sequence: Int
+        public var userFacing: GlucoseDateTime
+        public var receivedAt: UnixMillis
+        public init(sequence: Int, userFacing: GlucoseDateTime, receivedAt: UnixMillis) {
+            self.sequence = sequence
+            self.userFacing = userFacing
+            self.receivedAt = receivedAt
+        }
+    }
+
+    /// One placement per record, in the order given: nil where the zone rules alone are right (a wall time
+    /// that occurred once, or the first occurrence settled), `placed` for a settled second occurrence.
+    public static func place(_ records: [Record], zone: MeterTimeZone) -> [ClockPlacement?] {
+        let order = records.indices.sorted { records[$0].sequence < records[$1].sequence }
+        // Each record's possible instants, in sequence order.
+        let options: [[UnixMillis]] = order.map { i in
+            switch zone.resolve(records[i].userFacing) {
+            case .repeated(let first, let second)?: [first, second]
+            case .unique(let t)?, .gap(let t, _)?: [t]
+            case nil: []
+            }
+        }
+        var out = [ClockPlacement?](repeating: nil, count: records.count)
+        for (position, i) in order.enumerated() {
+            let candidates = options[position]
+            guard candidates.count == 2, let first = candidates.first, let second = candidates.last else { continue }
+            let r = records[i]
+            // Received before the second occurrence happened: the first.
+            if r.receivedAt < second { continue }
+            // The record before it (in sequence order) was taken after this one's first occurrence, however it
+            // is read: this is the second. The one after it was taken before this one's second: the first.
+            let before = options[..<position].last { !$0.isEmpty }?.min()
+            let after = options[(position + 1)...].first { !$0.isEmpty }?.max()
+            if let before, before > first, before <= second {
+                let offset = Int(clamping: r.userFacing.naiveSeconds - second / 1000)
+                out[i] = .placed(instant: second, offsetSeconds: offset, since: r.receivedAt, reason: .recordOrder)
+            } else if let after, after < second, after >= first {
+                continue
+            } else {
+                out[i] = .uncertain(candidates: [first, second])
+            }
+        }
+        return out
+    }
 }

@@ -30,6 +30,8 @@ struct MeterClockTrack {
     /// The records of this download placed so far, and the ones held back because they were uncertain
     /// with what had arrived (a later record may settle them), with their index in `records`.
     var records: [ClockRecord] = []
+    /// When each of `records` arrived (for a meter without a readable clock, `RepeatedHourPlacer`).
+    var receivedAt: [UnixMillis] = []
     var deferred: [(record: PendingRecord, index: Int)] = []
 }
 
@@ -62,7 +64,9 @@ extension MeterDownload.Run {
     /// uncertain with what has arrived waits for the end of the download (a later record may place it);
     /// with `final` the waiting ones come first.
     func placedBatch(_ records: [PendingRecord], final: Bool) -> [(record: PendingRecord, placement: ClockPlacement?)] {
-        guard let placer = meterClock.placer, let current = meterClock.current else { return records.map { ($0, nil) } }
+        // Without a readable clock (or with correction off) the zone's rules place the records, and only the
+        // repeated autumn hour needs more.
+        guard let zone = interpreter.zone, !handling.contains(.reversedSequence) else { return records.map { ($0, nil) } }
         var entries: [(record: PendingRecord, index: Int?)] = []
         if final {
             entries = meterClock.deferred.map { ($0.record, $0.index) }
@@ -79,14 +83,22 @@ extension MeterDownload.Run {
             }
             meterClock.records.append(ClockRecord(sequence: Int(m.sequenceNumber), userFacing: m.userFacingTime,
                                                   timeOffsetMinutes: Int(m.timeOffset ?? 0)))
+            meterClock.receivedAt.append(record.receivedAt)
             entries.append((record, meterClock.records.count - 1))
         }
         // The records of this download all lie between the last measurement and this one. Where one is
         // numbered at or below the highest record of the last measurement (a counter that restarted), that
         // number says nothing about which side of it the record lies.
-        var previous = meterClock.previous
-        if let h = previous?.highestSequence, meterClock.records.contains(where: { $0.sequence <= h }) { previous?.highestSequence = nil }
-        let placements = placer.place(meterClock.records, syncs: [previous, current].compactMap { $0 })
+        let placements: [ClockPlacement?]
+        if let placer = meterClock.placer, let current = meterClock.current {
+            var previous = meterClock.previous
+            if let h = previous?.highestSequence, meterClock.records.contains(where: { $0.sequence <= h }) { previous?.highestSequence = nil }
+            placements = placer.place(meterClock.records, syncs: [previous, current].compactMap { $0 })
+        } else {
+            placements = RepeatedHourPlacer.place(zip(meterClock.records, meterClock.receivedAt).map {
+                RepeatedHourPlacer.Record(sequence: $0.sequence, userFacing: $0.userFacing, receivedAt: $1)
+            }, zone: zone)
+        }
         var out: [(record: PendingRecord, placement: ClockPlacement?)] = []
         for entry in entries {
             guard let index = entry.index else {
@@ -94,7 +106,7 @@ extension MeterDownload.Run {
                 continue
             }
             let placement = placements[index]
-            if !final, case .uncertain = placement {
+            if !final, case .uncertain? = placement {
                 meterClock.deferred.append((entry.record, index))
                 continue
             }
@@ -105,7 +117,11 @@ extension MeterDownload.Run {
 
     /// Keeps where the readings just committed were placed (their first placement stays).
     func rememberPlacements(_ placed: [(reading: NewReading, placement: ClockPlacement?)]) async {
-        let rows = placed.compactMap { $0.placement?.stored(sequence: $0.reading.sequence, userFacingTime: $0.reading.userFacingTime) }
+        // Without a clock the only placements are of the repeated hour.
+        let because = meterClock.placer == nil ? "repeated hour, no readable clock" : "clock changed between syncs"
+        let rows = placed.compactMap {
+            $0.placement?.stored(sequence: $0.reading.sequence, userFacingTime: $0.reading.userFacingTime, uncertainBecause: because)
+        }
         guard !rows.isEmpty else { return }
         do {
             try await download.store.rememberPlacements(meter.address, rows)
@@ -141,16 +157,17 @@ extension ClockPlacement {
     /// nil to keep the interpreter's. Within the skew threshold of the zone's reading the zone's stays, so a
     /// meter whose clock is right gets the times (and upload bodies) it always got.
     func instant(replacing zoneInstant: UnixMillis, settings: ClinicalSettings) -> UnixMillis? {
-        guard settings.clockSkewCorrection, case .placed(let instant, _, _, _) = self else { return nil }
+        guard case .placed(let instant, _, _, _) = self else { return nil }
         let (d, o) = instant.subtractingReportingOverflow(zoneInstant)
         let threshold = Int64(clamping: settings.clockSkewThresholdSeconds)
         if !o, threshold >= 0, threshold < Int64.max / 1000, d.magnitude <= UInt64(threshold * 1000) { return zoneInstant }
         return instant
     }
 
-    /// Whether the reading is kept out as `time-uncertain`.
+    /// Whether the reading is kept out as `time-uncertain` (placements are made only where the settings
+    /// allow: the clock history only with `clock_skew_correction` on).
     func excludes(_ settings: ClinicalSettings) -> Bool {
-        guard settings.clockSkewCorrection, case .uncertain = self else { return false }
-        return true
+        if case .uncertain = self { return true }
+        return false
     }
 }

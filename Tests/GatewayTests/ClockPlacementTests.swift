@@ -235,3 +235,34 @@ struct ClockPlacementTests {
         #expect(uncertain.summary == "clock uncertain: 1970-01-01T00:00:00Z or 1970-01-01T01:00:00Z (clock changed between syncs)")
     }
 }
+
+/// A meter without a readable clock in the repeated autumn hour (Europe/Berlin, 2024-10-27: 02:00-03:00
+/// shown twice, 00:00-01:00 UTC then 01:00-02:00 UTC).
+@Suite("Repeated hour without a clock")
+struct RepeatedHourPlacementTests {
+    typealias P = ClockPlacementTests
+    static func shown(_ h: Int, _ mi: Int) -> GlucoseDateTime {
+        GlucoseDateTime(year: 2024, month: 10, day: 27, hour: h, minute: mi, second: 0)!
+    }
+    static func record(_ sequence: Int, _ h: Int, _ mi: Int, receivedAt: UnixMillis = P.utc(2024, 10, 27, 12)) -> RepeatedHourPlacer.Record {
+        RepeatedHourPlacer.Record(sequence: sequence, userFacing: shown(h, mi), receivedAt: receivedAt)
+    }
+
+    @Test func aLoneRecordInTheRepeatedHourIsUncertainWithBothInstants() throws {
+        let placed = RepeatedHourPlacer.place([Self.record(1, 1, 30), Self.record(2, 2, 30), Self.record(3, 3, 30)], zone: try P.berlin())
+        #expect(placed == [nil, .uncertain(candidates: [P.utc(2024, 10, 27, 0, 30), P.utc(2024, 10, 27, 1, 30)]), nil])
+    }
+
+    @Test func receivedBeforeTheSecondPassItIsTheFirst() throws {
+        let placed = RepeatedHourPlacer.place([Self.record(1, 2, 30, receivedAt: P.utc(2024, 10, 27, 1, 10))], zone: try P.berlin())
+        #expect(placed == [nil])
+    }
+
+    @Test func wallTimeRunningBackSettlesBoth() throws {
+        // 02:50 then 02:20: the clock fell back between them. 02:50 is the first pass (00:50 UTC) because the
+        // next record is at most 01:20 UTC; 02:20 the second (01:20 UTC).
+        let placed = RepeatedHourPlacer.place([Self.record(1, 2, 50), Self.record(2, 2, 20)], zone: try P.berlin())
+        #expect(placed[0] == nil)
+        #expect(placed[1]?.instant == P.utc(2024, 10, 27, 1, 20))
+    }
+}
