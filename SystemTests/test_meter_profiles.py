@@ -13,8 +13,8 @@ from gg_bus import gateway_binary
 from gg_daemon import NightscoutDouble
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
-from gg_expected import (Unsupported, carry_over, check_clock, compare_nightscout, compare_store, expected_readings,
-                         newest_first, to_utc)
+from gg_expected import (Unsupported, carry_over, check_clock, clock_offset, compare_nightscout, compare_store,
+                         expected_readings, newest_first, to_utc)
 
 ZONE = "Europe/Berlin"
 
@@ -51,7 +51,7 @@ def download_and_check(bus, tmp_path, threshold=120):
             if key in ("manufacturer", "model", "serial", "firmware"):
                 assert listed[0].get(key) == "".join(c for c in sent if c >= " " and c != "\x7f").strip(), key
 
-        def downloaded(result, received):
+        def downloaded(result, received, first_sync=False):
             """What the store must hold after a download: the meter's records, times corrected by the skew
             the gateway measured in that download when beyond the threshold (checked against the
             simulated clock: measured where the meter has a readable clock, absent where not)."""
@@ -62,11 +62,12 @@ def download_and_check(bus, tmp_path, threshold=120):
             note = re.search(r"; meter clock off by (-?[0-9]+) s$", [l for l in result.stdout.splitlines()
                                                                      if l.startswith(address)][0])
             assert (int(note.group(1)) if note else 0) == correction
-            return expected_readings(describe(bus, address), ZONE, correction, received)
+            return expected_readings(describe(bus, address), ZONE, correction, received, threshold=threshold,
+                                     clock_offset_seconds=clock_offset(ZONE, listed[0], received), first_sync=first_sync)
 
         received = utc_now()
         first = gw.sync()
-        expected = downloaded(first, received)
+        expected = downloaded(first, received, first_sync=True)
         assert new_count(first, address) == "%s: %d new readings" % (address, len(expected))
         assert compare_store(expected, gw.readings(), by_time) == []
         assert compare_nightscout(expected, ns.entries()) == []

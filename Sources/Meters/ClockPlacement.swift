@@ -101,7 +101,7 @@ public struct ClockPlacer: Sendable {
     ///
     /// A record belongs between the last measurement whose highest sequence is below its own and the first
     /// whose highest sequence reaches it (the newest measurement takes every record above). Then:
-    /// 1. Same F at both ends (within the drift allowance): that F.
+    /// 1. Same F at both ends (within the drift allowance): that F (as measured at the later end).
     /// 2. F changed: the change lies at one place in sequence order; records before it get the old F, after
     ///    it the new. The places kept are those that leave the records in time order and between the two
     ///    measurements; where the time offset field steps by the change, only there; on a meter known to
@@ -152,10 +152,12 @@ public struct ClockPlacer: Sendable {
     func placeInterval(_ records: [ClockRecord], lower: ClockSync?, upper: ClockSync) -> [ClockPlacement] {
         guard let lower else { return placeFirst(records, upper: upper) }
         if same(lower.offsetSeconds, upper.offsetSeconds) {
+            // The clock held since the lower measurement; the upper one's value, the nearer in drift to new
+            // records and the one a download measures itself (a second's rounding apart otherwise).
             let reason: ClockPlacement.Reason = lower.setByGateway ? .setByGateway : .sameClock
             return records.map { r in
-                Self.instant(r, lower.offsetSeconds).map {
-                    .placed(instant: $0, offsetSeconds: lower.offsetSeconds, since: lower.at, reason: reason)
+                Self.instant(r, upper.offsetSeconds).map {
+                    .placed(instant: $0, offsetSeconds: upper.offsetSeconds, since: lower.at, reason: reason)
                 } ?? .unplaced
             }
         }
