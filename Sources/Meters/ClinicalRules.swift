@@ -81,7 +81,10 @@ public struct DecodedMeasurement: Sendable, Equatable {
 /// - Time: user-facing time = base time + time offset, read in the meter's zone (see `MeterTimeZone` for
 ///   DST gaps and repeated hours) and stored as UTC. When the meter's clock was readable and off by more
 ///   than the threshold, the corrected instant (meter instant minus skew) is used and the meter's instant
-///   kept beside it.
+///   kept beside it. A download that read the meter's clock passes each record's `ClockPlacement` (its
+///   user-facing time minus the F that held when it was taken, `ClockPlacer`): a placed instant replaces
+///   the corrected one (unless within the threshold of the zone's), and one that cannot be placed is
+///   `time-uncertain` with no instant, whatever else is wrong with it.
 /// - Control solution (type 10 or sample location 4), HI/LO (+INF/-INF), NaN, NRes, reserved values, a
 ///   record without a concentration, and any measurement fault in the sensor status (bits 1-10) are
 ///   stored and excluded. Battery low (bit 0) and time fault (bit 11) alone exclude nothing.
