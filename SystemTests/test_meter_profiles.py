@@ -70,6 +70,21 @@ def download_and_check(bus, tmp_path, threshold=120):
         expected = downloaded(first, received, first_sync=True)
         assert new_count(first, address) == "%s: %d new readings" % (address, len(expected))
         assert compare_store(expected, gw.readings(), by_time) == []
+        # Where the clock history placed each reading: with a readable clock, at the F just measured (or
+        # time-uncertain with its candidates), and the measurement in `meters --json`.
+        listed = json.loads(gw.run("meters", "--json").stdout)[0]
+        f = clock_offset(ZONE, listed, received)
+        if f is not None and not by_time:
+            assert [s["offset_seconds"] for s in listed["clock_history"]] == [listed["clock_history"][0]["offset_seconds"]]
+            assert abs(listed["clock_history"][0]["offset_seconds"] - f) <= 2, listed
+            for r in gw.readings():
+                if r.get("time") is None and r.get("exclusion") != "time-uncertain":
+                    continue   # a time that is not a date: the zone's rules, no placement
+                c = r["clock"]
+                if r.get("exclusion") == "time-uncertain":
+                    assert len(c["candidates"]) >= 1 and c.get("offset_seconds") is None, r
+                else:
+                    assert abs(c["offset_seconds"] - f) <= 2 and c["reason"] == "only sync", r
         assert compare_nightscout(expected, ns.entries()) == []
 
         # The user measures again (half an hour ago by the meter's clock, or by the zone's time without
