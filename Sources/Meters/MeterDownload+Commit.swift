@@ -51,7 +51,8 @@ extension MeterDownload.Run {
         }
         while true {
             let records = intake.take(final: final, limit: download.options.commitBatchSize)
-            guard !records.isEmpty else { return }
+            // (The final commit also takes the records held back for their clock placement.)
+            guard !records.isEmpty || (final && !meterClock.deferred.isEmpty) else { return }
             let placed = placedBatch(records, final: final)
             guard !placed.isEmpty else { continue }
             let batch = placed.map {
