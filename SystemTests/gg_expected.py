@@ -67,6 +67,32 @@ def check_clock(meter, zone, listed, threshold=120):
     return problems, (measured if abs(measured) > threshold else 0)
 
 
+def clock_offset(zone, listed, at):
+    """F, the meter's clock read as a civil time minus UTC, in seconds: the skew `meters --json` lists (the
+    clock against the zone's time when it was measured, about `at`, naive UTC) plus the zone's offset then.
+    None for a meter without a readable clock."""
+    skew = listed.get("clock_skew_seconds")
+    if skew is None:
+        return None
+    return skew + at.replace(tzinfo=datetime.timezone.utc).astimezone(ZoneInfo(zone)).utcoffset().total_seconds()
+
+
+def following_dst(local, zone, offset_seconds, at):
+    """The instants a record shown at `local` would have had on a clock that followed the zone's DST
+    switches and showed F = `offset_seconds` at `at` (naive UTC): none for a time such a clock skipped, two
+    for one it showed twice."""
+    tz = ZoneInfo(zone)
+    now_offset = at.replace(tzinfo=datetime.timezone.utc).astimezone(tz).utcoffset().total_seconds()
+    shifted = local - datetime.timedelta(seconds=offset_seconds - now_offset)
+    out = set()
+    for fold in (0, 1):
+        t = shifted.replace(tzinfo=tz, fold=fold)
+        utc = t.astimezone(datetime.timezone.utc)
+        if utc.astimezone(tz).replace(tzinfo=None) == shifted:
+            out.add(utc.replace(tzinfo=None))
+    return out
+
+
 class Expected:
     """One record as the store must hold it."""
 
@@ -90,12 +116,16 @@ class Expected:
         return "Expected(%r)" % self.__dict__
 
 
-def expected_readings(meter, zone, correction_seconds=0, received_at=None, future_tolerance_s=600):
+def expected_readings(meter, zone, correction_seconds=0, received_at=None, future_tolerance_s=600, clock_offset_seconds=None,
+                      first_sync=False, threshold=120):
     """Every record of `meter` (a meter-file dict) as an `Expected`, by sequence number.
 
     `correction_seconds`: the skew the gateway must subtract (0 when the meter has no readable clock or
     the skew is within the threshold). `received_at`: the gateway's clock at the download (naive UTC), for
-    the time-in-future rule."""
+    the time-in-future rule. `clock_offset_seconds`: F measured in that download (`clock_offset`), for a
+    meter with a readable clock: a reading's time is then its local time minus F (the zone's reading of it
+    where the two are within `threshold` seconds), and on the meter's `first_sync` a reading whose time a
+    clock following DST would put elsewhere is time-uncertain, with no time."""
     malformed = {m["sequence"]: m.get("kind", "truncated") for m in meter.get("faults", {}).get("malformed", [])}
     fora = is_fora_tng(meter)
     out = {}
@@ -143,6 +173,7 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
             exclusion = "sensor-fault"
         local = parse_local(r["time"]) + datetime.timedelta(minutes=r.get("timeOffset", 0))
         time = meter_time = None
+        uncertain = False
         if kind == "invalid-time":
             # Sent with month 13: the gateway keeps the base time as sent and never guesses an instant.
             if exclusion is None:
@@ -152,9 +183,20 @@ def expected_readings(meter, zone, correction_seconds=0, received_at=None, futur
             local_text = local.strftime("%Y-%m-%dT%H:%M:%S")
             meter_instant = to_utc(local, zone)
             instant = meter_instant - datetime.timedelta(seconds=correction_seconds)
-            meter_time, time = iso_utc(meter_instant), iso_utc(instant)
+            if clock_offset_seconds is not None:
+                placed = local - datetime.timedelta(seconds=clock_offset_seconds)
+                if first_sync and following_dst(local, zone, clock_offset_seconds, received_at) | {placed} != {placed}:
+                    uncertain = True
+                    instant = None
+                elif abs((placed - meter_instant).total_seconds()) <= threshold:
+                    instant = meter_instant
+                else:
+                    instant = placed
+            meter_time, time = iso_utc(meter_instant), instant and iso_utc(instant)
         if exclusion is None and analyte == "ketone":
             exclusion = "ketone"
+        if uncertain:
+            exclusion = "time-uncertain"
         # Before every other reason, as docs/uploads.md says: a future HI must not become a note ahead of time.
         if time is not None and received_at is not None and (instant - received_at).total_seconds() > future_tolerance_s:
             exclusion = "time-in-future"

@@ -13,8 +13,8 @@ from gg_bus import simulator_binary
 from gg_daemon import NightscoutDouble
 from gg_dbus import standin_control as control
 from gg_download import Gateway, meter, records
-from gg_expected import (Unsupported, carry_over, check_clock, compare_nightscout, compare_store, expected_readings,
-                         newest_first, to_utc)
+from gg_expected import (Unsupported, carry_over, check_clock, clock_offset, compare_nightscout, compare_store,
+                         expected_readings, newest_first, to_utc)
 
 ZONE = "Europe/Berlin"
 
@@ -51,7 +51,7 @@ def download_and_check(bus, tmp_path, threshold=120):
             if key in ("manufacturer", "model", "serial", "firmware"):
                 assert listed[0].get(key) == "".join(c for c in sent if c >= " " and c != "\x7f").strip(), key
 
-        def downloaded(result, received):
+        def downloaded(result, received, first_sync=False):
             """What the store must hold after a download: the meter's records, times corrected by the skew
             the gateway measured in that download when beyond the threshold (checked against the
             simulated clock: measured where the meter has a readable clock, absent where not)."""
@@ -62,13 +62,29 @@ def download_and_check(bus, tmp_path, threshold=120):
             note = re.search(r"; meter clock off by (-?[0-9]+) s$", [l for l in result.stdout.splitlines()
                                                                      if l.startswith(address)][0])
             assert (int(note.group(1)) if note else 0) == correction
-            return expected_readings(describe(bus, address), ZONE, correction, received)
+            return expected_readings(describe(bus, address), ZONE, correction, received, threshold=threshold,
+                                     clock_offset_seconds=clock_offset(ZONE, listed[0], received), first_sync=first_sync)
 
         received = utc_now()
         first = gw.sync()
-        expected = downloaded(first, received)
+        expected = downloaded(first, received, first_sync=True)
         assert new_count(first, address) == "%s: %d new readings" % (address, len(expected))
         assert compare_store(expected, gw.readings(), by_time) == []
+        # Where the clock history placed each reading: with a readable clock, at the F just measured (or
+        # time-uncertain with its candidates), and the measurement in `meters --json`.
+        listed = json.loads(gw.run("meters", "--json").stdout)[0]
+        f = clock_offset(ZONE, listed, received)
+        if f is not None and not by_time:
+            assert [s["offset_seconds"] for s in listed["clock_history"]] == [listed["clock_history"][0]["offset_seconds"]]
+            assert abs(listed["clock_history"][0]["offset_seconds"] - f) <= 2, listed
+            for r in gw.readings():
+                if r.get("time") is None and r.get("exclusion") != "time-uncertain":
+                    continue   # a time that is not a date: the zone's rules, no placement
+                c = r["clock"]
+                if r.get("exclusion") == "time-uncertain":
+                    assert len(c["candidates"]) >= 1 and c.get("offset_seconds") is None, r
+                else:
+                    assert abs(c["offset_seconds"] - f) <= 2 and c["reason"] == "only sync", r
         assert compare_nightscout(expected, ns.entries()) == []
 
         # The user measures again (half an hour ago by the meter's clock, or by the zone's time without

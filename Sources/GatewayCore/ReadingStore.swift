@@ -101,6 +101,14 @@ public protocol ReadingStore: Sendable {
     /// not in it (ask `changedByOtherProcesses`). Each call is a new stream; it ends when the store closes.
     /// Keep reading it or drop it: it buffers what is not read.
     func changes() -> AsyncStream<StoreChange>
+    /// The meter's clock measurements, oldest first (`ClockSync`).
+    func clockHistory(_ address: String) async throws -> [ClockSync]
+    /// Remembers clock measurements of the meter, in one transaction.
+    func rememberClock(_ address: String, _ syncs: [ClockSync]) async throws
+    /// Remembers where readings were placed in time; a reading's first placement is kept, never replaced.
+    func rememberPlacements(_ address: String, _ placements: [ReadingClock]) async throws
+    /// The meter's remembered placements.
+    func placements(_ address: String) async throws -> [ReadingClock]
 }
 
 /// What `ReadingStore.insertReadings` did.

@@ -81,7 +81,10 @@ public struct DecodedMeasurement: Sendable, Equatable {
 /// - Time: user-facing time = base time + time offset, read in the meter's zone (see `MeterTimeZone` for
 ///   DST gaps and repeated hours) and stored as UTC. When the meter's clock was readable and off by more
 ///   than the threshold, the corrected instant (meter instant minus skew) is used and the meter's instant
-///   kept beside it.
+///   kept beside it. A download that read the meter's clock passes each record's `ClockPlacement` (its
+///   user-facing time minus the F that held when it was taken, `ClockPlacer`): a placed instant replaces
+///   the corrected one (unless within the threshold of the zone's), and one that cannot be placed is
+///   `time-uncertain` with no instant, whatever else is wrong with it.
 /// - Control solution (type 10 or sample location 4), HI/LO (+INF/-INF), NaN, NRes, reserved values, a
 ///   record without a concentration, and any measurement fault in the sensor status (bits 1-10) are
 ///   stored and excluded. Battery low (bit 0) and time fault (bit 11) alone exclude nothing.
@@ -132,7 +135,8 @@ public struct ReadingInterpreter: Sendable {
     public static let controlSolutionLocation: UInt8 = 4
 
     public func reading(
-        _ decoded: DecodedMeasurement, context: GlucoseMeasurementContext?, rawContext: [UInt8]?, receivedAt: UnixMillis
+        _ decoded: DecodedMeasurement, context: GlucoseMeasurementContext?, rawContext: [UInt8]?, receivedAt: UnixMillis,
+        placement: ClockPlacement? = nil
     ) -> NewReading {
         let m = decoded.measurement
         let offset = Int(m.timeOffset ?? 0)
@@ -147,6 +151,8 @@ public struct ReadingInterpreter: Sendable {
             let (shift, o1) = Int64(correctionSeconds).multipliedReportingOverflow(by: 1000)
             let (corrected, o2) = resolved.instant.subtractingReportingOverflow(shift)
             instant = o1 || o2 ? nil : corrected
+            // Placed by the meter's clock history (`ClockPlacer`): that instant instead of the one correction.
+            if let placed = placement?.instant(replacing: resolved.instant, settings: settings) { instant = placed }
             utcOffset = NewReading.utcOffsetMinutes(userFacingTime: userFacing, meterInstant: resolved.instant)
         }
 
@@ -194,6 +200,11 @@ public struct ReadingInterpreter: Sendable {
         if meterInstant != nil, instant.map({ $0 < Self.earliestPlausibleInstant }) ?? true {
             instant = nil
             exclusion = .timeUnresolved
+        }
+        // A time the clock history cannot place: kept with no instant, never uploaded, whatever else is wrong.
+        if meterInstant != nil, placement?.excludes(settings) == true {
+            instant = nil
+            exclusion = .timeUncertain
         }
         // Before every other reason: a future HI or LO must not become a note at a time that has not come.
         // Checked: `receivedAt` of a reading re-evaluated from the store is a number from a file.

@@ -155,6 +155,7 @@ extension MeterDownload.Run {
         case .success(let access):
             let written = MeterClockWriter.Written(access: access, old: skew.meterClock, new: new)
             report.clockSet = written
+            clockWritten(new)
             let line = MeterClockWriter.describe(written, zone: zone.identifier, skewSeconds: skew.seconds)
             logger.notice("meter \(meter.address): \(line)")
             await log(.clockSet, code: skew.seconds, line)

@@ -52,16 +52,20 @@ extension MeterDownload.Run {
         }
         while true {
             let records = intake.take(final: final, limit: download.options.commitBatchSize)
-            guard !records.isEmpty else { return }
-            let batch = records.map {
-                handling.applied(to: interpreter.reading($0.decoded, context: $0.context, rawContext: $0.rawContext,
-                                                         receivedAt: $0.receivedAt))
+            // (The final commit also takes the records held back for their clock placement.)
+            guard !records.isEmpty || (final && !meterClock.deferred.isEmpty) else { return }
+            let placed = placedBatch(records, final: final)
+            guard !placed.isEmpty else { continue }
+            let batch = placed.map {
+                handling.applied(to: interpreter.reading($0.record.decoded, context: $0.record.context, rawContext: $0.record.rawContext,
+                                                         receivedAt: $0.record.receivedAt, placement: $0.placement))
             }
             do {
                 let outcome = try await download.store.insertReadings(batch)
                 report.stored += outcome.inserted
                 report.duplicates += batch.count - outcome.inserted - outcome.conflicts.count
                 await note(outcome.conflicts)
+                await rememberPlacements(zip(batch, placed).map { ($0, $1.placement) })
             } catch {
                 throw .failed(DownloadError(.store, "cannot store readings: \(error)"))
             }
@@ -95,6 +99,7 @@ extension MeterDownload.Run {
     /// Saves the meter's row after the download with `event` in the same commit; `event` is logged alone
     /// when the row is not saved (the meter was unpaired meanwhile, the store refused it).
     func saveBookkeeping(logging event: GatewayEvent) async {
+        await rememberClock(highest: [intake.snapshot.highestSequence, highestAtStart].compactMap { $0 }.max())
         var logged = false
         do {
             // A meter unpaired meanwhile has no row to update; saving would pair it again.

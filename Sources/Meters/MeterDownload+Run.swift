@@ -47,6 +47,8 @@ extension MeterDownload {
         var holdCommits = false
         /// Records taken out of the intake while commits are held (`holdReport`).
         var heldRecords: [PendingRecord] = []
+        /// The meter's clock against UTC and where this download's records lie in time (`MeterClockTrack`).
+        var meterClock = MeterClockTrack()
 
         var inputs: AsyncStream<Input>.Iterator
         let continuation: AsyncStream<Input>.Continuation
@@ -205,6 +207,7 @@ extension MeterDownload {
                     report.skew = skew
                     report.skewBeyondThreshold = skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds)
                     interpreter.skew = skew
+                    await measureClock(skew.meterClock, zone: zone)
                     if interpreter.correctionSeconds != 0 {
                         logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
                         await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")

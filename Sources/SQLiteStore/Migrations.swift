@@ -233,5 +233,32 @@ enum Schema {
                 UNIQUE (meter, characteristic, raw)
             ) STRICT;
             """),
+        Migration(name: "9-meter-clock", sql: """
+            -- Each measurement of a meter's clock against UTC: F = the clock read as a civil time minus UTC,
+            -- in seconds, when, and the highest record sequence the meter had then; a write of the clock by
+            -- the gateway is a row of its own. Readings stored before this migration keep their instants.
+            CREATE TABLE meter_clock (
+                id INTEGER PRIMARY KEY,
+                meter TEXT NOT NULL REFERENCES meter(address),
+                at INTEGER NOT NULL,
+                offset_s INTEGER NOT NULL,
+                highest_sequence INTEGER,
+                set_by_gateway INTEGER NOT NULL CHECK (set_by_gateway = 0 OR set_by_gateway = 1)
+            ) STRICT;
+            CREATE INDEX meter_clock_by_meter ON meter_clock (meter, at);
+            -- Where each reading was placed in time from that history when it was first stored: F, the sync
+            -- it came from and why, or the candidate instants (comma-separated milliseconds) of a reading
+            -- kept as time-uncertain. Keyed as the reading is; never changed.
+            CREATE TABLE reading_clock (
+                meter TEXT NOT NULL REFERENCES meter(address),
+                sequence INTEGER NOT NULL,
+                user_facing_time TEXT NOT NULL,
+                offset_s INTEGER,
+                since INTEGER,
+                reason TEXT NOT NULL,
+                candidates TEXT NOT NULL,
+                PRIMARY KEY (meter, sequence, user_facing_time)
+            ) STRICT;
+            """),
     ]
 }

@@ -76,8 +76,8 @@ import SQLiteStoreTestSupport
         let names = try check.query("SELECT name FROM schema_migration ORDER BY version") { $0.text(0) }
         #expect(names == Schema.migrations.map(\.name))
         let tables = try check.query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name") { $0.text(0) }
-        #expect(tables == ["conflicting_record", "destination_state", "event", "meter", "outbox", "outbox_body", "reading", "schema_migration",
-                          "undecodable_value", "unrelated"])
+        #expect(tables == ["conflicting_record", "destination_state", "event", "meter", "meter_clock", "outbox", "outbox_body", "reading",
+                          "reading_clock", "schema_migration", "undecodable_value", "unrelated"])
         check.close()
 
         // Opening again applies nothing twice and keeps the data.

@@ -38,11 +38,15 @@ enum MetersCommand: GatewayCommand {
         let json = arguments.flag("--json")
         try arguments.finish()
         let config = try context.loadConfig(forMeterCommand: name)
-        let (meters, counts) = try await MeterCommandSupport.withStore(config, readingOnly: "meters") { store in
+        let (meters, counts, clocks) = try await MeterCommandSupport.withStore(config, readingOnly: "meters") { store in
             let meters = try await store.meters(includingUnpaired: all)
             var counts: [String: Int] = [:]
-            for m in meters { counts[m.info.address] = try await store.readingCount(meterAddress: m.info.address) }
-            return (meters, counts)
+            var clocks: [String: [ClockSync]] = [:]
+            for m in meters {
+                counts[m.info.address] = try await store.readingCount(meterAddress: m.info.address)
+                clocks[m.info.address] = try await store.clockHistory(m.info.address)
+            }
+            return (meters, counts, clocks)
         }
         if json {
             let items: [JSONValue] = meters.map { m in
@@ -61,6 +65,7 @@ enum MetersCommand: GatewayCommand {
                 o.add("last_sync", m.info.lastSync.map(MeterCommandSupport.isoUTC))
                 o.add("clock_skew_seconds", m.info.lastClockSkewSeconds)
                 o.add("readings", counts[m.info.address] ?? 0)
+                o.add("clock_history", ReadingClocks.historyJSON(clocks[m.info.address] ?? []))
                 o.add("handling", .array(m.info.handling.kinds.map { .string($0.rawValue) }))
                 o.add("state", m.info.bondLostAt == nil ? "ok" : "re-pair-needed")
                 return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
@@ -88,6 +93,7 @@ enum MetersCommand: GatewayCommand {
         }
         let header = ["ADDRESS", "MODEL", "SERIAL", "TIME ZONE", "READINGS", "LAST SYNC", "CLOCK SKEW", "HANDLING"] + (all ? ["STATE"] : [])
         StandardStream.writeOutput(MeterCommandSupport.table(header, rows))
+        for m in meters { StandardStream.writeOutput(ReadingClocks.historyText(m.info.address, clocks[m.info.address] ?? [])) }
         for m in meters where m.unpairedAt == nil && m.info.bondLostAt != nil {
             StandardStream.writeOutput("\(m.info.address): re-pair needed (the meter lost its bond); run: glucose-gateway pair \(m.info.address) --pin PIN\n")
         }

@@ -48,7 +48,7 @@ enum ReadingsCommand: GatewayCommand {
             }
             since = t
         }
-        let rows = try await MeterCommandSupport.withStore(config, readingOnly: "readings") { store in
+        let (rows, clocks) = try await MeterCommandSupport.withStore(config, readingOnly: "readings") { store in
             if let meter, try await store.meters(includingUnpaired: true).contains(where: { $0.info.address == meter }) == false {
                 throw GatewayFailure(.failure, "no meter \(meter) in this gateway's database (see glucose-gateway meters --all)")
             }
@@ -57,16 +57,16 @@ enum ReadingsCommand: GatewayCommand {
             let undecodable = try await store.undecodableValues(ReadingFilter(meterAddress: meter, since: since, limit: limit))
             let left = limit.map { max(0, $0 - undecodable.count) }
             let readings = left == 0 ? [] : try await store.readings(ReadingFilter(meterAddress: meter, since: since, limit: left))
-            return undecodable.map(Row.undecodable) + readings.map(Row.reading)
+            return (undecodable.map(Row.undecodable) + readings.map(Row.reading), try await ReadingClocks.load(store, for: readings))
         }
         if json {
-            StandardStream.writeOutput(JSONValue.array(rows.map(jsonObject)).prettyText + "\n")
+            StandardStream.writeOutput(JSONValue.array(rows.map { jsonObject($0, clocks: clocks) }).prettyText + "\n")
         } else if csv {
             var out = csvHeader.joined(separator: ",") + "\n"
             for r in rows { out += csvRow(r).map(csvField).joined(separator: ",") + "\n" }
             StandardStream.writeOutput(out)
         } else {
-            StandardStream.writeOutput(table(rows))
+            StandardStream.writeOutput(table(rows, clocks: clocks))
         }
         return .ok
     }
@@ -112,9 +112,9 @@ enum ReadingsCommand: GatewayCommand {
         "hba1c_percent": "hba1cPercent",
     ]
 
-    static func jsonObject(_ row: Row) -> JSONValue {
+    static func jsonObject(_ row: Row, clocks: ReadingClocks = ReadingClocks()) -> JSONValue {
         switch row {
-        case .reading(let stored): return jsonObject(stored)
+        case .reading(let stored): return jsonObject(stored, clock: clocks.clock(stored.reading))
         case .undecodable(let stored): return jsonObject(stored)
         }
     }
@@ -134,7 +134,7 @@ enum ReadingsCommand: GatewayCommand {
         return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
     }
 
-    static func jsonObject(_ stored: StoredReading) -> JSONValue {
+    static func jsonObject(_ stored: StoredReading, clock: ReadingClock? = nil) -> JSONValue {
         let r = stored.reading
         var o = JSONObjectBuilder()
         o.add("id", stored.id)
@@ -154,6 +154,8 @@ enum ReadingsCommand: GatewayCommand {
         o.add("sample_location", r.sampleLocation)
         o.add("sensor_status", r.sensorStatus)
         o.add("exclusion", r.exclusion?.rawValue)
+        // Where the meter's clock history placed it (`ReadingClock`); absent when its time is the zone's.
+        o.add("clock", clock.map(ReadingClocks.json))
         if let c = r.context {
             var ctx = JSONObjectBuilder()
             ctx.add("meal", c.meal)
@@ -226,13 +228,14 @@ enum ReadingsCommand: GatewayCommand {
         return (decimal(r.mgdl, digits: 0) ?? "-") + " mg/dL"
     }
 
-    static func table(_ readings: [Row]) -> String {
+    static func table(_ readings: [Row], clocks: ReadingClocks = ReadingClocks()) -> String {
         if readings.isEmpty { return "no readings\n" }
         let rows = readings.map { row -> [String] in
             switch row {
             case .reading(let s):
                 let r = s.reading
-                return [r.userFacingTime.isoString.replacingT(), r.meterAddress, String(r.sequence), value(r), r.exclusion.map { "not uploaded: \($0.rawValue)" } ?? ""]
+                let note = [r.exclusion.map { "not uploaded: \($0.rawValue)" }, clocks.clock(r)?.summary].compactMap { $0 }
+                return [r.userFacingTime.isoString.replacingT(), r.meterAddress, String(r.sequence), value(r), note.joined(separator: "; ")]
             case .undecodable(let s):
                 let v = s.value
                 return ["-", v.meterAddress, v.sequence.map(String.init) ?? "-", "undecodable",

@@ -1,0 +1,173 @@
+import GatewayCore
+import GlucoseProfile
+
+/// Which meters are known to follow DST, or to ignore it, by manufacturer and model as Device Information
+/// gives them. Empty: no public report shows how any Bluetooth LE glucose meter behaves at a switch, so
+/// every meter is `DSTBehaviour.unknown` (see the README's "Times").
+public enum MeterClockProfile {
+    public static let known: [(manufacturer: String, model: String?, behaviour: DSTBehaviour)] = []
+
+    public static func dstBehaviour(for meter: MeterInfo) -> DSTBehaviour {
+        for entry in known {
+            guard meter.manufacturer?.lowercased().hasPrefix(entry.manufacturer.lowercased()) == true else { continue }
+            if let model = entry.model, meter.model != model { continue }
+            return entry.behaviour
+        }
+        return .unknown
+    }
+}
+
+/// What a download knows of the meter's clock: the last measurement remembered, the one taken now, a
+/// write of the clock, and every record of this download placed so far (`ClockPlacer`).
+struct MeterClockTrack {
+    /// The newest remembered measurement (nil on a meter never measured).
+    var previous: ClockSync?
+    /// This download's measurement, taken at connection, before any write.
+    var current: ClockSync?
+    /// The gateway's write of the clock in this download.
+    var written: ClockSync?
+    var placer: ClockPlacer?
+    /// The records of this download placed so far, and the ones held back because they were uncertain
+    /// with what had arrived (a later record may settle them), with their index in `records`.
+    var records: [ClockRecord] = []
+    /// When each of `records` arrived (for a meter without a readable clock, `RepeatedHourPlacer`).
+    var receivedAt: [UnixMillis] = []
+    var deferred: [(record: PendingRecord, index: Int)] = []
+}
+
+extension MeterDownload.Run {
+    /// Measures F from the clock value just read (before any write) and loads the meter's last measurement.
+    /// A store that cannot be read leaves the placement off: the times are then those of the zone rules
+    /// corrected by the skew, as before the clock history.
+    func measureClock(_ shown: GlucoseDateTime, zone: MeterTimeZone) async {
+        guard download.options.clinical.clockSkewCorrection, !handling.contains(.reversedSequence),
+              let f = ClockSync.offset(clock: shown, now: download.now()) else { return }
+        do {
+            meterClock.previous = try await download.store.clockHistory(meter.address).last
+        } catch {
+            logger.warning("meter \(meter.address): cannot read its clock history (\(error)); reading times follow the zone rules")
+            return
+        }
+        meterClock.current = ClockSync(at: download.now(), offsetSeconds: f, highestSequence: nil)
+        var seen = meter
+        seen.apply(report.identity)
+        meterClock.placer = ClockPlacer(zone: zone, dst: MeterClockProfile.dstBehaviour(for: seen))
+    }
+
+    /// The gateway wrote `new` to the clock: from now on the meter runs at its F.
+    func clockWritten(_ new: GlucoseDateTime) {
+        guard meterClock.current != nil, let f = ClockSync.offset(clock: new, now: download.now()) else { return }
+        meterClock.written = ClockSync(at: download.now(), offsetSeconds: f, highestSequence: nil, setByGateway: true)
+    }
+
+    /// The readings to commit now from `records`, each with its placement. Unless `final`, a record that is
+    /// uncertain with what has arrived waits for the end of the download (a later record may place it);
+    /// with `final` the waiting ones come first.
+    func placedBatch(_ records: [PendingRecord], final: Bool) -> [(record: PendingRecord, placement: ClockPlacement?)] {
+        // Without a readable clock (or with correction off) the zone's rules place the records, and only the
+        // repeated autumn hour needs more.
+        guard let zone = interpreter.zone, !handling.contains(.reversedSequence) else { return records.map { ($0, nil) } }
+        var entries: [(record: PendingRecord, index: Int?)] = []
+        if final {
+            entries = meterClock.deferred.map { ($0.record, $0.index) }
+            meterClock.deferred.removeAll()
+        }
+        for record in records {
+            let m = record.decoded.measurement
+            // Only records newer than those stored before: a record downloaded again was placed (or stored
+            // before the clock history) when it first came, and a counter that wrapped or restarted
+            // numbers its records below the stored ones, outside any interval between measurements.
+            guard record.decoded.timeUsable, highestAtStart.map({ Int(m.sequenceNumber) > $0 }) ?? true else {
+                entries.append((record, nil))
+                continue
+            }
+            meterClock.records.append(ClockRecord(sequence: Int(m.sequenceNumber), userFacing: m.userFacingTime,
+                                                  timeOffsetMinutes: Int(m.timeOffset ?? 0)))
+            meterClock.receivedAt.append(record.receivedAt)
+            entries.append((record, meterClock.records.count - 1))
+        }
+        // The records of this download all lie between the last measurement and this one. Where one is
+        // numbered at or below the highest record of the last measurement (a counter that restarted), that
+        // number says nothing about which side of it the record lies.
+        let placements: [ClockPlacement?]
+        if let placer = meterClock.placer, let current = meterClock.current {
+            var previous = meterClock.previous
+            if let h = previous?.highestSequence, meterClock.records.contains(where: { $0.sequence <= h }) { previous?.highestSequence = nil }
+            placements = placer.place(meterClock.records, syncs: [previous, current].compactMap { $0 })
+        } else {
+            placements = RepeatedHourPlacer.place(zip(meterClock.records, meterClock.receivedAt).map {
+                RepeatedHourPlacer.Record(sequence: $0.sequence, userFacing: $0.userFacing, receivedAt: $1)
+            }, zone: zone)
+        }
+        var out: [(record: PendingRecord, placement: ClockPlacement?)] = []
+        for entry in entries {
+            guard let index = entry.index else {
+                out.append((entry.record, nil))
+                continue
+            }
+            let placement = placements[index]
+            if !final, case .uncertain? = placement {
+                meterClock.deferred.append((entry.record, index))
+                continue
+            }
+            out.append((entry.record, placement))
+        }
+        return out
+    }
+
+    /// Keeps where the readings just committed were placed (their first placement stays).
+    func rememberPlacements(_ placed: [(reading: NewReading, placement: ClockPlacement?)]) async {
+        // Without a clock the only placements are of the repeated hour.
+        let because = meterClock.placer == nil ? "repeated hour, no readable clock" : "clock changed between syncs"
+        let rows = placed.compactMap {
+            $0.placement?.stored(sequence: $0.reading.sequence, userFacingTime: $0.reading.userFacingTime, uncertainBecause: because)
+        }
+        guard !rows.isEmpty else { return }
+        do {
+            try await download.store.rememberPlacements(meter.address, rows)
+        } catch {
+            logger.warning("meter \(meter.address): cannot keep where its readings were placed in time: \(error)")
+        }
+    }
+
+    /// Remembers this download's measurement, and the gateway's write of the clock. Only after a download
+    /// that completed is the meter's highest record known, which says which records came before them; after
+    /// one that did not, the measurement is kept without it (records of the next download are then not
+    /// assumed to come after it) and a write is not kept as a known event: the next download sees a clock
+    /// change it must place from the records, or keep `time-uncertain`.
+    func rememberClock(highest: Int?) async {
+        guard var current = meterClock.current else { return }
+        let complete = report.outcome.isComplete
+        current.highestSequence = complete ? highest : nil
+        var syncs = [current]
+        if complete, var written = meterClock.written {
+            written.highestSequence = highest
+            syncs.append(written)
+        }
+        do {
+            try await download.store.rememberClock(meter.address, syncs)
+        } catch {
+            logger.warning("meter \(meter.address): cannot remember its clock: \(error)")
+        }
+    }
+}
+
+extension ClockPlacement {
+    /// The instant a reading placed here gets instead of `zoneInstant` (its time read in the meter's zone);
+    /// nil to keep the interpreter's. Within the skew threshold of the zone's reading the zone's stays, so a
+    /// meter whose clock is right gets the times (and upload bodies) it always got.
+    func instant(replacing zoneInstant: UnixMillis, settings: ClinicalSettings) -> UnixMillis? {
+        guard case .placed(let instant, _, _, _) = self else { return nil }
+        let (d, o) = instant.subtractingReportingOverflow(zoneInstant)
+        let threshold = Int64(clamping: settings.clockSkewThresholdSeconds)
+        if !o, threshold >= 0, threshold < Int64.max / 1000, d.magnitude <= UInt64(threshold * 1000) { return zoneInstant }
+        return instant
+    }
+
+    /// Whether the reading is kept out as `time-uncertain` (placements are made only where the settings
+    /// allow: the clock history only with `clock_skew_correction` on).
+    func excludes(_ settings: ClinicalSettings) -> Bool {
+        if case .uncertain = self { return true }
+        return false
+    }
+}
