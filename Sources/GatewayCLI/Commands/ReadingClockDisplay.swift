@@ -1,6 +1,7 @@
 import GatewayCore
 import GlucoseProfile
 import SQLiteStore
+import Support
 
 /// Where each listed reading was placed in time by its meter's clock history, and the meters' clock
 /// histories, for `readings` and `meters`.
