@@ -100,10 +100,10 @@ public struct DeviceStatusReport: Sendable, Equatable {
     /// The document for Nightscout's `devicestatus` collection, made at `now` by the gateway called
     /// `device`. `uploader.name` is what Nightscout shows for the uploader; there is no `uploader.battery`,
     /// because the gateway runs on mains power and has none to report. The `identifier` is fixed by the
-    /// device and the time, so a document sent twice is stored once (API v3 deduplicates on it).
+    /// device and the time (to the millisecond), so a document sent twice is stored once (API v3 deduplicates on it).
     public func document(device: String, at now: UnixMillis) -> (identifier: String, body: [UInt8]) {
         let createdAt = CivilCalendar.isoUTC(millis: now)
-        let identifier = UUIDv5.key(meterAddress: "devicestatus|" + device, sequence: 0, meterTime: createdAt)
+        let identifier = NameBasedUUID(namespace: IdempotencyKey.namespace.bytes, name: "devicestatus|\(device)|\(now)".utf8).description
         var w = JSONWriter(capacity: 512)
         w.beginObject()
         w.string("identifier", identifier)
