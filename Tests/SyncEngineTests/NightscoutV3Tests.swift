@@ -82,7 +82,7 @@ final class ScriptedNightscout: Sendable {
         if path == "/api/v3/status" {
             return json(200, #"{"status":200,"result":{"apiPermissions":{"entries":"crud"}}}"#)
         }
-        guard path == "/api/v3/entries", case .object(let members)? = try? JSONParser.parse(request.body),
+        guard path == "/api/v3/entries" || path == "/api/v3/devicestatus", case .object(let members)? = try? JSONParser.parse(request.body),
               let identifier = members.first(where: { $0.key == "identifier" })?.value.stringValue else {
             return json(400, #"{"status":400,"message":"Bad or missing request body"}"#)
         }
