@@ -20,6 +20,9 @@ What it reproduces (cgm-remote-monitor lib/server/entries.js, lib/authorization)
     control channel, on its `identifier` first and {created_at, eventType} only for a document without one.
     The answer is the array of documents as sent, with `_id` only on newly inserted ones.
   * GET /api/v1/treatments[.json]: the stored treatments, newest `created_at` first (`count`, default 10).
+  * POST /api/v1/devicestatus: a JSON object (or an array of them) inserted as sent, with `_id` and, when
+    missing, `created_at` (lib/server/devicestatus.js); the answer is the array of stored documents.
+    GET /__devicestatus on the control channel lists them.
   * API v3 and the v2 token exchange: see fake_nightscout_v3.py.
 
 The API port speaks HTTP/1.1 with keep-alive, as Nightscout does, and closes a connection idle for 5 s.
@@ -75,6 +78,7 @@ class State:
         self.treatments_dedupe = "15.0.6"
         self.treatments = {}    # (created_at, eventType) -> doc
         self.treatment_order = []
+        self.devicestatus = []
         self.secret = secret
         self.token = token
         self.delay_401 = delay_401
@@ -96,6 +100,7 @@ class State:
             self.order.clear()
             self.treatments.clear()
             self.treatment_order.clear()
+            self.devicestatus.clear()
             self.fail_times.clear()
             self.stats = {"uploads": 0, "inserted": 0, "updated": 0, "max_in_flight": 0,
                           "auth_failures": 0, "faults": {}, "elements_received": 0, "connections": 0}
@@ -324,6 +329,11 @@ class BaseHandler(BaseHTTPRequestHandler):
                 docs = [st.treatments[k] for k in st.treatment_order]
             self.reply(200, docs)
             return True
+        if self.command == "GET" and path == "/__devicestatus":
+            with st.lock:
+                docs = list(st.devicestatus)
+            self.reply(200, docs)
+            return True
         if self.command == "GET" and path == "/__stats":
             with st.lock:
                 self.reply(200, dict(st.stats, count=len(st.order), treatments=len(st.treatment_order)))
@@ -422,6 +432,9 @@ class ApiHandler(BaseHandler):
             v3.handle_post(self, self.body())
             return
         st = self.app.state
+        if url.path == "/api/v1/devicestatus":
+            self.post_devicestatus(url)
+            return
         treatments = url.path in ("/api/v1/treatments", "/api/v1/treatments.json")
         if treatments and not st.careportal:
             # The route is mounted only with ENABLE=careportal.
@@ -451,6 +464,32 @@ class ApiHandler(BaseHandler):
             self.upload(raw, "treatments" if treatments else "entries")
         finally:
             self.leave()
+
+    def post_devicestatus(self, url):
+        st = self.app.state
+        raw = self.body()
+        if not st.authorized(self.headers, urllib.parse.parse_qs(url.query)):
+            self.unauthorized()
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self.reply(400, {"status": 400, "message": "bad JSON"})
+            return
+        docs = body if isinstance(body, list) else [body]
+        if not all(isinstance(d, dict) for d in docs):
+            self.reply(400, {"status": 400, "message": "expected objects"})
+            return
+        stored = []
+        with st.lock:
+            for doc in docs:
+                doc = dict(doc)
+                doc.setdefault("created_at", time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()))
+                doc["_id"] = "%024x" % st.next_id
+                st.next_id += 1
+                st.devicestatus.append(doc)
+                stored.append(doc)
+        self.reply(200, stored)
 
     def leave(self):
         """This request stops counting as in flight: answered, dropped, or abandoned by the client."""

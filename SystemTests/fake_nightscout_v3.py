@@ -20,7 +20,7 @@ Access tokens: --access-token TOKEN=PERMISSION,PERMISSION (repeatable), permissi
 shiro form (`api:entries:create`, `*:*:read`, `*`). Control: {"expire_jwts": true} makes every JWT issued so far
 invalid (as if expired); {"expire_jwts_after": N} does that once N more documents have been posted;
 {"jwt_lifetime": s} changes the lifetime of new ones; {"access_tokens": {TOKEN: [perms]}}.
-GET /__v3 -> {"entries": [...], "treatments": [...], "exchanges": N, "jwt_refused": N, "posts": N}.
+GET /__v3 -> {"entries": [...], "treatments": [...], "devicestatus": [...], "exchanges": N, "jwt_refused": N, "posts": N}.
 """
 import datetime
 import json
@@ -81,7 +81,7 @@ class V3State:
 
     def snapshot(self):
         with self.lock:
-            out = {c: [self.docs[c][i] for i in self.order[c]] for c in ("entries", "treatments")}
+            out = {c: [self.docs[c][i] for i in self.order[c]] for c in ("entries", "treatments", "devicestatus")}
             out.update(self.stats)
             return out
 

@@ -1,4 +1,3 @@
-import GatewayCore
 /// The options a command knows: which take a value (`--wait 20`, `--wait=20`), which are flags, and which
 /// may be given more than once. The tokenizer needs this before it can tell a value from a positional:
 /// in `sync --wait 20` the `20` belongs to `--wait`, in `sync 20` it is an ADDRESS.

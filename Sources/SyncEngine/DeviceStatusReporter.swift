@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 
 /// Sends the gateway's `devicestatus` documents to Nightscout (`[nightscout] device_status = true`).
 ///
@@ -142,7 +144,7 @@ public actor DeviceStatusReporter {
             return describe(await destination.send([item], networkTimeoutMs: networkTimeoutMs))
         case .v1(let destination):
             let request = HTTPRequest(
-                method: "POST", url: HTTPURL.join(destination.settings.url, "/api/v1/devicestatus"), headers: destination.headers,
+                method: "POST", url: destination.base?.appending(path: "/api/v1/devicestatus"), headers: destination.headers,
                 body: document.body, connectTimeoutMs: networkTimeoutMs,
                 timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: document.body.count),
                 caFile: destination.settings.caFile, maxResponseBytes: ResponseLimit.forBatch(elements: 1, requestBytes: document.body.count))

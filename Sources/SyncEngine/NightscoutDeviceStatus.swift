@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 import GlucoseProfile
 
 /// `[nightscout] device_status`: the gateway reports itself to Nightscout as an uploader, the way phone

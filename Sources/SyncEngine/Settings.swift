@@ -69,6 +69,8 @@ public struct NightscoutSettings: Sendable, Equatable {
     public var units: NightscoutUnits
     /// `out_of_range_notes`: a HI or LO reading becomes a `Note` treatment without a number (default off).
     public var outOfRangeNotes: Bool
+    /// `device_status`: the gateway's own `devicestatus` documents, how often; nil: none (the default).
+    public var deviceStatus: DeviceStatusPolicy?
 
     public init(url: String, apiSecret: Secret? = nil, token: Secret? = nil, caFile: String? = nil, treatments: Bool = false,
                 units: NightscoutUnits = .mgdl, outOfRangeNotes: Bool = false) {

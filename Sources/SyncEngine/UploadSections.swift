@@ -25,7 +25,7 @@ public struct NightscoutSection: Sendable, Equatable {
     public static let name = "nightscout"
     public static let keys = [
         "enabled", "url", "api_secret", "api_secret_file", "token", "token_file", "ca_file", "api", "treatments", "units",
-        "out_of_range_notes",
+        "out_of_range_notes", "device_status", "device_status_interval_s",
     ]
     /// Nightscout refuses API secrets shorter than this.
     public static let minimumSecretLength = 12
@@ -45,6 +45,10 @@ public struct NightscoutSection: Sendable, Equatable {
     public var units: NightscoutUnits = .mgdl
     /// A HI or LO reading as a `Note` treatment without a number.
     public var outOfRangeNotes: Bool = false
+    /// `device_status`: the gateway reports itself in Nightscout's `devicestatus` (see `DeviceStatusReporter`).
+    public var deviceStatus: Bool = false
+    /// `device_status_interval_s`: how often while nothing happens.
+    public var deviceStatusIntervalSeconds = DeviceStatusPolicy.defaultIntervalSeconds
 
     public init() {}
 
@@ -56,6 +60,8 @@ public struct NightscoutSection: Sendable, Equatable {
         caFile = s.certificateFile("ca_file")
         if let v = s.bool("treatments") { treatments = v.value }
         if let v = s.bool("out_of_range_notes") { outOfRangeNotes = v.value }
+        if let v = s.bool("device_status") { deviceStatus = v.value }
+        if let v = s.integer("device_status_interval_s", in: DeviceStatusPolicy.intervalRange) { deviceStatusIntervalSeconds = v.value }
         if let v = s.choice("units", NightscoutUnits.init(rawValue:), expected: "\"mg/dl\" or \"mmol\"") { units = v }
 
         // One credential at most: the first one set wins, others are errors.
@@ -101,6 +107,7 @@ public struct NightscoutSection: Sendable, Equatable {
         guard enabled, let url else { return nil }
         var settings = NightscoutSettings(url: url, caFile: caFile, treatments: treatments, units: units, outOfRangeNotes: outOfRangeNotes)
         settings.api = api
+        if deviceStatus { settings.deviceStatus = DeviceStatusPolicy(interval: .seconds(deviceStatusIntervalSeconds)) }
         switch credential {
         case .apiSecret(let s): settings.apiSecret = s
         case .token(let s): settings.token = s
@@ -121,6 +128,7 @@ public struct NightscoutSection: Sendable, Equatable {
         lines.append("treatments: \(treatments)")
         lines.append("units: \(units.rawValue)")
         lines.append("out_of_range_notes: \(outOfRangeNotes)")
+        lines.append("device_status: " + (deviceStatus ? "every \(deviceStatusIntervalSeconds) s and after downloads" : "false"))
         return lines
     }
 

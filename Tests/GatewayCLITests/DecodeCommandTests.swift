@@ -1,5 +1,6 @@
 import Foundation
 import GatewayCore
+import Support
 import Testing
 @testable import GatewayCLI
 
@@ -34,7 +35,7 @@ struct DecodeCommandTests {
         }
     }
 
-    func failureStatus(_ body: () throws -> Any) -> GatewayCore.ExitStatus? {
+    func failureStatus(_ body: () throws -> Any) -> Support.ExitStatus? {
         do {
             _ = try body()
             return nil

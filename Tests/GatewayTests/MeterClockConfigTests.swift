@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Testing
 import TestSupport
 @testable import Gateway

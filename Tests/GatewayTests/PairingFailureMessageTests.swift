@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 import Testing
 import TestSupport
 @testable import Meters
@@ -7,7 +8,7 @@ import TestSupport
 @Suite struct PairingFailureMessageTests {
     struct Case: CustomTestStringConvertible, Sendable {
         var kind: MeterAccessError.Kind
-        var status: GatewayCore.ExitStatus
+        var status: Support.ExitStatus
         var says: String
         var testDescription: String { says }
     }

@@ -1,4 +1,6 @@
 import GatewayCore
+import Support
+import Transport
 import SyncEngine
 import Testing
 import TestSupport

@@ -175,7 +175,9 @@ enum RunCommand: GatewayCommand {
         }
         // The watchdog follows the daemon's own loop (see GatewayDaemon.isResponsive), not bluetoothd.
         let aliveWindow = Duration.milliseconds(Int64(healthInterval * 3000)) + .seconds(10)
-        let services = followers + [mqtt].compactMap { $0 } + [
+        let deviceStatus = DeviceStatusService(feed: feed, config: config, settings: upload, store: sqlite, clock: uploadClock,
+                                               logger: context.logger.with(label: "upload"))
+        let services: [any Service] = followers + [mqtt].compactMap { $0 } + [deviceStatus].compactMap { $0 } + [
             WatchdogService(notifier: notifier, alive: { daemon.isResponsive(within: aliveWindow) }),
             DatabaseWatchService(daemon: daemon, store: sqlite, database: database, logger: logger),
             reloadSignals,
