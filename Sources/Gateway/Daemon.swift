@@ -145,12 +145,17 @@ public actor GatewayDaemon {
         }
         for (_, session) in running { session.link?.end(reason: "gateway stopping") }
         let deadline = clock.now.advanced(by: settings.stopGrace)
+        var leftUp: [String] = []
         for (address, session) in running {
             let finished = await Self.wait(for: session.task, until: deadline, on: clock)
             if !finished {
                 logger.warning("meter \(address): the download did not end in time; leaving it")
                 session.task.cancel()
+                leftUp.append(address)
             }
+        }
+        if await !LeftoverLinks.disconnect(leftUp, radio: radio, clock: clock, within: settings.stopDisconnectWait) {
+            logger.warning("disconnecting \(leftUp.joined(separator: ", ")) did not end in time; leaving it")
         }
         uploadTask?.cancel()
         if let uploadTask { _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .milliseconds(800)), on: clock) }
@@ -473,12 +478,13 @@ public actor GatewayDaemon {
     }
 
     private func attach(_ link: StoppableLink, to address: String) -> Bool {
-        guard var session = sessions[address] else { return false }
+        // A link that comes up while the daemon stops starts no download: the session disconnects it at
+        // once, while its own bus calls still run (the stop grace would cancel them).
+        guard !stopRequested, var session = sessions[address] else { return false }
         session.link = link
         sessions[address] = session
         bondLoss.worked(address)
         snapshot.counters.connects += 1
-        if stopRequested { link.end(reason: "gateway stopping") }
         return true
     }
 
