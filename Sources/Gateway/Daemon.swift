@@ -425,10 +425,14 @@ public actor GatewayDaemon {
             case .notSeen(let error):
                 logger.warning("\(address): cannot connect: \(error.message)")
                 await self?.sessionEnded(address, failure: .timeout, complete: false, stored: 0)
-            case .unreachable(let error) where error.kind == .bondLost:
+            case .unreachable(let error) where error.kind == .bondLost || error.keyRefusals > 0:
+                // A connection refused at the key and then run into the meter's pause (it advertises in
+                // bursts) is evidence too: a failed connect is no working connection.
+                if error.kind != .bondLost { logger.warning("\(address): cannot connect: \(error.message)") }
                 if await self?.bondLossConfirmed(address) == true {
-                    await session.recordBondLost(meter, address: address, error.message)
-                    await self?.bondLost(address, message: error.message)
+                    let message = error.kind == .bondLost ? error.message : BondLossConfirmation.message(address)
+                    await session.recordBondLost(meter, address: address, message)
+                    await self?.bondLost(address, message: message)
                 }
                 await self?.sessionEnded(address, failure: .bondLost, complete: false, stored: 0)
             case .unreachable(let error):
