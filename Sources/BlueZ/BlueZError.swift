@@ -33,6 +33,9 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
     /// For a failed connection attempt: why it looks like the meter refused the encryption with the
     /// stored key (set by `BlueZClient.connectMeter`); nil when nothing points that way.
     public var authenticationFailure: String?
+    /// For a failed connection: how many of its attempts the meter refused at encryption (see
+    /// `MeterLinkError.keyRefusals`).
+    public var keyRefusals = 0
 
     public init(_ kind: Kind, _ message: String, name: String? = nil, attError: UInt8? = nil,
                 pairingFailure: PairingFailure? = nil) {
@@ -58,7 +61,7 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notSupported: .notSupported
         case .bondLost: .bondLost
         }
-        return MeterLinkError(linkKind, description, attError: attError)
+        return MeterLinkError(linkKind, description, attError: attError, keyRefusals: keyRefusals)
     }
 }
 

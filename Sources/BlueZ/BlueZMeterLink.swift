@@ -75,7 +75,9 @@ extension BlueZClient {
         let deadline = ContinuousClock.now + timeout
         func remaining() -> Duration { deadline - ContinuousClock.now }
         var attempt = 0
-        // Consecutive attempts refused at encryption; any other outcome starts the count again.
+        // Attempts refused at encryption. An attempt that failed otherwise (in the meter's pause between
+        // bursts of advertising: an abort, a Connect with no reply) is no working connection and leaves
+        // the count as it is.
         var refusals = 0
         while true {
             attempt += 1
@@ -90,10 +92,11 @@ extension BlueZClient {
                     logger.info("bluez: \(address) refused the key while the adapter (no public address) was scanning for another client; not counted as a lost bond")
                     error.authenticationFailure = nil
                 }
-                refusals = error.authenticationFailure == nil ? 0 : refusals + 1
-                if let why = error.authenticationFailure, refusals >= Self.bondLostAttempts, bonded(address) {
-                    throw BlueZError(.bondLost, "\(address) refused the encryption with this gateway's key \(refusals) times in a row (\(why)): the meter no longer has the bond (reset, or paired with another device)")
+                if error.authenticationFailure != nil, bonded(address) { refusals += 1 }
+                if let why = error.authenticationFailure, refusals >= Self.bondLostAttempts {
+                    throw BlueZError(.bondLost, "\(address) refused the encryption with this gateway's key \(refusals) times with no working connection between (\(why)): the meter no longer has the bond (reset, or paired with another device)")
                 }
+                error.keyRefusals = refusals
                 guard error.kind == .transient, attempt < retry.attempts else { throw error }
                 let pause = retry.delay(before: attempt)
                 guard remaining() > pause + .milliseconds(100) else { throw error }
@@ -151,8 +154,10 @@ extension BlueZClient {
             } catch where error.name == BlueZErrorNames.alreadyConnected {
                 // Fine: wait for services below.
             } catch {
+                // Also for a Connect that got no reply in time: the link may have come up and been
+                // refused at encryption meanwhile (seen with a meter advertising in bursts).
                 var failed = error
-                if failed.kind == .transient { failed.authenticationFailure = core.authenticationFailure(within: refusedWithin) }
+                failed.authenticationFailure = core.authenticationFailure(within: refusedWithin)
                 throw failed
             }
             // The mirror must have seen Connected=true (sent before the reply) before it is judged.

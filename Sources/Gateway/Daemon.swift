@@ -146,12 +146,17 @@ public actor GatewayDaemon {
         }
         for (_, session) in running { session.link?.end(reason: "gateway stopping") }
         let deadline = clock.now.advanced(by: settings.stopGrace)
+        var leftUp: [String] = []
         for (address, session) in running {
             let finished = await Self.wait(for: session.task, until: deadline, on: clock)
             if !finished {
                 logger.warning("meter \(address): the download did not end in time; leaving it")
                 session.task.cancel()
+                leftUp.append(address)
             }
+        }
+        if await !LeftoverLinks.disconnect(leftUp, radio: radio, clock: clock, within: settings.stopDisconnectWait) {
+            logger.warning("disconnecting \(leftUp.joined(separator: ", ")) did not end in time; leaving it")
         }
         uploadTask?.cancel()
         if let uploadTask { _ = await Self.wait(for: uploadTask, until: clock.now.advanced(by: .milliseconds(800)), on: clock) }
@@ -421,10 +426,14 @@ public actor GatewayDaemon {
             case .notSeen(let error):
                 logger.warning("\(address): cannot connect: \(error.message)")
                 await self?.sessionEnded(address, failure: .timeout, complete: false, stored: 0)
-            case .unreachable(let error) where error.kind == .bondLost:
+            case .unreachable(let error) where error.kind == .bondLost || error.keyRefusals > 0:
+                // A connection refused at the key and then run into the meter's pause (it advertises in
+                // bursts) is evidence too: a failed connect is no working connection.
+                if error.kind != .bondLost { logger.warning("\(address): cannot connect: \(error.message)") }
                 if await self?.bondLossConfirmed(address) == true {
-                    await session.recordBondLost(meter, address: address, error.message)
-                    await self?.bondLost(address, message: error.message)
+                    let message = error.kind == .bondLost ? error.message : BondLossConfirmation.message(address)
+                    await session.recordBondLost(meter, address: address, message)
+                    await self?.bondLost(address, message: message)
                 }
                 await self?.sessionEnded(address, failure: .bondLost, complete: false, stored: 0)
             case .unreachable(let error):
@@ -474,12 +483,13 @@ public actor GatewayDaemon {
     }
 
     private func attach(_ link: StoppableLink, to address: String) -> Bool {
-        guard var session = sessions[address] else { return false }
+        // A link that comes up while the daemon stops starts no download: the session disconnects it at
+        // once, while its own bus calls still run (the stop grace would cancel them).
+        guard !stopRequested, var session = sessions[address] else { return false }
         session.link = link
         sessions[address] = session
         bondLoss.worked(address)
         snapshot.counters.connects += 1
-        if stopRequested { link.end(reason: "gateway stopping") }
         return true
     }
 

@@ -61,6 +61,8 @@ public struct DaemonSettings: Sendable, Equatable {
     public var retryDelay: Duration = .seconds(2)
     /// SIGTERM: sessions get this long to abort their procedure and commit before the daemon exits anyway.
     public var stopGrace: Duration = .seconds(3)
+    /// SIGTERM: how long the meters whose sessions outlived `stopGrace` get to be disconnected.
+    public var stopDisconnectWait: Duration = .seconds(1)
     /// How long the list of paired meters is trusted before an unknown advertiser makes the daemon look
     /// again (a meter paired by `pair` while the daemon runs).
     public var pairedRefresh: Duration = .seconds(5)

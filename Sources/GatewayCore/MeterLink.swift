@@ -101,10 +101,15 @@ public struct MeterLinkError: Error, Sendable, CustomStringConvertible, Equatabl
     public var kind: Kind
     public var message: String
     public var attError: UInt8?
-    public init(_ kind: Kind, _ message: String, attError: UInt8? = nil) {
+    /// For a failed connection of another kind: how many of its attempts the meter refused at encryption
+    /// with the stored key. Evidence of a lost bond that a caller adds up across connections (a meter that
+    /// advertises in bursts refuses one attempt and lets the next run into its pause).
+    public var keyRefusals: Int
+    public init(_ kind: Kind, _ message: String, attError: UInt8? = nil, keyRefusals: Int = 0) {
         self.kind = kind
         self.message = message
         self.attError = attError
+        self.keyRefusals = keyRefusals
     }
     public var description: String { message }
 }

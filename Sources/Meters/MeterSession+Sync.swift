@@ -52,6 +52,24 @@ extension MeterSession {
     /// up to `wait` for the meter to be seen (zero: try to connect right away), connects and downloads.
     public func sync(_ meter: MeterInfo, wait: Duration,
                      progress: @escaping @Sendable (DownloadProgress) -> Void = { _ in }) async -> MeterSyncResult {
-        MeterSyncResult(address: meter.address, outcome: await run(meter, wait: wait, ifLockFails: .skip, progress: progress))
+        var outcome = await run(meter, wait: wait, ifLockFails: .skip, progress: progress)
+        // A meter in state re-pair needed that could not be reached otherwise (a meter advertising in
+        // bursts: the connection ran into its pause) is still in that state: no working connection
+        // cleared it, and what the user needs to hear is the fix, not the last connection's failure.
+        if meter.bondLostAt != nil {
+            switch outcome {
+            case .unreachable(let error) where error.kind != .bondLost:
+                outcome = .unreachable(Self.stillLost(meter))
+            case .notSeen:
+                outcome = .unreachable(Self.stillLost(meter))
+            default:
+                break
+            }
+        }
+        return MeterSyncResult(address: meter.address, outcome: outcome)
+    }
+
+    static func stillLost(_ meter: MeterInfo) -> MeterLinkError {
+        MeterLinkError(.bondLost, meter.bondLostMessage ?? "\(meter.address.uppercased()) refused this gateway's key: the meter no longer has the bond")
     }
 }

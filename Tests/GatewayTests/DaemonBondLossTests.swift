@@ -123,6 +123,25 @@ struct DaemonBondLossTests {
         await f.finish()
     }
 
+    @Test("a meter advertising in bursts: refusals between connections that failed otherwise still confirm a lost bond")
+    func refusalsBetweenOtherFailuresConfirmTheLoss() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: DaemonTests.records(1...2)))
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
+        f.radio.add(meter, paired: true)
+        f.radio.setForgotBond(meter.address, true)
+        f.radio.setAdvertisesInBursts(meter.address, true)
+        try await Self.refusedTwice(f, clock, meter.address)
+        let row = try #require(try await f.store.meter(meter.address))
+        #expect(row.bondLostAt != nil)
+        // The verdict names the evidence, not the last connection's own failure.
+        #expect(row.bondLostMessage?.contains("refused the encryption with this gateway's key") == true)
+        #expect(row.bondLostMessage?.contains("NoReply") == false)
+        #expect(f.meterAlerts.all.count == 1)
+        #expect(f.meterAlerts.all.first?.contains("glucose-gateway pair \(meter.address)") == true)
+        await f.finish()
+    }
+
     @Test("one failed connection of another kind is no verdict: the meter is tried again after the retry delay")
     func otherFailuresKeepTrying() async throws {
         let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: DaemonTests.records(1...2)))

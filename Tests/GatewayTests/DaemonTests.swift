@@ -292,6 +292,49 @@ struct DaemonTests {
         await f.store.close()
     }
 
+    @Test("SIGTERM while a connect is pending: the link that comes up starts no download and is disconnected")
+    func linkUpWhileStoppingIsDisconnected() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
+        let gate = TestEvent()
+        f.radio.set { $0.connectGate = gate }
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
+        await f.daemon.stop()
+        // The connection comes up within the stop grace (the manual clock does not move).
+        gate.signal()
+        let end = await f.runner.value
+        #expect(end == .stopped)
+        #expect(meter.callLog == ["disconnect"])
+        await f.store.close()
+    }
+
+    @Test("SIGTERM: a meter whose session outlived the stop grace is disconnected before the daemon exits")
+    func stopDisconnectsLeftoverLinks() async throws {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
+        let clock = ManualClock()
+        let f = try await Fixture(meters: [meter], clock: clock)
+        // The session's connect never returns in time; meanwhile bluetoothd brought the link up (its
+        // Connect went on although ours was cancelled), so the session's own disconnect never comes.
+        f.radio.set { $0.connectGate = TestEvent() }
+        f.radio.send(.meterSeen(address: meter.address, connected: false))
+        try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
+        f.radio.set { $0.connected = [meter.address] }
+        await f.daemon.stop()
+        let graceEnds = clock.now + Fixture.settings.stopGrace
+        try await Fixture.until("the stop grace") { clock.deadlines.contains(graceEnds) }
+        clock.advance(by: Fixture.settings.stopGrace)
+        let end = await f.runner.value
+        #expect(end == .stopped)
+        let calls = f.radio.calls
+        let closed = calls.firstIndex(of: "closeStale \(meter.address)")
+        #expect(closed != nil)
+        #expect(closed.map { $0 < calls.count - 1 } == true && calls.last == "close")
+        #expect(!(await f.radio.isConnected(address: meter.address)))
+        await f.store.close()
+    }
+
     @Test("bluetoothd restart and adapter hot-plug: watching resumes; stale links are closed first")
     func radioLifecycle() async throws {
         let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))

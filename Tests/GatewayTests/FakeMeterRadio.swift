@@ -14,6 +14,9 @@ final class FakeMeterRadio: MeterRadio {
         var paired = false
         /// The meter forgot its bond: every connect fails as BlueZ reports a lost bond.
         var forgotBond = false
+        /// With `forgotBond`: each connect is refused at the key once, then runs into the meter's pause
+        /// between bursts of advertising (a Connect with no reply), as BlueZ reports it.
+        var advertisesInBursts = false
     }
     struct State {
         var radio = RadioState(bluetoothdRunning: true, adapter: "hci0", adapterPowered: true, discovering: true)
@@ -49,6 +52,10 @@ final class FakeMeterRadio: MeterRadio {
 
     func setForgotBond(_ address: String, _ forgot: Bool) {
         state.withLock { $0.meters[address]?.forgotBond = forgot }
+    }
+
+    func setAdvertisesInBursts(_ address: String, _ bursts: Bool) {
+        state.withLock { $0.meters[address]?.advertisesInBursts = bursts }
     }
 
     func isPaired(_ address: String) -> Bool { state.withLock { $0.meters[address]?.paired ?? false } }
@@ -103,6 +110,9 @@ final class FakeMeterRadio: MeterRadio {
         if let gate { try? await gate.wait() }
         guard let entry else { throw MeterLinkError(.timeout, "not advertising") }
         guard entry.inRange else { throw MeterLinkError(.disconnected, "le-connection-abort-by-local") }
+        if entry.forgotBond, entry.advertisesInBursts {
+            throw MeterLinkError(.timeout, "org.freedesktop.DBus.Error.NoReply: Did not receive a reply", keyRefusals: 1)
+        }
         guard !entry.forgotBond else {
             throw MeterLinkError(.bondLost, "\(address) refused the encryption with this gateway's key 3 times in a row")
         }

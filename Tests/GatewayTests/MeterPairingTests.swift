@@ -157,6 +157,29 @@ struct MeterPairingTests {
         #expect(try await store.meter(meter.address)?.bondLostAt == nil)
     }
 
+    @Test func syncOfAMeterInStateRepairNeededThatCannotBeReachedStillNamesTheFix() async throws {
+        let (meter, radio, store) = Self.setup()
+        radio.add(meter, name: "meter+01234567", pin: 654_321, paired: true)
+        radio.setForgotBond(meter.address, true)
+        // The meter advertises in bursts: this connection is refused once, then runs into its pause.
+        radio.setAdvertisesInBursts(meter.address, true)
+        var info = MeterInfo(address: meter.address, timeZone: "UTC")
+        info.bondLostAt = 5
+        info.bondLostMessage = "\(meter.address) refused the encryption with this gateway's key"
+        try await store.saveMeter(info)
+        let sync = MeterSession(radio: radio, download: MeterDownload(store: store, logger: .silent, now: { 77 }))
+        let result = await sync.sync(info, wait: .zero)
+        guard case .unreachable(let error) = result.outcome else { Issue.record("expected an unreachable meter"); return }
+        #expect(error.kind == .bondLost)
+        #expect(result.summary == "\(meter.address): re-pair needed: \(meter.address) refused the encryption with this gateway's key; pair it again: glucose-gateway pair \(meter.address) --pin PIN")
+        // The first finding stays.
+        #expect(try await store.meter(meter.address)?.bondLostAt == 5)
+        // Out of range altogether: the same.
+        radio.setInRange(meter.address, false)
+        let unseen = await sync.sync(info, wait: .seconds(1))
+        #expect(unseen.summary.hasPrefix("\(meter.address): re-pair needed: "))
+    }
+
     @Test func meterNotAdvertisingIsUnavailable() async throws {
         let (meter, radio, store) = Self.setup()
         radio.setInRange(meter.address, false)

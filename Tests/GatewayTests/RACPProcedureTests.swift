@@ -157,7 +157,7 @@ struct RACPProcedureTests {
         #expect(p.received(Self.answer(.reportStoredRecords, code), lastSequence: nil)
                 == [.log(.info, "filtered report refused (\(code)); downloading everything"), .write(.reportAll)])
         // The full report keeps the filtered count as what it expects; a second refusal fails.
-        #expect(p.received(Self.answer(.reportStoredRecords, code), lastSequence: nil) == [.fail("meter ended the report with \(code)")])
+        #expect(p.received(Self.answer(.reportStoredRecords, code), lastSequence: nil) == [.fail(code.failureText)])
         #expect(p.state == .finished)
     }
 
@@ -166,7 +166,26 @@ struct RACPProcedureTests {
         _ = p.start(highestStored: nil)
         _ = p.received(.numberOfRecords(3), lastSequence: nil)
         #expect(p.received(Self.answer(.reportStoredRecords, .procedureNotCompleted), lastSequence: nil)
-                == [.fail("meter ended the report with procedure_not_completed")])
+                == [.fail("the meter stopped before sending every record (RACP procedure not completed)")])
+    }
+
+    @Test func aFailedReportIsToldInWordsNotInTheCodeName() {
+        var p = RACPProcedure()
+        _ = p.start(highestStored: nil)
+        _ = p.received(.numberOfRecords(3), lastSequence: nil)
+        #expect(p.received(Self.answer(.reportStoredRecords, .opCodeNotSupported), lastSequence: nil)
+                == [.fail("the meter does not support this request (RACP op code not supported)")])
+        // Every code, known or not: words, one line, never the specification's identifier.
+        var seen: Set<String> = []
+        for raw in UInt8(0)...UInt8(255) {
+            let code = RACPResponseCode(rawValue: raw)
+            let text = code.failureText
+            #expect(text.hasPrefix("the meter "))
+            #expect(!text.contains("_") && !text.contains("\n"))
+            seen.insert(text)
+        }
+        // The nine defined codes each have their own text, the others share one shape.
+        #expect(seen.count == 9 + 247)
     }
 
     @Test func answersToOtherRequestsAreIgnoredAndTheProcedureWaitsOn() {

@@ -57,7 +57,7 @@ extension MeterDownload.Run {
         case .response(_, let code) where code == .noRecordsFound:
             count = 0
         case .response(_, let code):
-            throw .failed(DownloadError(.meter, "the meter numbers its records newest first and did not count them (\(code)); nothing is downloaded without the count"))
+            throw .failed(DownloadError(.meter, "the meter numbers its records newest first and did not count them (\(code.failureText)); nothing is downloaded without the count"))
         }
         report.total = count
         intake.setTotal(count)
@@ -132,7 +132,7 @@ extension MeterDownload.Run {
                 request = .reportAll
                 continue
             }
-            throw .failed(DownloadError(.meter, "meter ended the report with \(code)"))
+            throw .failed(DownloadError(.meter, code.failureText))
         }
     }
 

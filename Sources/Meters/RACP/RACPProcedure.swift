@@ -135,7 +135,7 @@ struct RACPProcedure: Sendable, Equatable {
                     return reportEnded(.noRecords, purpose: purpose, lastSequence: lastSequence)
                 }
                 state = .finished
-                return [.fail("meter ended the report with \(code)")]
+                return [.fail(code.failureText)]
             case .response(let op, let code):
                 return [.log(.debug, "ignoring RACP response \(code) to \(op)")]
             }
