@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// The links of sessions the daemon cancelled when it stopped.
 ///
