@@ -161,7 +161,10 @@ def test_clinical_rules_end_to_end(private_bus, standin, meter_file, tmp_path):
     assert r[7]["local_time"] == "2024-05-02T17:20:00" and r[7]["time"] == "2024-05-02T15:20:00Z"
     assert r[6]["localTime"] == r[6]["local_time"] and r[7]["localTime"] == r[7]["local_time"]   # deprecated key
     assert r[8]["time"] == "2024-03-31T01:30:00Z"
-    assert r[9]["time"] == "2024-10-27T00:30:00Z"
+    # The repeated autumn hour, on a meter without a readable clock and with records out of time order: kept,
+    # with both candidate instants, never given one of them.
+    assert r[9]["exclusion"] == "time-uncertain" and "time" not in r[9]
+    assert r[9]["clock"]["candidates"] == ["2024-10-27T00:30:00Z", "2024-10-27T01:30:00Z"]
     assert "exclusion" not in r[10]
     assert r[11]["exclusion"] == "sensor-fault"
     # Excluded readings are kept but never queued for upload (no destination here: nothing queued at all).
