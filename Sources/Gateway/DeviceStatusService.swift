@@ -14,17 +14,23 @@ import Transport
 public final class DeviceStatusService: Service {
     private let reporter: DeviceStatusReporter
     private let snapshots: AsyncStream<DaemonSnapshot>
-    private let store: SQLiteStore
+    private let readMeters: MeterStateReader
     private let maxPending: Duration
     private let logger: Logger
 
-    public init?(feed: SnapshotFeed, config: GatewayConfig, settings: UploadSettings, store: SQLiteStore, clock: any SessionClock,
-                 logger: Logger) {
+    public convenience init?(feed: SnapshotFeed, config: GatewayConfig, settings: UploadSettings, store: SQLiteStore,
+                             clock: any SessionClock, logger: Logger) {
+        self.init(feed: feed, config: config, settings: settings, http: CurlHTTPClient(), clock: clock, logger: logger,
+                  readMeters: { limit in try await store.meterStates(limit: limit) })
+    }
+
+    init?(feed: SnapshotFeed, config: GatewayConfig, settings: UploadSettings, http: any HTTPClient, clock: any SessionClock,
+          logger: Logger, readMeters: @escaping MeterStateReader) {
         guard let nightscout = settings.nightscout, let policy = nightscout.deviceStatus else { return nil }
-        reporter = DeviceStatusReporter(settings: nightscout, http: CurlHTTPClient(), device: Self.hostName(), policy: policy,
+        reporter = DeviceStatusReporter(settings: nightscout, http: http, device: Self.hostName(), policy: policy,
                                         networkTimeoutMs: settings.recovery.networkTimeoutMs, clock: clock, logger: logger)
         snapshots = feed.reader(.latest)
-        self.store = store
+        self.readMeters = readMeters
         maxPending = config.gateway.heartbeat?.policy.maxPending ?? .seconds(HeartbeatPolicy.defaultMaxPendingSeconds)
         self.logger = logger
     }
@@ -33,8 +39,9 @@ public final class DeviceStatusService: Service {
         var downloads: Int?
         for await snapshot in snapshots {
             let now = SystemClock.now()
-            guard let health = snapshot.heartbeatHealth(now: now), let report = await report(snapshot, health: health) else { continue }
-            await reporter.update(report)
+            guard let health = snapshot.heartbeatHealth(now: now) else { continue }
+            // The store is read when the reporter builds a document, not at every snapshot.
+            await reporter.update { [weak self] in await self?.report(snapshot, health: health) }
             if let seen = downloads, snapshot.counters.downloads > seen { await reporter.downloadEnded() }
             downloads = snapshot.counters.downloads
         }
@@ -46,10 +53,9 @@ public final class DeviceStatusService: Service {
         do {
             var meters: [DeviceStatusMeter] = []
             var names: [String: String] = [:]
-            for record in try await store.meters() {
-                let newest = try await store.newestReadings(meterAddress: record.info.address, limit: 1).map(\.reading)
-                let meter = DeviceStatusMeter(meter: record.info, newestFirst: newest)
-                names[record.info.address] = meter.name
+            for state in try await readMeters(1) {
+                let meter = DeviceStatusMeter(meter: state.info, newestFirst: state.newestFirst)
+                names[state.info.address] = meter.name
                 meters.append(meter)
             }
             // A Nightscout site may be readable by anyone with its link: the problem names meters, not addresses.
