@@ -25,7 +25,6 @@ public actor DeviceStatusReporter {
     private let device: String
     private var schedule: DeviceStatusSchedule
     private let networkTimeoutMs: Int
-    private let clock: any SessionClock
     private let now: @Sendable () -> UnixMillis
     private let logger: Logger
     private let delivered: @Sendable (UnixMillis) -> Void
@@ -55,7 +54,6 @@ public actor DeviceStatusReporter {
         self.device = device
         self.schedule = DeviceStatusSchedule(policy: policy)
         self.networkTimeoutMs = networkTimeoutMs
-        self.clock = clock
         self.now = now
         self.logger = logger
         self.delivered = delivered
@@ -71,7 +69,7 @@ public actor DeviceStatusReporter {
     /// one is news (a document goes out at start).
     public func update(_ source: @escaping ReportSource) {
         guard !stopped else { return }
-        if self.source == nil || unread { schedule.news(at: clock.now) }
+        if self.source == nil || unread { schedule.news(at: paced.clock.now) }
         self.source = source
         unread = false
         decide()
@@ -80,7 +78,7 @@ public actor DeviceStatusReporter {
     /// A download ended: a document goes out soon, with the state given next or already held.
     public func downloadEnded() {
         guard !stopped else { return }
-        schedule.news(at: clock.now)
+        schedule.news(at: paced.clock.now)
         decide()
     }
 
@@ -91,7 +89,7 @@ public actor DeviceStatusReporter {
 
     private func decide() {
         guard !stopped, source != nil else { return }
-        if schedule.take(at: clock.now) {
+        if schedule.take(at: paced.clock.now) {
             paced.submit { [weak self] in await self?.send() }
         }
         paced.wake(at: schedule.due) { [weak self] in await self?.decide() }

@@ -28,15 +28,14 @@ public struct HeartbeatReport: Sendable, Equatable {
 /// sends it with the uploads' HTTP client and `[network]` timeout, and sleeps on the injected clock until
 /// the next deadline (one timer, replaced at every decision; none while nothing is due).
 ///
-/// It never blocks its caller: requests run in their own task, one at a time; a signal decided while one
-/// is in flight goes out after it (the latest one only). A ping is not an upload: nothing of it goes into
+/// It never blocks its caller: `PacedSender` runs the requests in their own task, one at a time; a signal
+/// decided while one is in flight goes out after it (the latest one only). A ping is not an upload: nothing of it goes into
 /// the outbox, the upload state or the upload metrics. Failures are logged once per change of outcome.
 public actor HeartbeatPinger {
     private let target: HeartbeatTarget
     private var schedule: HeartbeatSchedule
     private let http: any HTTPClient
     private let networkTimeoutMs: Int
-    private let clock: any SessionClock
     private let now: @Sendable () -> UnixMillis
     private let logger: Logger
     private let report: @Sendable (HeartbeatReport) -> Void
@@ -44,7 +43,7 @@ public actor HeartbeatPinger {
     /// The last health given, and the wall-clock time its ages were measured at.
     private var health: HeartbeatHealth?
     private var observedAt: UnixMillis = 0
-    private let sender: PacedSender
+    private let paced: PacedSender
     private var outcomes = OutcomeChanges()
     private var stopped = false
 
@@ -55,11 +54,10 @@ public actor HeartbeatPinger {
         self.schedule = HeartbeatSchedule(policy: policy)
         self.http = http
         self.networkTimeoutMs = networkTimeoutMs
-        self.clock = clock
         self.now = now
         self.logger = logger
         self.report = report
-        sender = PacedSender(clock: clock)
+        paced = PacedSender(clock: clock)
     }
 
     /// New health, its ages measured at `observedAt`; nil: the daemon is not running its loop (the
@@ -68,7 +66,7 @@ public actor HeartbeatPinger {
         guard !stopped else { return }
         guard let health else {
             self.health = nil
-            sender.wake(at: nil) {}
+            paced.wake(at: nil) {}
             return
         }
         self.health = health
@@ -79,7 +77,7 @@ public actor HeartbeatPinger {
     /// Stops the timer and any request in flight.
     public func stop() {
         stopped = true
-        sender.stop()
+        paced.stop()
     }
 
     private static func aged(_ health: HeartbeatHealth, by ms: Int64) -> HeartbeatHealth {
@@ -92,7 +90,7 @@ public actor HeartbeatPinger {
         guard !stopped, let health else { return }
         let wall = now()
         let current = Self.aged(health, by: wall - observedAt)
-        let decision = schedule.decide(current, at: clock.now)
+        let decision = schedule.decide(current, at: paced.clock.now)
         if decision.changed { logCondition(current) }
         if let signal = decision.send {
             send(signal)
@@ -100,7 +98,7 @@ public actor HeartbeatPinger {
                   let reason = current.problem(maxPending: schedule.policy.maxPending) {
             report(HeartbeatReport(at: wall, signal: "silent", reason: reason, delivered: false, error: nil))
         }
-        sender.wake(at: decision.next) { [weak self] in await self?.decide() }
+        paced.wake(at: decision.next) { [weak self] in await self?.decide() }
     }
 
     private func logCondition(_ health: HeartbeatHealth) {
@@ -122,7 +120,7 @@ public actor HeartbeatPinger {
         if !parts.body.isEmpty { request.headers = [("Content-Type", "text/plain; charset=utf-8")] }
         request.headers.append(("User-Agent", "glucose-gateway"))
         let http = self.http
-        sender.submit { [weak self, request] in
+        paced.submit { [weak self, request] in
             let failure: String?
             do throws(HTTPError) {
                 let answer = try await http.send(request)

@@ -25,7 +25,8 @@ public final class PacedSender: Sendable {
         var stopped = false
     }
 
-    private let clock: any SessionClock
+    /// The clock its timer runs on, which its owner's schedule reads too.
+    public let clock: any SessionClock
     private let state = Mutex(State())
 
     public init(clock: any SessionClock) {
