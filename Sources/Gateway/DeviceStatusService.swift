@@ -9,8 +9,9 @@ import Transport
 
 /// The gateway alive in Nightscout (`[nightscout] device_status = true`): follows the daemon's snapshots
 /// (the newest only) and gives `DeviceStatusReporter` the gateway's state as the heartbeat judges it, the
-/// pending readings and each meter's battery and last contact; a download that ended (the snapshot's
-/// download count went up) is news. Nil unless the setting is on.
+/// pending readings and each meter's battery and last contact (read from the store only when the reporter
+/// builds a document, not at every snapshot); a download that ended (the snapshot's download count went
+/// up) is news. Nil unless the setting is on.
 public final class DeviceStatusService: Service {
     private let reporter: DeviceStatusReporter
     private let snapshots: AsyncStream<DaemonSnapshot>
@@ -40,7 +41,6 @@ public final class DeviceStatusService: Service {
         for await snapshot in snapshots {
             let now = SystemClock.now()
             guard let health = snapshot.heartbeatHealth(now: now) else { continue }
-            // The store is read when the reporter builds a document, not at every snapshot.
             await reporter.update { [weak self] in await self?.report(snapshot, health: health) }
             if let seen = downloads, snapshot.counters.downloads > seen { await reporter.downloadEnded() }
             downloads = snapshot.counters.downloads
@@ -48,7 +48,8 @@ public final class DeviceStatusService: Service {
         await reporter.stop()
     }
 
-    /// The document's content; nil when the store cannot be read (the next snapshot tries again).
+    /// The document's content; nil when the store cannot be read (then the next snapshot is news, and its
+    /// document goes out soon).
     private func report(_ snapshot: DaemonSnapshot, health: HeartbeatHealth) async -> DeviceStatusReport? {
         do {
             var meters: [DeviceStatusMeter] = []
