@@ -82,7 +82,7 @@ let package = Package(
         .testTarget(name: "SQLiteStoreIntegrationTests", dependencies: ["SQLiteStore", "TestSupport", "GatewayCore"], swiftSettings: strict),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "TestSupport", "GatewayCore", "Support", "Transport", "GlucoseProfile"], swiftSettings: strict),
         .testTarget(name: "SyncEngineIntegrationTests", dependencies: ["SyncEngine", "TestSupport", "GatewayCore", "DBusKit", "Support", "Transport", "GlucoseProfile"], swiftSettings: strict),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "SQLiteStoreTestSupport", "TestSupport", "Support", "GatewayCore", "GlucoseProfile"], swiftSettings: strict),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Meters", "SyncEngine", "SQLiteStore", "SQLiteStoreTestSupport", "TestSupport", "Support", "GatewayCore", "GlucoseProfile", "Transport"], swiftSettings: strict),
         .testTarget(name: "GatewayCLITests", dependencies: ["GatewayCLI", "Support", "Gateway", "GatewayCore", "SyncEngine"], swiftSettings: strict),
         .testTarget(name: "MeterCaptureTests", dependencies: ["MeterCapture", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),
         .testTarget(name: "MeterSimulatorTests", dependencies: ["MeterSimulator", "BlueZ", "GlucoseProfile", "GatewayCore", "TestSupport", "Support"], swiftSettings: strict),

@@ -544,6 +544,7 @@ public actor GatewayDaemon {
             return
         }
         guard changed else { return }
+        snapshot.counters.otherWrites += 1
         logger.info("another process wrote to the database; uploading what it queued")
         uploads.readingsStored()
         await loadPaired(force: true)

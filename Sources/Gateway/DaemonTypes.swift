@@ -154,6 +154,9 @@ public struct DaemonCounters: Sendable, Equatable {
     public var readingsStored = 0
     public var bluetoothdRestarts = 0
     public var reloads = 0
+    /// Commits of other processes to the database (a `pair`, `unpair` or `sync` beside the daemon), which
+    /// may have changed the meters and their readings.
+    public var otherWrites = 0
     public init() {}
 }
 

@@ -9,22 +9,29 @@ import Transport
 
 /// The gateway alive in Nightscout (`[nightscout] device_status = true`): follows the daemon's snapshots
 /// (the newest only) and gives `DeviceStatusReporter` the gateway's state as the heartbeat judges it, the
-/// pending readings and each meter's battery and last contact; a download that ended (the snapshot's
-/// download count went up) is news. Nil unless the setting is on.
+/// pending readings and each meter's battery and last contact (read from the store only when the reporter
+/// builds a document, not at every snapshot); a download that ended (the snapshot's download count went
+/// up) is news. Nil unless the setting is on.
 public final class DeviceStatusService: Service {
     private let reporter: DeviceStatusReporter
     private let snapshots: AsyncStream<DaemonSnapshot>
-    private let store: SQLiteStore
+    private let readMeters: MeterStateReader
     private let maxPending: Duration
     private let logger: Logger
 
-    public init?(feed: SnapshotFeed, config: GatewayConfig, settings: UploadSettings, store: SQLiteStore, clock: any SessionClock,
-                 logger: Logger) {
+    public convenience init?(feed: SnapshotFeed, config: GatewayConfig, settings: UploadSettings, store: SQLiteStore,
+                             clock: any SessionClock, logger: Logger) {
+        self.init(feed: feed, config: config, settings: settings, http: CurlHTTPClient(), clock: clock, logger: logger,
+                  readMeters: { limit in try await store.meterStates(limit: limit) })
+    }
+
+    init?(feed: SnapshotFeed, config: GatewayConfig, settings: UploadSettings, http: any HTTPClient, clock: any SessionClock,
+          logger: Logger, readMeters: @escaping MeterStateReader) {
         guard let nightscout = settings.nightscout, let policy = nightscout.deviceStatus else { return nil }
-        reporter = DeviceStatusReporter(settings: nightscout, http: CurlHTTPClient(), device: Self.hostName(), policy: policy,
+        reporter = DeviceStatusReporter(settings: nightscout, http: http, device: Self.hostName(), policy: policy,
                                         networkTimeoutMs: settings.recovery.networkTimeoutMs, clock: clock, logger: logger)
         snapshots = feed.reader(.latest)
-        self.store = store
+        self.readMeters = readMeters
         maxPending = config.gateway.heartbeat?.policy.maxPending ?? .seconds(HeartbeatPolicy.defaultMaxPendingSeconds)
         self.logger = logger
     }
@@ -33,23 +40,23 @@ public final class DeviceStatusService: Service {
         var downloads: Int?
         for await snapshot in snapshots {
             let now = SystemClock.now()
-            guard let health = snapshot.heartbeatHealth(now: now), let report = await report(snapshot, health: health) else { continue }
-            await reporter.update(report)
+            guard let health = snapshot.heartbeatHealth(now: now) else { continue }
+            await reporter.update { [weak self] in await self?.report(snapshot, health: health) }
             if let seen = downloads, snapshot.counters.downloads > seen { await reporter.downloadEnded() }
             downloads = snapshot.counters.downloads
         }
         await reporter.stop()
     }
 
-    /// The document's content; nil when the store cannot be read (the next snapshot tries again).
+    /// The document's content; nil when the store cannot be read (then the next snapshot is news, and its
+    /// document goes out soon).
     private func report(_ snapshot: DaemonSnapshot, health: HeartbeatHealth) async -> DeviceStatusReport? {
         do {
             var meters: [DeviceStatusMeter] = []
             var names: [String: String] = [:]
-            for record in try await store.meters() {
-                let newest = try await store.newestReadings(meterAddress: record.info.address, limit: 1).map(\.reading)
-                let meter = DeviceStatusMeter(meter: record.info, newestFirst: newest)
-                names[record.info.address] = meter.name
+            for state in try await readMeters(1) {
+                let meter = DeviceStatusMeter(meter: state.info, newestFirst: state.newestFirst)
+                names[state.info.address] = meter.name
                 meters.append(meter)
             }
             // A Nightscout site may be readable by anyone with its link: the problem names meters, not addresses.

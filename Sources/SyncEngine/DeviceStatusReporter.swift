@@ -4,32 +4,36 @@ import Transport
 
 /// Sends the gateway's `devicestatus` documents to Nightscout (`[nightscout] device_status = true`).
 ///
-/// The daemon gives it its state as it changes (`update`) and says when a download ended (`downloadEnded`);
-/// `DeviceStatusSchedule` decides when a document is due, and one timer on the injected clock waits for it.
-/// Requests run one at a time in their own task, so the caller never waits; a document that falls due while
-/// one is in flight goes out after it, with the state of that moment. Failures are logged once per change
-/// of outcome. API v1 posts to `/api/v1/devicestatus` with the site's secret; API v3 posts each document to
-/// the `devicestatus` collection with the entries' JWT (a sibling of the entries destination).
+/// The daemon gives it where its state can be read (`update`) and says when a download ended
+/// (`downloadEnded`); `DeviceStatusSchedule` decides when a document is due, and `PacedSender` waits for it
+/// on the injected clock and sends one document at a time, so the caller never waits. The state is read
+/// only when a document is built (an idle gateway reads nothing between documents); a document that falls
+/// due while one is in flight goes out after it, with the state of that moment. Failures are logged once
+/// per change of outcome. API v1 posts to `/api/v1/devicestatus` with the site's secret; API v3 posts each
+/// document to the `devicestatus` collection with the entries' JWT (a sibling of the entries destination).
 public actor DeviceStatusReporter {
     public enum Sender: Sendable {
         case v1(NightscoutDestination)
         case v3(NightscoutV3Destination)
     }
 
+    /// The gateway's state, read when a document is built; nil when it cannot be read now (the reader
+    /// says why), and then no document goes out until the next `update`.
+    public typealias ReportSource = @Sendable () async -> DeviceStatusReport?
+
     private let sender: Sender
     private let device: String
     private var schedule: DeviceStatusSchedule
     private let networkTimeoutMs: Int
-    private let clock: any SessionClock
     private let now: @Sendable () -> UnixMillis
     private let logger: Logger
     private let delivered: @Sendable (UnixMillis) -> Void
 
-    private var report: DeviceStatusReport?
-    private var timer: Task<Void, Never>?
-    private var sending: Task<Void, Never>?
-    private var sendAgain = false
-    private var lastOutcome: String?
+    private var source: ReportSource?
+    /// The last read of the state failed: the next `update` is news, so its state goes out soon.
+    private var unread = false
+    private let paced: PacedSender
+    private var outcomes = OutcomeChanges()
     private var stopped = false
 
     /// `device` names the gateway in Nightscout (its host name). `delivered` is told the time of each
@@ -50,88 +54,64 @@ public actor DeviceStatusReporter {
         self.device = device
         self.schedule = DeviceStatusSchedule(policy: policy)
         self.networkTimeoutMs = networkTimeoutMs
-        self.clock = clock
         self.now = now
         self.logger = logger
         self.delivered = delivered
+        paced = PacedSender(clock: clock)
     }
 
     /// The gateway's state now. The first one is news (a document goes out at start).
     public func update(_ report: DeviceStatusReport) {
+        update { report }
+    }
+
+    /// Where the gateway's state is read from now; it is read only when a document is built. The first
+    /// one is news (a document goes out at start).
+    public func update(_ source: @escaping ReportSource) {
         guard !stopped else { return }
-        let first = self.report == nil
-        self.report = report
-        if first { schedule.news(at: clock.now) }
+        if self.source == nil || unread { schedule.news(at: paced.clock.now) }
+        self.source = source
+        unread = false
         decide()
     }
 
     /// A download ended: a document goes out soon, with the state given next or already held.
     public func downloadEnded() {
         guard !stopped else { return }
-        schedule.news(at: clock.now)
+        schedule.news(at: paced.clock.now)
         decide()
     }
 
     public func stop() {
         stopped = true
-        timer?.cancel()
-        timer = nil
-        sending?.cancel()
+        paced.stop()
     }
 
     private func decide() {
-        guard !stopped, let report else { return }
-        if schedule.take(at: clock.now) {
-            send(report)
+        guard !stopped, source != nil else { return }
+        if schedule.take(at: paced.clock.now) {
+            paced.submit { [weak self] in await self?.send() }
         }
-        timer?.cancel()
-        timer = nil
-        if let due = schedule.due {
-            let clock = self.clock
-            timer = Task { [weak self] in
-                do { try await clock.sleep(until: due) } catch { return }
-                await self?.timerFired()
-            }
-        }
+        paced.wake(at: schedule.due) { [weak self] in await self?.decide() }
     }
 
-    private func timerFired() {
-        timer = nil
-        decide()
-    }
-
-    private func send(_ report: DeviceStatusReport) {
-        guard sending == nil else {
-            sendAgain = true
+    /// Builds the document from the state of this moment and sends it.
+    private func send() async {
+        guard !stopped, let source else { return }
+        let at = now()
+        guard let report = await source() else {
+            unread = true
             return
         }
-        let at = now()
         let document = report.document(device: device, at: at)
-        let sender = self.sender
-        let timeout = networkTimeoutMs
-        sending = Task { [weak self] in
-            let failure = await Self.post(document, createdAt: at, with: sender, networkTimeoutMs: timeout)
-            await self?.sent(at: at, error: failure)
-        }
-    }
-
-    private func sent(at: UnixMillis, error: String?) {
-        sending = nil
+        let failure = await Self.post(document, createdAt: at, with: sender, networkTimeoutMs: networkTimeoutMs)
         guard !stopped else { return }
-        let outcome = error ?? "ok"
-        if outcome != lastOutcome {
-            if let error {
-                logger.warning("[nightscout] device status not sent: \(error); trying again at the next one")
-            } else if lastOutcome != nil {
-                logger.notice("[nightscout] device status sent again")
-            }
-            lastOutcome = outcome
+        switch outcomes.record(error: failure) {
+        case .failing(let error): logger.warning("[nightscout] device status not sent: \(error); trying again at the next one")
+        case .recovered: logger.notice("[nightscout] device status sent again")
+        case nil: break
         }
-        if error == nil { delivered(at) }
-        if sendAgain, let report {
-            sendAgain = false
-            send(report)
-        }
+        if failure == nil { delivered(at) }
     }
 
     /// Nil when the server took the document, else why not (no secret in it).

@@ -28,15 +28,14 @@ public struct HeartbeatReport: Sendable, Equatable {
 /// sends it with the uploads' HTTP client and `[network]` timeout, and sleeps on the injected clock until
 /// the next deadline (one timer, replaced at every decision; none while nothing is due).
 ///
-/// It never blocks its caller: requests run in their own task, one at a time; a signal decided while one
-/// is in flight goes out after it (the latest one only). A ping is not an upload: nothing of it goes into
+/// It never blocks its caller: `PacedSender` runs the requests in their own task, one at a time; a signal
+/// decided while one is in flight goes out after it (the latest one only). A ping is not an upload: nothing of it goes into
 /// the outbox, the upload state or the upload metrics. Failures are logged once per change of outcome.
 public actor HeartbeatPinger {
     private let target: HeartbeatTarget
     private var schedule: HeartbeatSchedule
     private let http: any HTTPClient
     private let networkTimeoutMs: Int
-    private let clock: any SessionClock
     private let now: @Sendable () -> UnixMillis
     private let logger: Logger
     private let report: @Sendable (HeartbeatReport) -> Void
@@ -44,11 +43,8 @@ public actor HeartbeatPinger {
     /// The last health given, and the wall-clock time its ages were measured at.
     private var health: HeartbeatHealth?
     private var observedAt: UnixMillis = 0
-    private var timer: Task<Void, Never>?
-    private var sending: Task<Void, Never>?
-    private var queued: HeartbeatSignal?
-    /// The outcome last logged (`ok`, or the error text), so that a failure is logged once per change.
-    private var lastOutcome: String?
+    private let paced: PacedSender
+    private var outcomes = OutcomeChanges()
     private var stopped = false
 
     public init(target: HeartbeatTarget, policy: HeartbeatPolicy, http: any HTTPClient, networkTimeoutMs: Int,
@@ -58,10 +54,10 @@ public actor HeartbeatPinger {
         self.schedule = HeartbeatSchedule(policy: policy)
         self.http = http
         self.networkTimeoutMs = networkTimeoutMs
-        self.clock = clock
         self.now = now
         self.logger = logger
         self.report = report
+        paced = PacedSender(clock: clock)
     }
 
     /// New health, its ages measured at `observedAt`; nil: the daemon is not running its loop (the
@@ -70,8 +66,7 @@ public actor HeartbeatPinger {
         guard !stopped else { return }
         guard let health else {
             self.health = nil
-            timer?.cancel()
-            timer = nil
+            paced.wake(at: nil) {}
             return
         }
         self.health = health
@@ -82,10 +77,7 @@ public actor HeartbeatPinger {
     /// Stops the timer and any request in flight.
     public func stop() {
         stopped = true
-        timer?.cancel()
-        timer = nil
-        sending?.cancel()
-        queued = nil
+        paced.stop()
     }
 
     private static func aged(_ health: HeartbeatHealth, by ms: Int64) -> HeartbeatHealth {
@@ -98,7 +90,7 @@ public actor HeartbeatPinger {
         guard !stopped, let health else { return }
         let wall = now()
         let current = Self.aged(health, by: wall - observedAt)
-        let decision = schedule.decide(current, at: clock.now)
+        let decision = schedule.decide(current, at: paced.clock.now)
         if decision.changed { logCondition(current) }
         if let signal = decision.send {
             send(signal)
@@ -106,20 +98,7 @@ public actor HeartbeatPinger {
                   let reason = current.problem(maxPending: schedule.policy.maxPending) {
             report(HeartbeatReport(at: wall, signal: "silent", reason: reason, delivered: false, error: nil))
         }
-        timer?.cancel()
-        timer = nil
-        if let next = decision.next {
-            let clock = self.clock
-            timer = Task { [weak self] in
-                do { try await clock.sleep(until: next) } catch { return }
-                await self?.timerFired()
-            }
-        }
-    }
-
-    private func timerFired() {
-        timer = nil
-        decide()
+        paced.wake(at: decision.next) { [weak self] in await self?.decide() }
     }
 
     private func logCondition(_ health: HeartbeatHealth) {
@@ -135,17 +114,13 @@ public actor HeartbeatPinger {
     }
 
     private func send(_ signal: HeartbeatSignal) {
-        guard sending == nil else {
-            queued = signal
-            return
-        }
         let parts = target.request(for: signal)
         var request = HTTPRequest(method: parts.method, url: parts.url, body: parts.body,
                                   connectTimeoutMs: networkTimeoutMs, timeoutMs: networkTimeoutMs, maxResponseBytes: 64 * 1024)
         if !parts.body.isEmpty { request.headers = [("Content-Type", "text/plain; charset=utf-8")] }
         request.headers.append(("User-Agent", "glucose-gateway"))
         let http = self.http
-        sending = Task { [weak self] in
+        paced.submit { [weak self, request] in
             let failure: String?
             do throws(HTTPError) {
                 let answer = try await http.send(request)
@@ -158,25 +133,16 @@ public actor HeartbeatPinger {
     }
 
     private func sent(_ signal: HeartbeatSignal, error: String?) {
-        sending = nil
         guard !stopped else { return }
-        let outcome = error ?? "ok"
-        if outcome != lastOutcome {
-            if let error {
-                logger.warning("heartbeat: \(target.shown) not reached: \(error); trying again at the next ping")
-            } else if lastOutcome != nil {
-                logger.notice("heartbeat: \(target.shown) reached again")
-            }
-            lastOutcome = outcome
+        switch outcomes.record(error: error) {
+        case .failing(let error): logger.warning("heartbeat: \(target.shown) not reached: \(error); trying again at the next ping")
+        case .recovered: logger.notice("heartbeat: \(target.shown) reached again")
+        case nil: break
         }
         let (name, reason): (String, String?) = switch signal {
         case .ok: ("ok", nil)
         case .fail(let why): ("fail", why)
         }
         report(HeartbeatReport(at: now(), signal: name, reason: reason, delivered: error == nil, error: error))
-        if let next = queued {
-            queued = nil
-            send(next)
-        }
     }
 }
