@@ -1,7 +1,8 @@
 import Transport
 
-/// The rules a server URL in the config must meet, and the canonical origin that tells servers apart.
-/// Problems name what is wrong, never the URL: its path or query may carry a token.
+/// The rules a server URL in the config must meet, on what `HTTPURL` read of it (`HTTPURL.origin` is the
+/// one name that tells servers apart). Problems name what is wrong, never the URL: its path or query may
+/// carry a token.
 public enum ConfigURL {
     public struct URLProblem: Error, Sendable {
         public var message: String
@@ -22,8 +23,8 @@ public enum ConfigURL {
 
     /// An `http` or `https` URL with a host, no credentials, query or fragment; the scheme and the
     /// authority in lower case, the path's trailing slashes dropped. `HTTPURL` reads it; this says which
-    /// of what it found the config refuses.
-    /// `queryOrFragment` is the problem a query or fragment is (the heartbeat's monitor says more).
+    /// of what it found the config refuses, credentials first. `queryOrFragment` is the problem a query or
+    /// fragment is (the heartbeat's monitor says more).
     public static func normalizedHTTPURL(_ text: String, queryOrFragment: URLProblem = queryOrFragment) -> Result<HTTPURL, URLProblem> {
         let url: HTTPURL
         switch HTTPURL.read(text) {
@@ -37,6 +38,7 @@ public enum ConfigURL {
         if url.hasUserInfo { return .failure(userInfo) }
         if let problem = hostProblem(Substring(url.host)) { return .failure(problem) }
         let normalized = url.scheme.rawValue + "://" + url.authority.lowercased() + url.appending(path: "").path
+        // Lower case and fewer trailing slashes read the same: the refusal is never given.
         return HTTPURL(normalized).map { .success($0) } ?? .failure(URLProblem(.noHost))
     }
 
