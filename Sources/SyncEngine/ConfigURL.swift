@@ -27,12 +27,12 @@ public enum ConfigURL {
     /// fragment is (the heartbeat's monitor says more).
     public static func normalizedHTTPURL(_ text: String, queryOrFragment: URLProblem = queryOrFragment) -> Result<HTTPURL, URLProblem> {
         let url: HTTPURL
-        switch HTTPURL.read(text) {
-        case .success(let read): url = read
-        case .failure(let problem):
-            if problem.hasQueryOrFragment { return .failure(queryOrFragment) }
-            if problem.hasUserInfo { return .failure(userInfo) }
-            return .failure(URLProblem(problem.kind))
+        do {
+            url = try HTTPURL(reading: text)
+        } catch {
+            if error.hasQueryOrFragment { return .failure(queryOrFragment) }
+            if error.hasUserInfo { return .failure(userInfo) }
+            return .failure(URLProblem(error.kind))
         }
         if url.query != nil || url.hasFragment { return .failure(queryOrFragment) }
         if url.hasUserInfo { return .failure(userInfo) }

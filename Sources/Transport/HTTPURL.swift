@@ -9,7 +9,7 @@ import Glibc
 /// What it takes: the scheme in any case, then an authority (`host`, `host:port`, `[v6]`, `[v6]:port`,
 /// optionally after `user:password@`), then a path, a query and a fragment, each optional. It refuses
 /// spaces and control characters anywhere, an authority without a host, and a port that is not 1 to 5
-/// ASCII digits in 1...65535 (`read` says which). Whether a host name is well formed (labels, IPv4
+/// ASCII digits in 1...65535 (`init(reading:)` says which). Whether a host name is well formed (labels, IPv4
 /// look-alikes) and which parts a URL may carry are the config's judgement (`ConfigURL`), with its own
 /// messages; a request to a malformed name fails when it is resolved.
 public struct HTTPURL: Sendable, Hashable {
@@ -69,19 +69,19 @@ public struct HTTPURL: Sendable, Hashable {
 
     /// Nil for anything that is not an `http`/`https` URL with a host (see the type's description).
     public init?(_ text: String) {
-        guard case .success(let url) = Self.read(text) else { return nil }
+        guard let url = try? HTTPURL(reading: text) else { return nil }
         self = url
     }
 
     /// The URL's parts, or the first thing wrong with it (see `Problem`).
-    public static func read(_ text: String) -> Result<HTTPURL, Problem> {
+    public init(reading text: String) throws(Problem) {
         let lower = text.prefix(8).lowercased()
         let scheme: Scheme
         if lower.hasPrefix("https://") { scheme = .https } else if lower.hasPrefix("http://") { scheme = .http } else {
-            return .failure(Problem(kind: .notHTTP))
+            throw Problem(kind: .notHTTP)
         }
         guard !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
-            return .failure(Problem(kind: .spacesOrControlCharacters))
+            throw Problem(kind: .spacesOrControlCharacters)
         }
         let rest = text.dropFirst(scheme == .https ? 8 : 7)
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
@@ -89,10 +89,10 @@ public struct HTTPURL: Sendable, Hashable {
         let at = authority.lastIndex(of: "@")
         let hostAndPort = at.map { authority[authority.index(after: $0)...] } ?? authority
         let host: Substring, port: UInt16?
-        switch split(hostAndPort) {
+        switch Self.split(hostAndPort) {
         case .success(let parts): (host, port) = parts
         case .failure(let kind):
-            return .failure(Problem(kind: kind, hasUserInfo: at != nil, hasQueryOrFragment: afterAuthority.contains { $0 == "?" || $0 == "#" }))
+            throw Problem(kind: kind, hasUserInfo: at != nil, hasQueryOrFragment: afterAuthority.contains { $0 == "?" || $0 == "#" })
         }
         var fragment: String?
         if let hash = afterAuthority.firstIndex(of: "#") {
@@ -100,24 +100,16 @@ public struct HTTPURL: Sendable, Hashable {
             afterAuthority = afterAuthority[..<hash]
         }
         let question = afterAuthority.firstIndex(of: "?")
-        let path = String(question.map { afterAuthority[..<$0] } ?? afterAuthority)
-        return .success(HTTPURL(text: text, scheme: scheme, host: String(host), authority: String(hostAndPort), writtenPort: port,
-                                path: path, query: question.map { String(afterAuthority[afterAuthority.index(after: $0)...]) },
-                                hasUserInfo: at != nil, fragment: fragment, pathStart: afterAuthority.startIndex))
-    }
-
-    private init(text: String, scheme: Scheme, host: String, authority: String, writtenPort: UInt16?, path: String, query: String?,
-                 hasUserInfo: Bool, fragment: String?, pathStart: String.Index) {
         self.text = text
         self.scheme = scheme
-        self.host = host
-        self.authority = authority
-        self.writtenPort = writtenPort
-        self.path = path
-        self.query = query
-        self.hasUserInfo = hasUserInfo
+        self.host = String(host)
+        self.authority = String(hostAndPort)
+        writtenPort = port
+        path = String(question.map { afterAuthority[..<$0] } ?? afterAuthority)
+        query = question.map { String(afterAuthority[afterAuthority.index(after: $0)...]) }
+        hasUserInfo = at != nil
         self.fragment = fragment
-        self.pathStart = pathStart
+        pathStart = afterAuthority.startIndex
     }
 
     /// Host and port of an authority without user info (`host`, `host:port`, `[v6]`, `[v6]:port`), or what
