@@ -202,16 +202,12 @@ func batchBody(_ items: [OutboxItem], open: [UInt8], close: [UInt8]) -> [UInt8] 
 /// POSTs one batch and maps the answer: a network failure is transient, a non-2xx status (even with an
 /// oversized body, whose status is the answer) goes through `HTTPStatusClass`, and a 2xx answer is
 /// judged by `judge`. `secrets` are redacted from whatever the server's words end up in.
-func sendBatch(_ items: [OutboxItem], body: [UInt8], url: HTTPURL?, headers: [(String, String)], networkTimeoutMs: Int,
-               caFile: String?, secrets: [String], http: any HTTPClient,
-               judge: (HTTPResponse) -> BatchOutcome) async -> BatchOutcome {
-    let request = HTTPRequest(
-        method: "POST", url: url, headers: headers, body: body,
-        connectTimeoutMs: networkTimeoutMs, timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count),
-        caFile: caFile, maxResponseBytes: ResponseLimit.forBatch(elements: items.count, requestBytes: body.count))
+func sendBatch(_ items: [OutboxItem], body: [UInt8], to server: UploadServer, path: String, headers: [(String, String)],
+               networkTimeoutMs: Int, secrets: [String], judge: (HTTPResponse) -> BatchOutcome) async -> BatchOutcome {
+    let request = server.post(path, headers: headers, body: body, elements: items.count, networkTimeoutMs: networkTimeoutMs)
     let response: HTTPResponse
     do {
-        response = try await http.send(request)
+        response = try await server.http.send(request)
     } catch .tooLarge(_, let status) where status >= 300 {
         // An error status with an oversized body: the status is the answer; the body is not needed.
         return HTTPStatusClass.outcome(for: HTTPResponse(status: status), redacting: secrets)
@@ -222,12 +218,38 @@ func sendBatch(_ items: [OutboxItem], body: [UInt8], url: HTTPURL?, headers: [(S
     return judge(response)
 }
 
-extension HTTPRequest {
-    /// A credential check, token exchange or status page: a GET that may take `timeoutMs` in all, at most
-    /// 10 s of it to connect, with room for a large document.
-    static func check(url: HTTPURL?, headers: [(String, String)], timeoutMs: Int, caFile: String?) -> HTTPRequest {
-        HTTPRequest(method: "GET", url: url, headers: headers, connectTimeoutMs: min(timeoutMs, 10_000), timeoutMs: timeoutMs,
-                    caFile: caFile, maxResponseBytes: ResponseLimit.check)
+/// The server an HTTP destination talks to: its base URL, read once when the destination starts (each
+/// endpoint is appended to its path, never read again), the CA bundle TLS trusts there, and the client.
+/// Nightscout (entries, treatments, device status, the v3 token exchange) and FHIR each keep one.
+struct UploadServer: Sendable {
+    /// Nil when the URL does not read, which the config never lets through: requests to it are then
+    /// refused by libcurl as a malformed URL.
+    let base: HTTPURL?
+    let caFile: String?
+    let http: any HTTPClient
+
+    init(url: String, caFile: String?, http: any HTTPClient) {
+        base = HTTPURL(url)
+        self.caFile = caFile
+        self.http = http
+    }
+
+    /// Scheme, host and port (`HTTPURL.origin`), for log lines.
+    var origin: String { base?.origin ?? "?" }
+
+    /// A POST of `body`, `elements` documents, to `path` below the base: `networkTimeoutMs` to connect,
+    /// longer in all for a large body, with room for an answer about each element.
+    func post(_ path: String, headers: [(String, String)], body: [UInt8], elements: Int, networkTimeoutMs: Int) -> HTTPRequest {
+        HTTPRequest(method: "POST", url: base?.appending(path: path), headers: headers, body: body, connectTimeoutMs: networkTimeoutMs,
+                    timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: body.count), caFile: caFile,
+                    maxResponseBytes: ResponseLimit.forBatch(elements: elements, requestBytes: body.count))
+    }
+
+    /// A credential check, token exchange or status page at `path`: a GET that may take `timeoutMs` in
+    /// all, at most 10 s of it to connect, with room for a large document.
+    func check(_ path: String, headers: [(String, String)], timeoutMs: Int) -> HTTPRequest {
+        HTTPRequest(method: "GET", url: base?.appending(path: path), headers: headers, connectTimeoutMs: min(timeoutMs, 10_000),
+                    timeoutMs: timeoutMs, caFile: caFile, maxResponseBytes: ResponseLimit.check)
     }
 }
 

@@ -123,13 +123,10 @@ public actor DeviceStatusReporter {
         case .v3(let destination):
             return describe(await destination.send([item], networkTimeoutMs: networkTimeoutMs))
         case .v1(let destination):
-            let request = HTTPRequest(
-                method: "POST", url: destination.base?.appending(path: "/api/v1/devicestatus"), headers: destination.headers,
-                body: document.body, connectTimeoutMs: networkTimeoutMs,
-                timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: document.body.count),
-                caFile: destination.settings.caFile, maxResponseBytes: ResponseLimit.forBatch(elements: 1, requestBytes: document.body.count))
+            let request = destination.server.post("/api/v1/devicestatus", headers: destination.headers, body: document.body,
+                                                  elements: 1, networkTimeoutMs: networkTimeoutMs)
             do throws(HTTPError) {
-                let answer = try await destination.http.send(request)
+                let answer = try await destination.server.http.send(request)
                 return (200..<300).contains(answer.status) ? nil : "server answered HTTP \(answer.status)"
             } catch {
                 return error.description

@@ -7,17 +7,14 @@ import Transport
 public struct FHIRDestination: UploadDestination {
     public let name = DestinationName.fhir
     public let settings: FHIRSettings
-    let http: any HTTPClient
-    /// `settings.baseURL`, read once.
-    let base: HTTPURL?
+    let server: UploadServer
 
     public init(settings: FHIRSettings, http: any HTTPClient) {
         self.settings = settings
-        self.http = http
-        base = HTTPURL(settings.baseURL)
+        server = UploadServer(url: settings.baseURL, caFile: settings.caFile, http: http)
     }
 
-    public var origin: String { base?.origin ?? "?" }
+    public var origin: String { server.origin }
 
     private var headers: [(String, String)] {
         var h = [("Content-Type", "application/fhir+json"), ("Accept", "application/fhir+json")]
@@ -30,8 +27,8 @@ public struct FHIRDestination: UploadDestination {
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
         await sendBatch(items, body: batchBody(items, open: Array(#"{"resourceType":"Bundle","type":"batch","entry":["#.utf8),
                                                       close: Array("]}".utf8)),
-                               url: base?.appending(path: ""), headers: headers, networkTimeoutMs: networkTimeoutMs, caFile: settings.caFile,
-                               secrets: secrets, http: http) { Self.judge($0.body, items: items, redacting: secrets) }
+                        to: server, path: "", headers: headers, networkTimeoutMs: networkTimeoutMs,
+                        secrets: secrets) { Self.judge($0.body, items: items, redacting: secrets) }
     }
 
     /// The status code at the start of an entry's `response.status` ("201 Created"), when it has one.
@@ -82,10 +79,9 @@ public struct FHIRDestination: UploadDestination {
 
     /// `GET [base]/metadata` with the token: 401/403 refuse the credentials.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
-        let request = HTTPRequest.check(url: base?.appending(path: "/metadata"), headers: headers,
-                                        timeoutMs: timeoutMs, caFile: settings.caFile)
+        let request = server.check("/metadata", headers: headers, timeoutMs: timeoutMs)
         do {
-            let response = try await http.send(request)
+            let response = try await server.http.send(request)
             switch response.status {
             case 200..<300: return .accepted
             case 401, 403: return .refused("server answered HTTP \(response.status)")

@@ -5,6 +5,8 @@
 /// This file holds the decision alone: health and time in, what to send and when to look again out. It
 /// never sleeps and never sends; `HeartbeatPinger` does both on the injected clock.
 
+import Transport
+
 /// What to do while unhealthy (`heartbeat_on_fail`).
 public enum HeartbeatFailMode: String, Sendable, Equatable, CaseIterable {
     /// Send the failure signal with a one-line reason, every interval while the condition lasts.
@@ -173,36 +175,26 @@ public struct HeartbeatSchedule: Sendable, Equatable {
 /// The requests one signal makes, by API. The URL is a capability (anyone holding it can report for this
 /// gateway): callers show it only through `HeartbeatTarget.shown`.
 public struct HeartbeatTarget: Sendable, Equatable {
-    public var url: String
+    /// The monitor's URL, read once; nil when it is not an `http`/`https` URL (the config lets none through).
+    public let url: HTTPURL?
     public var api: HeartbeatAPI
 
     public init(url: String, api: HeartbeatAPI) {
-        self.url = url
+        self.url = HTTPURL(url)
         self.api = api
     }
 
-    /// scheme://host[:port] only: the path and anything after it carry the monitor's token.
-    public var shown: String { Self.origin(url) }
-
-    public static func origin(_ url: String) -> String {
-        let lower = url.lowercased()
-        let scheme: String
-        if lower.hasPrefix("https://") { scheme = "https://" } else if lower.hasPrefix("http://") { scheme = "http://" } else { return "(URL)" }
-        let rest = url.dropFirst(scheme.count)
-        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        let host = authority.split(separator: "@", omittingEmptySubsequences: false).last.map(String.init) ?? ""
-        return scheme + host.lowercased()
-    }
+    /// The URL's origin only: the path and anything after it carry the monitor's token.
+    public var shown: String { url?.origin ?? "(URL)" }
 
     /// Method, URL and body for `signal`.
     public func request(for signal: HeartbeatSignal) -> (method: String, url: String, body: [UInt8]) {
-        var base = url
-        while base.hasSuffix("/") { base.removeLast() }
+        let base = url?.appending(path: "").text ?? ""
         switch (api, signal) {
         case (.healthchecks, .ok):
             return ("GET", base, [])
         case (.healthchecks, .fail(let reason)):
-            return ("POST", base + "/fail", Array(reason.utf8))
+            return ("POST", url?.appending(path: "/fail").text ?? "", Array(reason.utf8))
         case (.uptimeKuma, .ok):
             return ("GET", base + "?status=up&msg=OK", [])
         case (.uptimeKuma, .fail(let reason)):

@@ -21,14 +21,9 @@ public struct HeartbeatSettings: Sendable, Equatable {
     public init(section s: inout ConfigSection) {
         let name = s.name
         if let v = s.string("heartbeat_url") {
-            let withoutScheme = v.value.drop { $0 != "/" }
-            if withoutScheme.contains("?") || withoutScheme.contains("#") {
-                s.problem(v.line, "\(name).heartbeat_url: must not carry a query or fragment (for Uptime Kuma give the push URL up to its token, with heartbeat_api = \"uptime-kuma\"; the gateway adds status and msg)")
-            } else {
-                switch ConfigURL.normalizedHTTPURL(v.value) {
-                case .success(let url): heartbeatURL = Secret(url)
-                case .failure(let reason): s.problem(v.line, "\(name).heartbeat_url: \(reason.message)")
-                }
+            switch ConfigURL.normalizedHTTPURL(v.value, queryOrFragment: Self.queryOrFragment) {
+            case .success(let url): heartbeatURL = Secret(url.text)
+            case .failure(let reason): s.problem(v.line, "\(name).heartbeat_url: \(reason.message)")
             }
         }
         if let api = s.choice("heartbeat_api", HeartbeatAPI.init(rawValue:), expected: "\"healthchecks\" or \"uptime-kuma\"") {
@@ -41,6 +36,9 @@ public struct HeartbeatSettings: Sendable, Equatable {
         }
     }
 
+    /// A monitor's URL takes no query: Uptime Kuma's push URL is given without the one it shows.
+    static let queryOrFragment = ConfigURL.URLProblem(message: "must not carry a query or fragment (for Uptime Kuma give the push URL up to its token, with heartbeat_api = \"uptime-kuma\"; the gateway adds status and msg)")
+
     /// The heartbeat's monitor and policy, nil when `heartbeat_url` is not set.
     public var heartbeat: (target: HeartbeatTarget, policy: HeartbeatPolicy)? {
         guard let url = heartbeatURL else { return nil }
@@ -50,7 +48,7 @@ public struct HeartbeatSettings: Sendable, Equatable {
     }
 
     public var summaryLines: [String] {
-        ["heartbeat_url: \(heartbeatURL.map { HeartbeatTarget.origin($0.value) + " (path hidden)" } ?? "(not set)")",
+        ["heartbeat_url: \(heartbeat.map { $0.target.shown + " (path hidden)" } ?? "(not set)")",
          "heartbeat_api: \(heartbeatAPI.rawValue)", "heartbeat_interval_s: \(heartbeatIntervalSeconds)",
          "heartbeat_max_pending_s: \(heartbeatMaxPendingSeconds)", "heartbeat_on_fail: \(heartbeatOnFail.rawValue)"]
     }

@@ -1,5 +1,6 @@
 import GatewayCore
 import Support
+import Transport
 
 /// `[network]`: retries, timeouts and recovery, shared by every destination.
 public struct NetworkSection: Sendable, Equatable {
@@ -25,11 +26,10 @@ public struct NetworkSection: Sendable, Equatable {
         if let v = s.integer("retry_count", in: RecoverySettings.retryCountRange) { retryCount = v.value }
         if let v = s.integer("network_timeout_ms", in: RecoverySettings.networkTimeoutRange) { networkTimeoutMilliseconds = v.value }
         if let v = s.httpURL("health_check_url") {
-            let origin = ConfigURL.origin(v.value)
-            if let clash = uploadURLs.first(where: { $0.url.map(ConfigURL.origin) == origin }) {
+            if let clash = uploadURLs.first(where: { $0.url.flatMap { HTTPURL($0)?.origin } == v.value.origin }) {
                 s.problem(v.line, "network.health_check_url: must not point at an upload server (same scheme, host and port as \(clash.key)); use a host that tells whether the network is up")
             } else {
-                healthCheckURL = v.value
+                healthCheckURL = v.value.text
             }
         }
         if let v = s.bool("recovery_mode") { recoveryMode = v.value }

@@ -70,17 +70,14 @@ func judgeNightscoutV1Answer<Print: Hashable>(_ body: [UInt8], items: [OutboxIte
 public struct NightscoutDestination: UploadDestination {
     public let name = DestinationName.nightscout
     public let settings: NightscoutSettings
-    let http: any HTTPClient
-    /// `settings.url`, read once.
-    let base: HTTPURL?
+    let server: UploadServer
 
     public init(settings: NightscoutSettings, http: any HTTPClient) {
         self.settings = settings
-        self.http = http
-        base = HTTPURL(settings.url)
+        server = UploadServer(url: settings.url, caFile: settings.caFile, http: http)
     }
 
-    public var origin: String { base?.origin ?? "?" }
+    public var origin: String { server.origin }
 
     var headers: [(String, String)] {
         var h = [("Content-Type", "application/json"), ("Accept", "application/json")]
@@ -95,8 +92,8 @@ public struct NightscoutDestination: UploadDestination {
 
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
         await sendBatch(items, body: batchBody(items, open: [UInt8(ascii: "[")], close: [UInt8(ascii: "]")]),
-                        url: base?.appending(path: "/api/v1/entries"), headers: headers, networkTimeoutMs: networkTimeoutMs,
-                        caFile: settings.caFile, secrets: secrets, http: http) { Self.judge($0.body, items: items, status: $0.status) }
+                        to: server, path: "/api/v1/entries", headers: headers, networkTimeoutMs: networkTimeoutMs,
+                        secrets: secrets) { Self.judge($0.body, items: items, status: $0.status) }
     }
 
     /// What identifies an element we sent when the answer carries no `identifier`.
@@ -122,9 +119,8 @@ public struct NightscoutDestination: UploadDestination {
 
     /// `GET /api/v1/verifyauth`, which always answers 200 and says whether the credentials are valid.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
-        let request = HTTPRequest.check(url: base?.appending(path: "/api/v1/verifyauth"), headers: headers,
-                                        timeoutMs: timeoutMs, caFile: settings.caFile)
-        return await runCredentialCheck(request, http: http) { response in
+        let request = server.check("/api/v1/verifyauth", headers: headers, timeoutMs: timeoutMs)
+        return await runCredentialCheck(request, http: server.http) { response in
             if response.status == 401 || response.status == 403 { return .refused("server answered HTTP \(response.status)") }
             guard response.status == 200 else { return .unreachable("server answered HTTP \(response.status)") }
             guard let json = try? JSONParser.parse(response.body), let message = json["message"] else {

@@ -14,12 +14,10 @@ import Transport
 public struct NightscoutTreatmentsDestination: UploadDestination {
     public let name = DestinationName.nightscoutTreatments
     public let settings: NightscoutSettings
-    let http: any HTTPClient
     let entries: NightscoutDestination
 
     public init(settings: NightscoutSettings, http: any HTTPClient) {
         self.settings = settings
-        self.http = http
         self.entries = NightscoutDestination(settings: settings, http: http)
     }
 
@@ -28,9 +26,8 @@ public struct NightscoutTreatmentsDestination: UploadDestination {
 
     public func send(_ items: [OutboxItem], networkTimeoutMs: Int) async -> BatchOutcome {
         await sendBatch(items, body: batchBody(items, open: [UInt8(ascii: "[")], close: [UInt8(ascii: "]")]),
-                        url: entries.base?.appending(path: "/api/v1/treatments"), headers: entries.headers,
-                        networkTimeoutMs: networkTimeoutMs, caFile: settings.caFile, secrets: entries.secrets,
-                        http: http) { Self.judge($0.body, items: items, status: $0.status) }
+                        to: entries.server, path: "/api/v1/treatments", headers: entries.headers,
+                        networkTimeoutMs: networkTimeoutMs, secrets: entries.secrets) { Self.judge($0.body, items: items, status: $0.status) }
     }
 
     /// What identifies a treatment we sent when the answer carries no `identifier`.
@@ -54,9 +51,8 @@ public struct NightscoutTreatmentsDestination: UploadDestination {
 
     /// `careportalEnabled` from `/api/v1/status.json` (only `true` counts), then the entries' credential check.
     public func checkCredentials(timeoutMs: Int) async -> CredentialCheck {
-        let request = HTTPRequest.check(url: entries.base?.appending(path: "/api/v1/status.json"), headers: entries.headers,
-                                        timeoutMs: timeoutMs, caFile: settings.caFile)
-        return await runCredentialCheck(request, http: http) { response in
+        let request = entries.server.check("/api/v1/status.json", headers: entries.headers, timeoutMs: timeoutMs)
+        return await runCredentialCheck(request, http: entries.server.http) { response in
             if response.status == 401 || response.status == 403 { return .refused("server answered HTTP \(response.status) to status.json") }
             guard response.status == 200 else { return .unreachable("server answered HTTP \(response.status) to status.json") }
             guard let json = try? JSONParser.parse(response.body), case .object = json else {

@@ -31,11 +31,9 @@ public actor NightscoutAuthorization {
     /// Used when the answer gives no usable `iat`/`exp` (Nightscout's JWTs live 8 h), or a lifetime outside
     /// `plausibleLifetime`.
     public static let fallbackLifetime: Duration = .seconds(3600)
-    /// The site's URL, read once.
-    nonisolated let base: HTTPURL?
+    /// The site.
+    nonisolated let server: UploadServer
     let token: Secret
-    let caFile: String?
-    let http: any HTTPClient
     let clock: any SessionClock
 
     private var jwt: String?
@@ -44,10 +42,8 @@ public actor NightscoutAuthorization {
     public private(set) var exchanges = 0
 
     public init(baseURL: String, token: Secret, caFile: String?, http: any HTTPClient, clock: any SessionClock = ContinuousClock()) {
-        base = HTTPURL(baseURL)
+        server = UploadServer(url: baseURL, caFile: caFile, http: http)
         self.token = token
-        self.caFile = caFile
-        self.http = http
         self.clock = clock
     }
 
@@ -82,11 +78,11 @@ public actor NightscoutAuthorization {
 
     /// `GET /api/v2/authorization/request/<token>`: `{"token": JWT, "iat": s, "exp": s, ...}` or 401.
     private func exchange(timeoutMs: Int) async throws(TokenExchangeFailure) -> String {
-        let url = base?.appending(path: "/api/v2/authorization/request/" + Self.pathSegment(token.value))
-        let request = HTTPRequest.check(url: url, headers: [("Accept", "application/json")], timeoutMs: timeoutMs, caFile: caFile)
+        let request = server.check("/api/v2/authorization/request/" + Self.pathSegment(token.value), headers: [("Accept", "application/json")],
+                                   timeoutMs: timeoutMs)
         let response: HTTPResponse
         do {
-            response = try await http.send(request)
+            response = try await server.http.send(request)
         } catch .tooLarge(_, let status) where status >= 300 {
             throw Self.failure(status: status)
         } catch {
@@ -164,7 +160,6 @@ public struct NightscoutV3Destination: UploadDestination {
     /// `entries`, or `treatments` for a destination whose frozen documents are treatments.
     public let collection: String
     public let settings: NightscoutSettings
-    let http: any HTTPClient
     public let authorization: NightscoutAuthorization
 
     /// Nil when the settings carry no access token (the config refuses `api = "v3"` without one).
@@ -174,25 +169,25 @@ public struct NightscoutV3Destination: UploadDestination {
         self.name = name
         self.collection = collection
         self.settings = settings
-        self.http = http
         self.authorization = NightscoutAuthorization(baseURL: settings.url, token: token, caFile: settings.caFile, http: http, clock: clock)
     }
 
-    private init(name: DestinationName, collection: String, settings: NightscoutSettings, http: any HTTPClient,
-                 authorization: NightscoutAuthorization) {
+    private init(name: DestinationName, collection: String, settings: NightscoutSettings, authorization: NightscoutAuthorization) {
         self.name = name
         self.collection = collection
         self.settings = settings
-        self.http = http
         self.authorization = authorization
     }
 
     /// A destination of another collection on the same site, sharing this one's JWT.
     public func sibling(name: DestinationName, collection: String) -> NightscoutV3Destination {
-        NightscoutV3Destination(name: name, collection: collection, settings: settings, http: http, authorization: authorization)
+        NightscoutV3Destination(name: name, collection: collection, settings: settings, authorization: authorization)
     }
 
-    public var origin: String { authorization.base?.origin ?? "?" }
+    /// The site, shared with the authorization.
+    var server: UploadServer { authorization.server }
+
+    public var origin: String { server.origin }
 
     /// The permission a new document needs.
     public var createPermission: String { "api:\(collection):create" }
@@ -269,15 +264,12 @@ public struct NightscoutV3Destination: UploadDestination {
             } catch {
                 return .batch(await exchangeOutcome(error))
             }
-            let request = HTTPRequest(
-                method: "POST", url: authorization.base?.appending(path: "/api/v3/\(collection)"),
-                headers: [("Content-Type", "application/json"), ("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
-                body: document, connectTimeoutMs: networkTimeoutMs,
-                timeoutMs: exchangeTimeout(networkTimeoutMs: networkTimeoutMs, bodyBytes: document.count), caFile: settings.caFile,
-                maxResponseBytes: ResponseLimit.forBatch(elements: 1, requestBytes: document.count))
+            let request = server.post("/api/v3/\(collection)",
+                                      headers: [("Content-Type", "application/json"), ("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
+                                      body: document, elements: 1, networkTimeoutMs: networkTimeoutMs)
             let response: HTTPResponse
             do {
-                response = try await http.send(request)
+                response = try await server.http.send(request)
             } catch .tooLarge(_, let status) where status >= 300 {
                 if status == 401 && !renewed {
                     await authorization.invalidate()
@@ -367,10 +359,9 @@ public struct NightscoutV3Destination: UploadDestination {
             case .transient(let t): return .unreachable(t.message)
             }
         }
-        let request = HTTPRequest.check(url: authorization.base?.appending(path: "/api/v3/status"),
-                                        headers: [("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
-                                        timeoutMs: timeoutMs, caFile: settings.caFile)
-        return await runCredentialCheck(request, http: http) { response in
+        let request = server.check("/api/v3/status", headers: [("Accept", "application/json"), ("Authorization", "Bearer \(jwt)")],
+                                   timeoutMs: timeoutMs)
+        return await runCredentialCheck(request, http: server.http) { response in
             if response.status == 401 { return .refused("JWT not accepted by /api/v3 (HTTP 401)") }
             guard response.status == 200 else { return .unreachable("/api/v3/status answered HTTP \(response.status)") }
             guard let json = try? JSONParser.parse(response.body), let permissions = json["result"]?["apiPermissions"] else {

@@ -55,7 +55,7 @@ public struct NightscoutSection: Sendable, Equatable {
     public init(section s: inout ConfigSection) {
         let enabled = s.bool("enabled")
         let url = s.httpURL("url")
-        self.url = url?.value
+        self.url = url?.value.text
         self.enabled = enabled?.value ?? (url != nil)
         caFile = s.certificateFile("ca_file")
         if let v = s.bool("treatments") { treatments = v.value }
@@ -160,7 +160,7 @@ public struct FHIRSection: Sendable, Equatable {
     public init(section s: inout ConfigSection) {
         let enabled = s.bool("enabled")
         self.enabled = enabled?.value ?? false
-        baseURL = s.httpURL("base_url")?.value
+        baseURL = s.httpURL("base_url")?.value.text
         if let v = s.string("subject") {
             if Self.isSubjectReference(v.value) { subject = v.value } else {
                 s.problem(v.line, "fhir.subject: expected a reference such as \"Patient/123\" (Patient, Group, Device or Location; id of 1-64 letters, digits, '-' or '.')")
@@ -281,7 +281,7 @@ public struct MQTTSection: Sendable, Equatable {
     /// `mqtt://host:port`, without credentials.
     public var url: String? {
         guard let host, let port else { return nil }
-        return (tls ? "mqtts://" : "mqtt://") + (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
+        return MQTTBrokerSettings(host: host, port: port, tls: tls).origin
     }
 
     /// What the uploader runs with; nil when the destination is off.
@@ -300,7 +300,7 @@ public struct MQTTSection: Sendable, Equatable {
 
 extension ConfigSection {
     /// An `http` or `https` URL (see `ConfigURL.normalizedHTTPURL`), normalized.
-    mutating func httpURL(_ key: String) -> (value: String, line: Int)? {
+    mutating func httpURL(_ key: String) -> (value: HTTPURL, line: Int)? {
         guard let v = string(key) else { return nil }
         switch ConfigURL.normalizedHTTPURL(v.value) {
         case .success(let url): return (url, v.line)

@@ -9,8 +9,9 @@ import Glibc
 /// What it takes: the scheme in any case, then an authority (`host`, `host:port`, `[v6]`, `[v6]:port`,
 /// optionally after `user:password@`), then a path, a query and a fragment, each optional. It refuses
 /// spaces and control characters anywhere, an authority without a host, and a port that is not 1 to 5
-/// ASCII digits in 1...65535. Whether a host name is well formed (labels, IPv4 look-alikes) is the
-/// config's judgement, with its own messages; a request to a malformed name fails when it is resolved.
+/// ASCII digits in 1...65535 (`init(reading:)` says which). Whether a host name is well formed (labels, IPv4
+/// look-alikes) and which parts a URL may carry are the config's judgement (`ConfigURL`), with its own
+/// messages; a request to a malformed name fails when it is resolved.
 public struct HTTPURL: Sendable, Hashable {
     public enum Scheme: String, Sendable {
         case http
@@ -24,6 +25,8 @@ public struct HTTPURL: Sendable, Hashable {
     public let scheme: Scheme
     /// The host as written (an IPv6 address in its brackets).
     public let host: String
+    /// The host and port as written, without any user info.
+    public let authority: String
     /// The port as written, nil when none is.
     public let writtenPort: UInt16?
     /// The path as written, "" when none is.
@@ -44,18 +47,53 @@ public struct HTTPURL: Sendable, Hashable {
     /// The port connected to: the written one or the scheme's.
     public var port: UInt16 { writtenPort ?? scheme.defaultPort }
 
+    /// Why a text is not an `HTTPURL`: the first thing wrong in the order the URL is read (scheme,
+    /// characters, then the authority). For an authority that does not read, whether user info, a query
+    /// or a fragment came with it: a caller that refuses those (they can carry credentials) says so first.
+    public struct Problem: Error, Sendable, Equatable {
+        public enum Kind: Error, Sendable, Equatable {
+            /// Not `http://` or `https://`.
+            case notHTTP
+            case spacesOrControlCharacters
+            /// `[` without its `]`, or something other than `:port` after the `]`.
+            case malformedIPv6
+            /// A port that is not 1 to 5 ASCII digits in 1...65535.
+            case invalidPort
+            case noHost
+        }
+
+        public let kind: Kind
+        public var hasUserInfo = false
+        public var hasQueryOrFragment = false
+    }
+
     /// Nil for anything that is not an `http`/`https` URL with a host (see the type's description).
     public init?(_ text: String) {
+        guard let url = try? HTTPURL(reading: text) else { return nil }
+        self = url
+    }
+
+    /// The URL's parts, or the first thing wrong with it (see `Problem`).
+    public init(reading text: String) throws(Problem) {
         let lower = text.prefix(8).lowercased()
         let scheme: Scheme
-        if lower.hasPrefix("https://") { scheme = .https } else if lower.hasPrefix("http://") { scheme = .http } else { return nil }
-        guard !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else { return nil }
+        if lower.hasPrefix("https://") { scheme = .https } else if lower.hasPrefix("http://") { scheme = .http } else {
+            throw Problem(kind: .notHTTP)
+        }
+        guard !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
+            throw Problem(kind: .spacesOrControlCharacters)
+        }
         let rest = text.dropFirst(scheme == .https ? 8 : 7)
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         var afterAuthority = rest.dropFirst(authority.count)
         let at = authority.lastIndex(of: "@")
         let hostAndPort = at.map { authority[authority.index(after: $0)...] } ?? authority
-        guard let (host, port) = Self.split(hostAndPort) else { return nil }
+        let host: Substring, port: UInt16?
+        switch Self.split(hostAndPort) {
+        case .success(let parts): (host, port) = parts
+        case .failure(let kind):
+            throw Problem(kind: kind, hasUserInfo: at != nil, hasQueryOrFragment: afterAuthority.contains { $0 == "?" || $0 == "#" })
+        }
         var fragment: String?
         if let hash = afterAuthority.firstIndex(of: "#") {
             fragment = String(afterAuthority[afterAuthority.index(after: hash)...])
@@ -65,6 +103,7 @@ public struct HTTPURL: Sendable, Hashable {
         self.text = text
         self.scheme = scheme
         self.host = String(host)
+        self.authority = String(hostAndPort)
         writtenPort = port
         path = String(question.map { afterAuthority[..<$0] } ?? afterAuthority)
         query = question.map { String(afterAuthority[afterAuthority.index(after: $0)...]) }
@@ -73,16 +112,17 @@ public struct HTTPURL: Sendable, Hashable {
         pathStart = afterAuthority.startIndex
     }
 
-    /// Host and port of an authority without user info; nil without a host or with a port that is not
-    /// 1 to 5 ASCII digits in 1...65535 (no sign, no spaces).
-    static func split(_ authority: Substring) -> (host: Substring, port: UInt16?)? {
+    /// Host and port of an authority without user info (`host`, `host:port`, `[v6]`, `[v6]:port`), or what
+    /// is wrong with it: a malformed `[...]`, a port that is not 1 to 5 ASCII digits in 1...65535 (no sign,
+    /// no spaces), no host. The MQTT broker's address is read with it too.
+    public static func split(_ authority: Substring) -> Result<(host: Substring, port: UInt16?), Problem.Kind> {
         var host = authority
         var portText: Substring?
         if host.hasPrefix("[") {
-            guard let close = host.firstIndex(of: "]") else { return nil }
+            guard let close = host.firstIndex(of: "]") else { return .failure(.malformedIPv6) }
             let after = host[host.index(after: close)...]
             if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
+                guard after.hasPrefix(":") else { return .failure(.malformedIPv6) }
                 portText = after.dropFirst()
             }
             host = host[...close]
@@ -90,11 +130,14 @@ public struct HTTPURL: Sendable, Hashable {
             portText = host[host.index(after: colon)...]
             host = host[..<colon]
         }
-        guard !host.isEmpty, host != "[]" else { return nil }
-        guard let portText else { return (host, nil) }
-        guard (1...5).contains(portText.utf8.count), portText.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-              let value = Int(portText), (1...65_535).contains(value) else { return nil }
-        return (host, UInt16(value))
+        var port: UInt16?
+        if let portText {
+            guard (1...5).contains(portText.utf8.count), portText.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                  let value = Int(portText), (1...65_535).contains(value) else { return .failure(.invalidPort) }
+            port = UInt16(value)
+        }
+        guard !host.isEmpty, host != "[]" else { return .failure(.noHost) }
+        return .success((host, port))
     }
 
     /// The origin (RFC 6454), the one name of a server in logs, in status and when the config tells

@@ -60,4 +60,23 @@ import TestSupport
         #expect(problems.first?.line == 2)
         #expect(!problems.map(\.message).joined().contains("secret-tok"))
     }
+
+    /// The summary names the monitor by the origin every other server is named by (the scheme's own port
+    /// left out), never by its path.
+    @Test func summaryShowsTheMonitorsOrigin() {
+        let (config, problems) = Self.evaluate("[gateway]\nheartbeat_url = \"https://HC.example.org:443/ping/secret-tok\"\n")
+        #expect(problems.isEmpty)
+        #expect(config.summaryLines().contains("heartbeat_url: https://hc.example.org (path hidden)"))
+    }
+
+    /// A monitor URL is checked in the order every other server URL is: the scheme and the characters
+    /// first, then the query that Uptime Kuma's push URL carries.
+    @Test(arguments: [
+        ("ftp://hc.example/ping/secret-tok?x=1", "gateway.heartbeat_url: expected an http:// or https:// URL"),
+        ("https://hc.example/ping/secret-tok ?x=1", "gateway.heartbeat_url: URL contains spaces or control characters"),
+    ])
+    func schemeAndCharactersAreToldBeforeTheQuery(url: String, message: String) {
+        let problems = Self.evaluate("[gateway]\nheartbeat_url = \"\(url)\"\n").problems
+        #expect(problems.map(\.message) == [message])
+    }
 }

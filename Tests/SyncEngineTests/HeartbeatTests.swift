@@ -163,4 +163,13 @@ struct HeartbeatTests {
         #expect(kuma.shown == "http://kuma.lan:3001")
         #expect(HeartbeatTarget(url: "https://user:pw@h.example/x", api: .healthchecks).shown == "https://h.example")
     }
+
+    /// The monitor is shown by the same origin as every other server: the scheme's own port left out,
+    /// an IPv4 address dotted, an IPv6 address compressed, never the path that holds the token.
+    @Test func monitorShownByItsOrigin() {
+        #expect(HeartbeatTarget(url: "https://HC.example.org:443/ping/tok3n", api: .healthchecks).shown == "https://hc.example.org")
+        #expect(HeartbeatTarget(url: "http://127.1:3001/api/push/tok3n", api: .uptimeKuma).shown == "http://127.0.0.1:3001")
+        #expect(HeartbeatTarget(url: "http://[0:0:0:0:0:0:0:1]:80/tok3n", api: .uptimeKuma).shown == "http://[::1]")
+        #expect(HeartbeatTarget(url: "ftp://hc.example/tok3n", api: .healthchecks).shown == "(URL)")
+    }
 }
