@@ -55,7 +55,7 @@ let package = Package(
             dependencies: ["GlucoseProfile", "GatewayCore", "DBusKit", "BlueZ", "SQLiteStore", "SyncEngine", "Meters", "Gateway", "MeterCapture", "Support"],
             swiftSettings: strict
         ),
-        .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI"], swiftSettings: strict),
+        .executableTarget(name: "glucose-gateway", dependencies: ["GatewayCLI", "Support"], swiftSettings: strict),
         .executableTarget(name: "glucose-gateway-simulator", dependencies: ["MeterSimulator", "MeterCapture", "DBusKit", "GlucoseProfile", "GatewayCore", "Support"], swiftSettings: strict),
         // The benchmarks start the gateway and the simulator as programs; they import only these.
         .executableTarget(

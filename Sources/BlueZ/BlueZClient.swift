@@ -25,6 +25,10 @@ public actor BlueZClient {
     public nonisolated let connection: DBusConnection
     let logger: Logger
     private let ownsConnection: Bool
+    /// The clock a meter link's lifetime is measured on, to tell a meter that refuses the bond's key from
+    /// one that drops its links late (`LinkCore.authenticationFailure`). Connect deadlines and retry
+    /// pauses stay on the real clock: they wait for bluetoothd, which a test's clock does not move.
+    let linkClock: any SessionClock
 
     /// The unique name of bluetoothd, nil while `org.bluez` has no owner.
     public private(set) var owner: String?
@@ -59,15 +63,17 @@ public actor BlueZClient {
 
     public func setAcquiresNotifications(_ on: Bool) { acquiresNotifications = on }
 
-    init(connection: DBusConnection, logger: Logger, ownsConnection: Bool) {
+    init(connection: DBusConnection, logger: Logger, ownsConnection: Bool, linkClock: any SessionClock = ContinuousClock()) {
         self.connection = connection
         self.logger = logger
         self.ownsConnection = ownsConnection
+        self.linkClock = linkClock
     }
 
     /// Connects to the system bus (or `bus`, a D-Bus address) and loads the object tree. bluetoothd need
-    /// not be running yet: the client notices when it starts.
-    public static func connect(bus address: String? = nil, logger: Logger = .silent) async throws(BlueZError) -> BlueZClient {
+    /// not be running yet: the client notices when it starts. `linkClock`: see ``linkClock``.
+    public static func connect(bus address: String? = nil, logger: Logger = .silent,
+                               linkClock: any SessionClock = ContinuousClock()) async throws(BlueZError) -> BlueZClient {
         let connection: DBusConnection
         do {
             if let address {
@@ -78,7 +84,7 @@ public actor BlueZClient {
         } catch {
             throw BlueZError(.disconnected, "cannot connect to the bus: \(error.message)", name: error.name.rawValue)
         }
-        let client = BlueZClient(connection: connection, logger: logger, ownsConnection: true)
+        let client = BlueZClient(connection: connection, logger: logger, ownsConnection: true, linkClock: linkClock)
         do {
             try await client.start()
         } catch {

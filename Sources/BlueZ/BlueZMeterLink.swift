@@ -132,7 +132,7 @@ extension BlueZClient {
         guard let currentOwner = owner else { throw BlueZError(.disconnected, "bluetoothd is not running") }
         // Subscribe before connecting, so no notification or disconnection can slip between. Signals are
         // handled on the connection's queue and go straight into the link's event stream.
-        let core = LinkCore(devicePath: path, owner: currentOwner, logger: logger)
+        let core = LinkCore(devicePath: path, owner: currentOwner, logger: logger, clock: linkClock)
         let subscription: DBusSubscription
         do {
             subscription = try await connection.subscribe(

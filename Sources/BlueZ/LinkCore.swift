@@ -29,6 +29,8 @@ final class LinkCore: Sendable {
     let owner: String
     let channel = MeterLinkEventChannel()
     let logger: Logger
+    /// The clock the link's lifetime is measured on (`authenticationFailure`).
+    let clock: any SessionClock
     /// Where the acquired sockets are read.
     private let socketQueue = DispatchQueue(label: "glucose-gateway.link-notifications")
     /// The largest value a socket packet may carry: an ATT attribute value is at most 512 bytes.
@@ -77,10 +79,11 @@ final class LinkCore: Sendable {
         func cancel() { source.cancel() }
     }
 
-    init(devicePath: String, owner: String, logger: Logger = .silent) {
+    init(devicePath: String, owner: String, logger: Logger = .silent, clock: any SessionClock = ContinuousClock()) {
         self.devicePath = devicePath
         self.owner = owner
         self.logger = logger
+        self.clock = clock
     }
 
     func setCharacteristics(_ paths: [String: String]) {
@@ -149,7 +152,7 @@ final class LinkCore: Sendable {
             return
         }
         if interface == BlueZNames.device, path == devicePath, let connected = message.body[1].property("Connected")?.bool {
-            let at = ContinuousClock.now
+            let at = clock.now
             state.withLock { state in
                 if connected { state.upAt = at } else if state.downAt == nil { state.downAt = at }
             }
@@ -201,7 +204,8 @@ final class LinkCore: Sendable {
     /// and was dropped within `within` (`ConnectRetry.refusedWithin`), before its services were
     /// resolved, does: encryption is the first thing a central does on a link to a bonded device. One
     /// such attempt proves nothing (a link can fail to establish, 0x3E); `connectMeter` wants three in a row.
-    func authenticationFailure(within: Duration, now: ContinuousClock.Instant = .now) -> String? {
+    func authenticationFailure(within: Duration) -> String? {
+        let now = clock.now
         let s = state.withLock { $0 }
         if let reason = s.disconnectReason {
             return reason == "org.bluez.Reason.Authentication" ? "bluetoothd: disconnected, reason \(reason)" : nil

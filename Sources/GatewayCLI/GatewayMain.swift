@@ -39,14 +39,7 @@ public enum GatewayMain {
     /// stderr turn success into exit 1. A command that failed already keeps its own, more precise status.
     public static func main(_ argv: [String], environment: [String: String]) async -> Int32 {
         let status = await dispatch(argv, environment: environment)
-        StandardStream.flush()
-        if let code = StandardStream.outputFailure {
-            let name = commandName(argv).map { "glucose-gateway \($0): " } ?? "glucose-gateway: "
-            StandardStream.writeError(name + "cannot write to standard output: \(StandardStream.describe(code))\n")
-        }
-        let streamFailed = StandardStream.outputFailure != nil || StandardStream.errorFailure != nil
-        if status == ExitStatus.ok.rawValue, streamFailed { return ExitStatus.failure.rawValue }
-        return status
+        return Program.exitStatus(status, name: commandName(argv).map { "glucose-gateway \($0)" } ?? "glucose-gateway")
     }
 
     /// Where the command name is: global options (and their values) come before it, up to the first

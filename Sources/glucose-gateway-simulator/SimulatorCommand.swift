@@ -150,7 +150,7 @@ enum SimulatorCommand {
             throw GatewayFailure(.usage, "two meters have the address \(m.address)")
         }
         let clock = SimulationClock(scale: scale)
-                let signals = TerminationSignals()
+        let signals = ProcessSignals([SIGINT, SIGTERM])
 
         if standin {
             var options = StandInOptions(busAddress: bus)

@@ -10,14 +10,7 @@ enum SimulatorMain {
     static let program = "glucose-gateway-simulator"
 
     static func main(_ argv: [String], environment: [String: String]) async -> Int32 {
-        let status = await dispatch(argv, environment: environment)
-        StandardStream.flush()
-        if let code = StandardStream.outputFailure {
-            StandardStream.writeError("\(program): cannot write to standard output: \(StandardStream.describe(code))\n")
-        }
-        let streamFailed = StandardStream.outputFailure != nil || StandardStream.errorFailure != nil
-        if status == ExitStatus.ok.rawValue, streamFailed { return ExitStatus.failure.rawValue }
-        return status
+        Program.exitStatus(await dispatch(argv, environment: environment), name: program)
     }
 
     static func dispatch(_ argv: [String], environment: [String: String]) async -> Int32 {
@@ -53,19 +46,5 @@ enum SimulatorMain {
         }
         StandardStream.writeError("\(program): " + TerminalText.escaped(String(describing: error)) + "\n")
         return ExitStatus.failure.rawValue
-    }
-
-    /// The process environment as a dictionary (names and values split at the first `=` byte).
-    static func environment() -> [String: String] {
-        var result: [String: String] = [:]
-        var pointer = environ
-        while let entry = pointer.pointee {
-            let text = String(cString: entry)
-            if let eq = text.firstIndex(of: "=") {
-                result[String(text[..<eq])] = String(text[text.index(after: eq)...])
-            }
-            pointer += 1
-        }
-        return result
     }
 }

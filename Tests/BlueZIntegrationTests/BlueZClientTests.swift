@@ -14,8 +14,9 @@ final class Rig: Sendable {
 
     init(script: FakeBlueZ.Script = FakeBlueZ.Script()) async throws {
         bus = try await PrivateBus.start()
-        fake = try await FakeBlueZ.start(on: bus, script: script)
-        client = try await BlueZClient.connect(bus: bus.address)
+        let clock = ManualClock()
+        fake = try await FakeBlueZ.start(on: bus, script: script, clock: clock)
+        client = try await BlueZClient.connect(bus: bus.address, linkClock: clock)
     }
 
     func close() async {

@@ -15,7 +15,7 @@ final class FakeBlueZ: Sendable {
         var passkey: UInt32 = 123_456
         /// Never resolve services after Connect.
         var hangAfterConnect = false
-        /// How long after Connect's reply a scripted drop comes.
+        /// How long after Connect's reply a scripted drop comes, on `clock`.
         var dropAfter: Duration = .milliseconds(30)
         /// The `Disconnected(reason, message)` signal sent before a scripted drop's Connected=false
         /// (BlueZ 5.83+); nil: none, as in 5.66.
@@ -23,22 +23,25 @@ final class FakeBlueZ: Sendable {
     }
 
     let connection: DBusConnection
+    /// The clock the client under test measures its links on: a scripted drop moves it by `dropAfter`.
+    let clock: ManualClock
     let log = Mutex<[String]>([])
     let script: Mutex<Script>
     let notifying = Mutex<Set<String>>([])
     let agents = Mutex<[String: String]>([:])  // sender -> agent path
 
-    private init(connection: DBusConnection, script: Script) {
+    private init(connection: DBusConnection, script: Script, clock: ManualClock) {
         self.connection = connection
         self.script = Mutex(script)
+        self.clock = clock
     }
 
     var calls: [String] { log.withLock { $0 } }
     func record(_ entry: String) { log.withLock { $0.append(entry) } }
 
-    static func start(on bus: PrivateBus, script: Script = Script()) async throws -> FakeBlueZ {
+    static func start(on bus: PrivateBus, script: Script = Script(), clock: ManualClock = ManualClock()) async throws -> FakeBlueZ {
         let connection = try await DBusConnection.connect(address: bus.address)
-        let fake = FakeBlueZ(connection: connection, script: script)
+        let fake = FakeBlueZ(connection: connection, script: script, clock: clock)
         try await connection.exportObjectManager(at: "/")
         try await fake.exportBase()
         let result = try await connection.requestName("org.bluez")
@@ -111,7 +114,7 @@ final class FakeBlueZ: Sendable {
         let device = "org.bluez.Device1"
         try await connection.export(path: path, interfaces: [
             DBusInterface(device, methods: [
-                DBusMethod("Connect") { [self] _ in
+                DBusMethod("Connect") { [self] call in
                     record("Connect")
                     if let failure = script.withLock({ $0.connectFailures.isEmpty ? nil : $0.connectFailures.removeFirst() }) {
                         throw failure
@@ -123,11 +126,17 @@ final class FakeBlueZ: Sendable {
                         return (drop, script.hangAfterConnect, script.dropAfter, script.dropReason)
                     }
                     // Resolve (or drop) beside the reply: the client sees the two in either order, as from
-                    // bluetoothd. A scripted drop comes `dropAfter` later in real time, because the client
-                    // judges a lost bond by how long the link lived on its own clock.
+                    // bluetoothd. A scripted drop comes `dropAfter` later on the clock the client measures
+                    // its links on (it judges a lost bond by how long a link lived). The clock moves only
+                    // once the client has taken Connected=true in: its answer to a ping comes after it,
+                    // since one sender's messages arrive in order and the client handles a signal where it
+                    // arrives.
+                    let client = call.sender
                     Task {
-                        if drop { try? await Task.sleep(for: dropAfter) }
                         if drop {
+                            _ = try? await connection.call(destination: client, path: "/", interface: "org.freedesktop.DBus.Peer",
+                                                           member: "Ping", timeout: .seconds(5))
+                            clock.advance(by: dropAfter)
                             if let reason {
                                 try? await connection.emitSignal(path: path, interface: device, member: "Disconnected",
                                                                  arguments: [.string(reason), .string("scripted")])

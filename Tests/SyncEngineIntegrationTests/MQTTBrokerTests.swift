@@ -19,7 +19,7 @@ final class MosquittoBroker: @unchecked Sendable {
     init(passwords: [String: String] = [:]) throws {
         directory = NSTemporaryDirectory() + "gg-mqtt-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        port = try Self.freePort()
+        port = Int(try LoopbackSocket.freePort())
         self.passwords = passwords
         var config = "listener \(port) 127.0.0.1\npersistence false\nlog_dest file \(directory)/mosquitto.log\nlog_type all\n"
         if passwords.isEmpty {
@@ -41,22 +41,6 @@ final class MosquittoBroker: @unchecked Sendable {
     }
 
     deinit { stop() }
-
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestFailure("socket failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestFailure("bind failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 
     func start() throws {
         let p = Process()

@@ -3,7 +3,6 @@ import Synchronization
 import Testing
 import TestSupport
 @testable import Transport
-@testable import SyncEngine
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,19 +19,10 @@ private final class StreamingServer: @unchecked Sendable {
     private let flag = Flag()
 
     init(prefix: String, repeated: String, pauseMs: Int = 0) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let socket = try LoopbackSocket()
+        let fd = socket.descriptor
         listener = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && listen(fd, 8) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw HTTPError.other("cannot listen") }
-        port = UInt16(bigEndian: address.sin_port)
+        port = socket.port
         let first = Array(prefix.utf8)
         let again = Array(repeated.utf8)
         let flag = self.flag
@@ -77,10 +67,7 @@ struct PlainHTTPEndlessServerTests {
     fileprivate func request(port: UInt16, timeoutMs: Int, server: StreamingServer) async -> Result<HTTPResponse, HTTPError>? {
         let result = Mutex<Result<HTTPResponse, HTTPError>?>(nil)
         let task = Task {
-            let request = HTTPRequest(method: "POST", url: "http://127.0.0.1:\(port)/api/v1/entries", body: Array("[]".utf8),
-                                      connectTimeoutMs: 2000, timeoutMs: timeoutMs)
-            let outcome: Result<HTTPResponse, HTTPError>
-            do throws(HTTPError) { outcome = .success(try await CurlHTTPClient().send(request)) } catch { outcome = .failure(error) }
+            let outcome = await postEntries(port: port, timeoutMs: timeoutMs)
             result.withLock { $0 = outcome }
         }
         let ended = await waitUntil(15) { result.withLock { $0 != nil } }

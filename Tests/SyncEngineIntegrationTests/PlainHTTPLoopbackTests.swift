@@ -3,7 +3,6 @@ import Synchronization
 import Testing
 import TestSupport
 import Transport
-@testable import SyncEngine
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,19 +23,10 @@ private final class CannedServer: @unchecked Sendable {
     /// `closeUnansweredAfter`: once that many requests are answered, the next one is read in full and
     /// the connection closed without an answer (a server that took the request and then went away).
     init(answers: [String], closeAfterEach: Bool, silent: Bool = false, closeUnansweredAfter: Int? = nil) throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let socket = try LoopbackSocket()
+        let listener = socket.descriptor
         fd = listener
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && listen(listener, 8) == 0 && getsockname(listener, $0, &length) == 0
-            }
-        }
-        guard bound else { throw HTTPError.other("cannot listen") }
-        port = UInt16(bigEndian: address.sin_port)
+        port = socket.port
         let counts = self.counts
         let queue = DispatchQueue(label: "canned-server")
         queue.async {
@@ -92,17 +82,11 @@ extension String {
 struct PlainHTTPLoopbackTests {
     let ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"
 
-    func post(_ client: CurlHTTPClient, _ port: UInt16, timeoutMs: Int = 5000) async -> Result<HTTPResponse, HTTPError> {
-        let request = HTTPRequest(method: "POST", url: "http://127.0.0.1:\(port)/api/v1/entries", body: Array("[]".utf8),
-                                  connectTimeoutMs: 2000, timeoutMs: timeoutMs)
-        do { return .success(try await client.send(request)) } catch { return .failure(error) }
-    }
-
     @Test func keptConnectionCarriesTheNextRequest() async throws {
         let server = try CannedServer(answers: [ok], closeAfterEach: false)
         defer { server.stop() }
         let client = CurlHTTPClient()
-        for _ in 0..<3 { #expect(try await post(client, server.port).get().status == 200) }
+        for _ in 0..<3 { #expect(try await postEntries(client, port: server.port).get().status == 200) }
         #expect(server.counts.accepted.load(ordering: .relaxed) == 1)
     }
 
@@ -112,11 +96,11 @@ struct PlainHTTPLoopbackTests {
         let server = try CannedServer(answers: [ok], closeAfterEach: true)
         defer { server.stop() }
         let client = CurlHTTPClient()
-        #expect(try await post(client, server.port).get().status == 200)
+        #expect(try await postEntries(client, port: server.port).get().status == 200)
         // Only once the server has closed it is the connection closed for the client to see: before that,
         // a request written on it may have reached the server, which the client must never send twice.
         #expect(await waitUntil(5) { server.counts.closed.load(ordering: .relaxed) == 1 })
-        #expect(try await post(client, server.port).get().status == 200)
+        #expect(try await postEntries(client, port: server.port).get().status == 200)
         #expect(server.counts.accepted.load(ordering: .relaxed) == 2)
         #expect(server.counts.requests.load(ordering: .relaxed) == 2)
     }
@@ -127,8 +111,8 @@ struct PlainHTTPLoopbackTests {
         let server = try CannedServer(answers: [ok], closeAfterEach: false, closeUnansweredAfter: 1)
         defer { server.stop() }
         let client = CurlHTTPClient()
-        #expect(try await post(client, server.port).get().status == 200)
-        #expect(await post(client, server.port) == .failure(.connectionLost))
+        #expect(try await postEntries(client, port: server.port).get().status == 200)
+        #expect(await postEntries(client, port: server.port) == .failure(.connectionLost))
         #expect(server.counts.requests.load(ordering: .relaxed) == 2)
         #expect(server.counts.accepted.load(ordering: .relaxed) == 1)
     }
@@ -137,10 +121,10 @@ struct PlainHTTPLoopbackTests {
         let server = try CannedServer(answers: [ok], closeAfterEach: false)
         let port = server.port
         server.stop()
-        #expect(await post(CurlHTTPClient(), port) == .failure(.connectionRefused))
+        #expect(await postEntries(CurlHTTPClient(), port: port) == .failure(.connectionRefused))
 
         let silent = try CannedServer(answers: [ok], closeAfterEach: false, silent: true)
         defer { silent.stop() }
-        #expect(await post(CurlHTTPClient(), silent.port, timeoutMs: 300) == .failure(.timedOut(connected: true)))
+        #expect(await postEntries(CurlHTTPClient(), port: silent.port, timeoutMs: 300) == .failure(.timedOut(connected: true)))
     }
 }

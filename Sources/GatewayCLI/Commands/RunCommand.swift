@@ -65,7 +65,9 @@ enum RunCommand: GatewayCommand {
         // The upload side keeps the product's timings and runs on a clock `scale` times as fast.
         let uploadClock: any SessionClock = scale == 1 ? ContinuousClock() : ScaledClock(rate: scale)
         try arguments.finish()
-        let signals = DaemonSignals()
+        // SIGHUP reloads, SIGTERM and SIGINT stop the daemon; their default actions are off, so the process
+        // is not killed before it can end its downloads.
+        let signals = ProcessSignals([SIGTERM, SIGINT, SIGHUP])
         let config = try context.loadConfig()
         let logger = context.logger.with(label: "gateway")
 
@@ -86,7 +88,7 @@ enum RunCommand: GatewayCommand {
 
     /// The daemon, run while this process holds the upload lock, in a group of the services that follow
     /// its snapshots (started in this order, stopped in the reverse one when the daemon has stopped).
-    private static func serve(config: GatewayConfig, upload: UploadSettings, context: CommandContext, logger: Logger, signals: DaemonSignals,
+    private static func serve(config: GatewayConfig, upload: UploadSettings, context: CommandContext, logger: Logger, signals: ProcessSignals,
                               quietAfter: Double, connectTimeout: Double, healthInterval: Double,
                               uploadClock: any SessionClock) async throws -> ExitStatus {
         let sqlite: SQLiteStore

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Testing
-@testable import GatewayCLI
+import Support
 
 /// The environment as the commands read it: each entry split at its first `=`, the rest of it the value.
 @Suite struct ProcessEnvironmentTests {
