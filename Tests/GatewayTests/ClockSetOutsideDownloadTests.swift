@@ -84,4 +84,20 @@ struct ClockSetOutsideDownloadTests {
         try await s.sync(at: P.utc(2024, 9, 9, 12), f: Self.right)
         try await s.expectAllExact()
     }
+    @Test("the clock also changed before the set-clock: a reading the times leave on one clock placed, the others time-uncertain")
+    func changedBeforeTheWriteToo() throws {
+        let placer = ClockPlacer(zone: try P.berlin())
+        let base = ClockSync(at: P.utc(2024, 9, 1, 12), offsetSeconds: Self.right, highestSequence: 0)
+        // The user set the clock an hour fast some time on the 2nd; set-clock on the 3rd set it right.
+        let read = ClockSync(at: P.utc(2024, 9, 3, 10), offsetSeconds: Self.right + 3600, highestSequence: nil)
+        let write = ClockSync(at: P.utc(2024, 9, 3, 10), offsetSeconds: Self.right, highestSequence: nil, setByGateway: true)
+        let upper = ClockSync(at: P.utc(2024, 9, 6, 12), offsetSeconds: Self.right, highestSequence: nil)
+        let records = [P.record(1, at: P.utc(2024, 9, 1, 18), f: Self.right),
+                       P.record(2, at: P.utc(2024, 9, 2, 18), f: Self.right + 3600),
+                       P.record(3, at: P.utc(2024, 9, 4, 8), f: Self.right)]
+        let placed = placer.place(records, base: base, unsequenced: [read, write], upper: upper)
+        #expect(placed[0] == .uncertain(candidates: [P.utc(2024, 9, 1, 17), P.utc(2024, 9, 1, 18)]))
+        #expect(placed[1] == .uncertain(candidates: [P.utc(2024, 9, 2, 18), P.utc(2024, 9, 2, 19)]))
+        #expect(placed[2] == .placed(instant: P.utc(2024, 9, 4, 8), offsetSeconds: Self.right, since: write.at, reason: .setByGateway))
+    }
 }
