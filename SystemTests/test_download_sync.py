@@ -165,6 +165,9 @@ def test_clinical_rules_end_to_end(private_bus, standin, meter_file, tmp_path):
     # with both candidate instants, never given one of them.
     assert r[9]["exclusion"] == "time-uncertain" and "time" not in r[9]
     assert r[9]["clock"]["candidates"] == ["2024-10-27T00:30:00Z", "2024-10-27T01:30:00Z"]
+    # Its meter time is the meter's civil time with no offset, not the zone's first reading of it.
+    assert r[9]["meter_time"] == "2024-10-27T02:30:00" and r[9]["meterTime"] == r[9]["meter_time"]
+    assert r[8]["meter_time"] == "2024-03-31T01:30:00Z"
     assert "exclusion" not in r[10]
     assert r[11]["exclusion"] == "sensor-fault"
     # Excluded readings are kept but never queued for upload (no destination here: nothing queued at all).

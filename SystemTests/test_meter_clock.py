@@ -2,6 +2,7 @@
 clock (read back through the control interface's MeterClock) and the next sync measures a skew below the
 threshold; with `[gateway] set_meter_clock = true` a sync does it by itself; the i-SENS vendor clock is read
 for skew with its notifications left on until the link ends."""
+import datetime
 import json
 
 import pytest
@@ -46,6 +47,41 @@ def test_set_clock_moves_the_meter_clock_and_the_next_sync_sees_it_right(private
     assert abs(listed_skew(gw)) <= 2   # below the 120 s threshold
     # The readings of the first sync keep the times corrected by the skew measured then.
     assert len(gw.readings()) == 3
+
+
+def test_set_clock_before_the_first_sync_keeps_the_older_readings_on_the_old_clock(private_bus, standin, meter_file,
+                                                                                    tmp_path):
+    def utc_now():
+        return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0, tzinfo=None)
+
+    # The meter's clock is 10 minutes slow: a reading taken at T shows T - 10 min.
+    taken = [utc_now() - datetime.timedelta(hours=h) for h in (3, 2, 1)]
+    recs = [{"sequence": i + 1, "time": (t - datetime.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S"),
+             "timeOffset": 0, "mgdl": 100 + i} for i, t in enumerate(taken)]
+    standin("--meter", meter_file(meter(A, records_list=recs, clock={"kind": "cts", "skewSeconds": -600})))
+    gw = Gateway(private_bus, tmp_path)
+    gw.pair(A, time_zone="UTC")
+    result = gw.run("meters", "set-clock", A)
+    assert result.returncode == 0, result.stderr
+    # A reading taken after the write, on the clock set right.
+    after = utc_now() + datetime.timedelta(seconds=1)
+    control(private_bus, "AddRecord", "ss", [A, json.dumps({"time": after.strftime("%Y-%m-%dT%H:%M:%S"), "mgdl": 140})])
+    gw.sync()
+    by_seq = {r["sequence"]: r for r in gw.readings()}
+    assert len(by_seq) == 4
+    # Before the write on the old clock, after it on the new one: every one at the time it was taken (to the
+    # second the clock is read to; the zone's reading of the old clock would be 10 minutes off).
+    def off(r, t):
+        return abs((datetime.datetime.strptime(r["time"], "%Y-%m-%dT%H:%M:%SZ") - t).total_seconds())
+    for i, t in enumerate(taken):
+        r = by_seq[i + 1]
+        assert off(r, t) <= 2 and "exclusion" not in r, r
+    newest = max(by_seq)
+    assert off(by_seq[newest], after) <= 2, by_seq[newest]
+    assert by_seq[newest]["clock"]["reason"] == "set by the gateway"
+    (m,) = json.loads(gw.run("meters", "--json").stdout)
+    assert [s["set_by_gateway"] for s in m["clock_history"]] == [False, True, False]
+    assert [s.get("highest_sequence") for s in m["clock_history"]][:2] == [None, None]
 
 
 def test_set_clock_errors(private_bus, standin, meter_file, tmp_path):

@@ -166,7 +166,9 @@ public struct ClockPlacer: Sendable {
 
     // MARK: - A change between two measurements
 
-    func placeChange(_ records: [ClockRecord], lower: ClockSync, upper: ClockSync) -> [ClockPlacement] {
+    /// `changeAt`: the change is the gateway's write of the clock at that instant (`meters set-clock`, whose
+    /// record number is not known): a record on the old clock was taken before it, one on the new after it.
+    func placeChange(_ records: [ClockRecord], lower: ClockSync, upper: ClockSync, changeAt: UnixMillis? = nil) -> [ClockPlacement] {
         let n = records.count
         let old = lower.offsetSeconds, new = upper.offsetSeconds
         var before: [UnixMillis] = [], after: [UnixMillis] = []
@@ -181,18 +183,21 @@ public struct ClockPlacer: Sendable {
         // Records come after the lower measurement only where it knew the meter's highest record then.
         let earliest = lower.highestSequence == nil || lower.at.subtractingReportingOverflow(slack).overflow ? Int64.min : lower.at - slack
         let latest = upper.at.addingReportingOverflow(slack).overflow ? Int64.max : upper.at + slack
+        // Around a write at a known instant: the old clock's records before it, the new clock's after it.
+        let oldLatest = changeAt.map { $0.addingReportingOverflow(slack).overflow ? latest : min(latest, $0 + slack) } ?? latest
+        let newEarliest = changeAt.map { $0.subtractingReportingOverflow(slack).overflow ? earliest : max(earliest, $0 - slack) } ?? earliest
         // prefixOK[k]: records 0..<k on the old clock are in order and within the bounds; suffixOK[k]:
         // records k..<n on the new clock are.
         var prefixOK = [Bool](repeating: false, count: n + 1)
         prefixOK[0] = true
         for i in 0..<n {
-            let inBounds = before[i] >= earliest && before[i] <= latest
+            let inBounds = before[i] >= earliest && before[i] <= oldLatest
             prefixOK[i + 1] = prefixOK[i] && inBounds && (i == 0 || before[i] >= before[i - 1])
         }
         var suffixOK = [Bool](repeating: false, count: n + 1)
         suffixOK[n] = true
         for i in stride(from: n - 1, through: 0, by: -1) {
-            let inBounds = after[i] >= earliest && after[i] <= latest
+            let inBounds = after[i] >= newEarliest && after[i] <= latest
             suffixOK[i] = suffixOK[i + 1] && inBounds && (i == n - 1 || after[i + 1] >= after[i])
         }
         var splits: [Int] = []
@@ -210,7 +215,7 @@ public struct ClockPlacer: Sendable {
         if !stepped.isEmpty {
             let shown = splits.filter { stepped.contains($0) }
             if !shown.isEmpty { splits = shown }
-        } else if dst == .follows, let zone, same(change, zoneChange(from: lower.at, to: upper.at)) {
+        } else if changeAt == nil, dst == .follows, let zone, same(change, zoneChange(from: lower.at, to: upper.at)) {
             // The meter moved its clock at the switch: each record read in the zone, the clock's skew against
             // the zone (F minus the zone's offset) being the same at both measurements.
             let (skew, o) = new.subtractingReportingOverflow(zone.offsetSeconds(at: upper.at / 1000))

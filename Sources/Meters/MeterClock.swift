@@ -282,17 +282,20 @@ public struct MeterClockSession: Sendable {
         case .value(let v): before = v
         case .stop(let o): return o
         }
-        guard let before, let skew = ClockSkew.measure(clockValue: before, zone: zone, gatewayNow: now()) else {
+        let readAt = now()
+        guard let before, let skew = ClockSkew.measure(clockValue: before, zone: zone, gatewayNow: readAt) else {
             logger.warning("meter \(address): its clock value is not a usable date; the clock is left as it is")
             return .unusableClock
         }
-        let new = zone.localTime(at: now() + 500)   // to the nearest second
+        let writeAt = now()
+        let new = zone.localTime(at: writeAt + 500)   // to the nearest second
         switch await MeterClockWriter.write(new, to: available, link: link) {
         case .success(let access):
             let written = MeterClockWriter.Written(access: access, old: skew.meterClock, new: new)
             let line = MeterClockWriter.describe(written, zone: zone.identifier, skewSeconds: skew.seconds)
             logger.notice("meter \(address): \(line)")
             try? await store.log(GatewayEvent(at: now(), kind: .clockSet, meterAddress: address, code: skew.seconds, message: line))
+            await rememberWrite(address: address, read: skew.meterClock, readAt: readAt, written: new, writtenAt: writeAt)
             // The vendor clock answers a set with its new time; the others are read again.
             var after: GlucoseDateTime?
             switch access {
@@ -308,6 +311,26 @@ public struct MeterClockSession: Sendable {
             return .unreachable(reason)
         case .failure(.refused(let message)):
             return .refused(message)
+        }
+    }
+}
+
+extension MeterClockSession {
+    /// Adds the clock as read and as written to the meter's clock history, so that the next download places
+    /// the records taken before the write on the old clock. Neither knows the meter's highest record (this
+    /// session downloads nothing): the next download places the records around the write by its time and
+    /// their order, and keeps the ones that cannot be placed `time-uncertain`
+    /// (`ClockPlacer.place(_:base:unsequenced:upper:)`).
+    func rememberWrite(address: String, read: GlucoseDateTime, readAt: UnixMillis, written: GlucoseDateTime, writtenAt: UnixMillis) async {
+        guard let old = ClockSync.offset(clock: read, now: readAt), let new = ClockSync.offset(clock: written, now: writtenAt) else { return }
+        do {
+            try await store.rememberClock(address, [
+                ClockSync(at: readAt, offsetSeconds: old, highestSequence: nil),
+                ClockSync(at: writtenAt, offsetSeconds: new, highestSequence: nil, setByGateway: true),
+            ])
+        } catch {
+            // The write stands; the next download then sees a change it must place from the records alone.
+            logger.warning("meter \(address): cannot add the clock write to its clock history: \(error)")
         }
     }
 }

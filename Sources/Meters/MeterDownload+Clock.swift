@@ -20,8 +20,14 @@ public enum MeterClockProfile {
 /// What a download knows of the meter's clock: the last measurement remembered, the one taken now, a
 /// write of the clock, and every record of this download placed so far (`ClockPlacer`).
 struct MeterClockTrack {
-    /// The newest remembered measurement (nil on a meter never measured).
+    /// Every remembered measurement, oldest first.
+    var history: [ClockSync] = []
+    /// The newest remembered measurement (nil on a meter never measured); after a write of the clock outside
+    /// a download, the last one that knew the meter's highest record.
     var previous: ClockSync?
+    /// The measurements after `previous` that knew no record number, when a write of the clock outside a
+    /// download (`meters set-clock`) is among them: the records lie around them by time alone.
+    var unsequenced: [ClockSync] = []
     /// This download's measurement, taken at connection, before any write.
     var current: ClockSync?
     /// The gateway's write of the clock in this download.
@@ -43,7 +49,17 @@ extension MeterDownload.Run {
         guard download.options.clinical.clockSkewCorrection, !handling.contains(.reversedSequence),
               let f = ClockSync.offset(clock: shown, now: download.now()) else { return }
         do {
-            meterClock.previous = try await download.store.clockHistory(meter.address).last
+            let history = try await download.store.clockHistory(meter.address)
+            meterClock.history = history
+            meterClock.previous = history.last
+            // A write outside a download knew no record number: the records after the last measurement that
+            // did are placed around it by its time (`ClockPlacer.place(_:base:unsequenced:upper:)`).
+            let known = history.lastIndex { $0.highestSequence != nil }
+            let tail = Array(history[(known.map { $0 + 1 } ?? 0)...])
+            if tail.contains(where: \.setByGateway) {
+                meterClock.previous = known.map { history[$0] }
+                meterClock.unsequenced = tail
+            }
         } catch {
             logger.warning("meter \(meter.address): cannot read its clock history (\(error)); reading times follow the zone rules")
             return
@@ -93,7 +109,9 @@ extension MeterDownload.Run {
         if let placer = meterClock.placer, let current = meterClock.current {
             var previous = meterClock.previous
             if let h = previous?.highestSequence, meterClock.records.contains(where: { $0.sequence <= h }) { previous?.highestSequence = nil }
-            placements = placer.place(meterClock.records, syncs: [previous, current].compactMap { $0 })
+            placements = meterClock.unsequenced.isEmpty
+                ? placer.place(meterClock.records, syncs: [previous, current].compactMap { $0 })
+                : placer.place(meterClock.records, base: previous, unsequenced: meterClock.unsequenced, upper: current)
         } else {
             placements = RepeatedHourPlacer.place(zip(meterClock.records, meterClock.receivedAt).map {
                 RepeatedHourPlacer.Record(sequence: $0.sequence, userFacing: $0.userFacing, receivedAt: $1)
@@ -170,4 +188,34 @@ extension ClockPlacement {
         if case .uncertain = self { return true }
         return false
     }
+}
+
+extension MeterDownload.Run {
+    /// How readings held for their time by an earlier download (`time-in-future`, `time-unresolved`) are
+    /// placed now that a measurement may release them: like every other record, by the clock history. One
+    /// that was placed when it was stored keeps that placement; one that was not lies between the last
+    /// measurement before it arrived and the first after (this one at the latest), with no record numbers
+    /// assumed, so that only its time says on which side of a change it lies. Nil when the clock history is
+    /// not used (the one skew then corrects it, as before).
+    func heldReadingPlacer() async throws -> (@Sendable (ClockRecord, UnixMillis) -> ClockPlacement?)? {
+        guard let placer = meterClock.placer, let current = meterClock.current else { return nil }
+        var kept: [String: ReadingClock] = [:]
+        for p in try await download.store.placements(meter.address) { kept[Self.placementKey(p.sequence, p.userFacingTime)] = p }
+        let history = meterClock.history + [current]
+        return { [kept] record, receivedAt in
+            if let p = kept[Self.placementKey(record.sequence, record.userFacing)] {
+                guard let f = p.offsetSeconds else { return .uncertain(candidates: p.candidates) }
+                return ClockPlacer.instant(record, f).map {
+                    .placed(instant: $0, offsetSeconds: f, since: p.since ?? current.at, reason: ClockPlacement.Reason(rawValue: p.reason) ?? .sameClock)
+                } ?? .unplaced
+            }
+            var lower = history.last { $0.at < receivedAt }
+            var upper = history.first { $0.at >= receivedAt } ?? current
+            lower?.highestSequence = nil
+            upper.highestSequence = nil
+            return placer.place([record], syncs: [lower, upper].compactMap { $0 }).first
+        }
+    }
+
+    static func placementKey(_ sequence: Int, _ time: GlucoseDateTime) -> String { "\(sequence)|\(time.isoString)" }
 }

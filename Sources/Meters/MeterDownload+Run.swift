@@ -233,7 +233,10 @@ extension MeterDownload {
             // What each reading was held as, for the log (the store returns them as now stored).
             let heldAs = Mutex<[String: ExclusionReason]>([:])
             @Sendable func key(_ r: NewReading) -> String { "\(r.sequence)|\(r.userFacingTime.isoString)" }
+            // Where each was placed by the clock history, to keep beside those released.
+            let placedAs = Mutex<[String: ClockPlacement]>([:])
             do {
+                let place = try await heldReadingPlacer()
                 released = try await download.store.releaseHeldReadings(meter.address) { held in
                     heldAs.withLock { $0[key(held)] = held.exclusion }
                     guard let decoded = DecodedMeasurement(held.rawMeasurement) else { return nil }
@@ -242,8 +245,12 @@ extension MeterDownload {
                         guard let decodedContext = try? GlucoseMeasurementContext(bytes: raw) else { return nil }
                         context = decodedContext
                     }
+                    let m = decoded.measurement
+                    let placement = decoded.timeUsable ? place?(ClockRecord(sequence: held.sequence, userFacing: m.userFacingTime,
+                                                                            timeOffsetMinutes: Int(m.timeOffset ?? 0)), held.receivedAt) : nil
+                    if let placement { placedAs.withLock { $0[key(held)] = placement } }
                     var fresh = handling.applied(to: interpreter.reading(decoded, context: context, rawContext: held.rawContext,
-                                                                         receivedAt: held.receivedAt))
+                                                                         receivedAt: held.receivedAt, placement: placement))
                     // A meter that numbers newest first: stored under its position, not the number it sent.
                     if handling.contains(.reversedSequence) { fresh.sequence = held.sequence }
                     return fresh
@@ -252,15 +259,18 @@ extension MeterDownload {
                 logger.warning("meter \(meter.address): cannot re-evaluate readings held for their time: \(error)")
                 return
             }
+            let placements = placedAs.withLock { $0 }
             for stored in released {
                 let r = stored.reading
                 let was = heldAs.withLock { $0[key(r)] }.map { "\($0)" } ?? "its hold"
                 let time = r.instant.map { CivilCalendar.isoUTC(millis: $0) } ?? "unresolved"
                 let outcome = r.exclusion.map { "still excluded as \($0)" } ?? "queued for upload"
+                let by = placements[key(r)].flatMap { $0.stored(sequence: r.sequence, userFacingTime: r.userFacingTime)?.summary }
+                    .map { "by the meter's clock history (\($0))" } ?? "by a clock skew of \(interpreter.correctionSeconds) s"
                 logger.notice("meter \(meter.address): reading \(r.sequence) released from \(was): time corrected to \(time), \(outcome)")
-                await log(.readingReleased, code: r.sequence,
-                          "reading \(r.sequence) released from \(was) by a clock skew of \(interpreter.correctionSeconds) s: time \(time), \(outcome)")
+                await log(.readingReleased, code: r.sequence, "reading \(r.sequence) released from \(was) \(by): time \(time), \(outcome)")
             }
+            await rememberPlacements(released.map { ($0.reading, placements[key($0.reading)]) })
         }
 
         /// Subscribes to the measurement, its context when the meter has it, and the RACP, in one round whose

@@ -17,7 +17,9 @@ enum MeterSetClockCommand {
     0x2A08, else the i-SENS vendor clock. Holds the meter's session lock as sync does, reads the clock first
     (nothing is written when its value is not a usable date), writes, reads it back where the meter allows,
     logs the old and the new time and records a clock-set event. Downloads nothing; past readings keep their
-    times. A daemon can do this by itself: [gateway] set_meter_clock = true.
+    times, and the clock as read and as written join the meter's clock history, so the next sync places the
+    readings taken before the write on the old clock (where their order cannot tell, time-uncertain). A
+    daemon can do this by itself: [gateway] set_meter_clock = true.
       --wait SECONDS   how long to wait for the meter to start advertising (default 0: connect at once)
       --adapter hciN   the Bluetooth adapter (default: [gateway] adapter, else the first powered one)
     Exit status: 0 set; 1 not a paired meter, or the meter refused the write; 64 bad arguments; 65 the

@@ -20,7 +20,8 @@ enum ReadingsCommand: GatewayCommand {
                        received at or after TIME)
       --limit N        at most N rows
       --json           a JSON array: times in UTC (time = corrected, meter_time = as the meter's clock
-                       said), local_time as the meter showed it, values in mg/dL and mmol/L; an
+                       said; for a time-uncertain reading in the repeated autumn hour the meter's time
+                       with no offset), local_time as the meter showed it, values in mg/dL and mmol/L; an
                        undecodable record has exclusion "undecodable", characteristic, raw (hex) and
                        reason, and no reading fields
       --csv            the same fields as comma-separated values with a header line
@@ -57,13 +58,13 @@ enum ReadingsCommand: GatewayCommand {
             let undecodable = try await store.undecodableValues(ReadingFilter(meterAddress: meter, since: since, limit: limit))
             let left = limit.map { max(0, $0 - undecodable.count) }
             let readings = left == 0 ? [] : try await store.readings(ReadingFilter(meterAddress: meter, since: since, limit: left))
-            return (undecodable.map(Row.undecodable) + readings.map(Row.reading), try await ReadingClocks.load(store, for: readings))
+            return (undecodable.map(Row.undecodable) + readings.map(Row.reading), try await ReadingClocks.load(store, for: readings, environment: context.environment))
         }
         if json {
             StandardStream.writeOutput(JSONValue.array(rows.map { jsonObject($0, clocks: clocks) }).prettyText + "\n")
         } else if csv {
             var out = csvHeader.joined(separator: ",") + "\n"
-            for r in rows { out += csvRow(r).map(csvField).joined(separator: ",") + "\n" }
+            for r in rows { out += csvRow(r, clocks: clocks).map(csvField).joined(separator: ",") + "\n" }
             StandardStream.writeOutput(out)
         } else {
             StandardStream.writeOutput(table(rows, clocks: clocks))
@@ -114,7 +115,8 @@ enum ReadingsCommand: GatewayCommand {
 
     static func jsonObject(_ row: Row, clocks: ReadingClocks = ReadingClocks()) -> JSONValue {
         switch row {
-        case .reading(let stored): return jsonObject(stored, clock: clocks.clock(stored.reading))
+        case .reading(let stored):
+            return jsonObject(stored, clock: clocks.clock(stored.reading), civilMeterTime: clocks.civilMeterTime(stored.reading))
         case .undecodable(let stored): return jsonObject(stored)
         }
     }
@@ -134,14 +136,15 @@ enum ReadingsCommand: GatewayCommand {
         return DeprecatedJSONKeys.adding(deprecatedKeys, to: o.value)
     }
 
-    static func jsonObject(_ stored: StoredReading, clock: ReadingClock? = nil) -> JSONValue {
+    /// `civilMeterTime`: `meter_time` is the meter's civil time with no offset (`ReadingClocks.civilMeterTime`).
+    static func jsonObject(_ stored: StoredReading, clock: ReadingClock? = nil, civilMeterTime: Bool = false) -> JSONValue {
         let r = stored.reading
         var o = JSONObjectBuilder()
         o.add("id", stored.id)
         o.add("meter", r.meterAddress)
         o.add("sequence", r.sequence)
         o.add("time", r.instant.map(MeterCommandSupport.isoUTC))
-        o.add("meter_time", r.meterInstant.map(MeterCommandSupport.isoUTC))
+        o.add("meter_time", civilMeterTime ? r.meterInstant.map { _ in r.userFacingTime.isoString } : r.meterInstant.map(MeterCommandSupport.isoUTC))
         o.add("local_time", r.userFacingTime.isoString)
         o.add("base_time", r.baseTime.isoString)
         o.add("time_offset_minutes", r.timeOffsetMinutes)
@@ -182,9 +185,9 @@ enum ReadingsCommand: GatewayCommand {
         "characteristic", "raw", "reason",
     ]
 
-    static func csvRow(_ row: Row) -> [String] {
+    static func csvRow(_ row: Row, clocks: ReadingClocks = ReadingClocks()) -> [String] {
         switch row {
-        case .reading(let stored): return csvRow(stored) + ["", "", ""]
+        case .reading(let stored): return csvRow(stored, civilMeterTime: clocks.civilMeterTime(stored.reading)) + ["", "", ""]
         case .undecodable(let stored):
             let v = stored.value
             var cells = [String](repeating: "", count: csvHeader.count)
@@ -199,11 +202,12 @@ enum ReadingsCommand: GatewayCommand {
         }
     }
 
-    static func csvRow(_ stored: StoredReading) -> [String] {
+    static func csvRow(_ stored: StoredReading, civilMeterTime: Bool = false) -> [String] {
         let r = stored.reading
+        let meterTime = civilMeterTime ? r.meterInstant.map { _ in r.userFacingTime.isoString } : r.meterInstant.map(MeterCommandSupport.isoUTC)
         return [
             String(stored.id), r.meterAddress, String(r.sequence),
-            r.instant.map(MeterCommandSupport.isoUTC) ?? "", r.meterInstant.map(MeterCommandSupport.isoUTC) ?? "",
+            r.instant.map(MeterCommandSupport.isoUTC) ?? "", meterTime ?? "",
             r.userFacingTime.isoString, r.baseTime.isoString, String(r.timeOffsetMinutes), r.analyte.rawValue,
             decimal(r.mgdl, digits: 1) ?? "", decimal(r.mmoll, digits: 2) ?? "", r.unit.rawValue, r.special?.rawValue ?? "",
             r.type.map(String.init) ?? "", r.sampleLocation.map(String.init) ?? "", r.sensorStatus.map(String.init) ?? "",
