@@ -1,10 +1,12 @@
 """The meter clock history cases of the clock-history scenario: what the meter holds before each sync, and
 what the gateway must have made of it.
 
-    clock_history.py steps CASE                     one line per sync: STEP UTC (for date -s)
-    clock_history.py meter CASE STEP BASE OUT       the meter file for that sync (BASE's identity)
-    clock_history.py check CASE READINGS ENTRIES    readings --json and the Nightscout double's entries
-                                                    against the true instants; exit 1 on any difference
+    clock_history.py files BASE DIR                 every case's meter file for each sync (BASE's identity) as
+                                                    DIR/CASE.STEP.json; one line per sync: CASE STEP FILE UTC
+    clock_history.py check CASE READINGS ENTRIES METERS
+                                                    readings --json and the Nightscout double's entries against
+                                                    the true instants (exit 1 on any difference); prints the
+                                                    clock history of meters --json
 
 A reading is taken at a true UTC instant on a clock running at F (meter clock - UTC); its base time is that
 instant + F - its time offset field. The meter's clock at a sync runs at the F of the case's last reading
@@ -69,26 +71,32 @@ def millis(t):
     return int(t.timestamp()) * 1000
 
 
+def meter_file(base, readings, at, f):
+    """The meter as it is at the sync at `at`: every reading taken before, its clock at F."""
+    o = dict(base)
+    o["records"] = [
+        {"sequence": seq, "mgdl": 100 + seq,
+         "time": (t + datetime.timedelta(seconds=fr, minutes=-off)).replace(tzinfo=None).isoformat(),
+         **({"timeOffset": off} if off else {})}
+        for seq, t, fr, off in readings if t < at]
+    # The clock shows UTC + F: a fixed offset in whole minutes, the rest as skew.
+    o["clock"] = {"kind": "cts", "utcOffsetMinutes": f // 60, "skewSeconds": f % 60}
+    return o
+
+
 def main(argv):
+    if argv[0] == "files":
+        base = json.load(open(argv[1]))
+        for case, make in CASES.items():
+            readings, syncs = make()
+            for k, (at, f) in enumerate(syncs):
+                path = "%s/%s.%d.json" % (argv[2], case, k)
+                json.dump(meter_file(base, readings, at, f), open(path, "w"))
+                print(case, k, path, at.strftime("%Y-%m-%d %H:%M:%S"))
+        return 0
     readings, syncs = CASES[argv[1]]()
-    if argv[0] == "steps":
-        for k, (at, _) in enumerate(syncs):
-            print(k, at.strftime("%Y-%m-%d %H:%M:%S"))
-        return 0
-    if argv[0] == "meter":
-        step, base, out = int(argv[2]), argv[3], argv[4]
-        at, f = syncs[step]
-        o = json.load(open(base))
-        o["records"] = [
-            {"sequence": seq, "mgdl": 100 + seq,
-             "time": (t + datetime.timedelta(seconds=fr, minutes=-off)).replace(tzinfo=None).isoformat(),
-             **({"timeOffset": off} if off else {})}
-            for seq, t, fr, off in readings if t < at]
-        # The clock shows UTC + F: a fixed offset in whole minutes, the rest as skew.
-        o["clock"] = {"kind": "cts", "utcOffsetMinutes": f // 60, "skewSeconds": f % 60}
-        json.dump(o, open(out, "w"))
-        return 0
-    # check
+    history = json.load(open(argv[4]))[0].get("clock_history", [])
+    print("  clock history (F in s): %s" % ", ".join("%s %+d" % (s["at"], s["offset_seconds"]) for s in history))
     got = {r["sequence"]: r for r in json.load(open(argv[2]))}
     entries = json.load(open(argv[3]))
     problems = []
