@@ -372,7 +372,8 @@ class Meter:
             await self.connection.disconnect()
         elif line.startswith("load "):
             # Time passing between syncs: the readings taken since, and the clock as the user left it (set
-            # forward or back, or untouched). The meter keeps its bonds, as a real one does.
+            # forward or back, or untouched). The meter keeps its bonds, as a real one does, and its GATT
+            # database: the clock's kind and everything but the records and the clock's time stay as started.
             try:
                 new = meter_file.load(line[5:])
             except meter_file.MeterFileError as e:
