@@ -17,6 +17,26 @@ public enum MeterClockProfile {
     }
 }
 
+extension ClockSync {
+    /// F from a clock read: the meter showed `shown` at some moment between `asked` and `answered`. A clock
+    /// shows whole seconds, so it was somewhere in the second after `shown` when read: F is taken as
+    /// `shown` + 0.5 s minus the middle of the read, to the nearest second (half a second down). Taking it
+    /// as `shown` minus the answer's arrival (`offset(clock:now:)`) comes out a second short about half the
+    /// time for a clock that is exactly right, and every reading it places is then uploaded a second late.
+    static func offset(read shown: GlucoseDateTime, asked: UnixMillis, answered: UnixMillis) -> Int? {
+        guard shown.isValid else { return nil }
+        let (clockMillis, o1) = shown.naiveSeconds.multipliedReportingOverflow(by: 1000)
+        // The middle of the read, in a form that cannot overflow.
+        let middle = asked / 2 + answered / 2 + (asked % 2 + answered % 2) / 2
+        let (delta, o2) = clockMillis.subtractingReportingOverflow(middle)
+        let (estimate, o3) = delta.addingReportingOverflow(500)
+        guard !o1, !o2, !o3 else { return nil }
+        // Nearest second, a half rounding down: a clock read the instant it ticked keeps the F it shows.
+        let seconds = estimate >= 0 ? (estimate + 499) / 1000 : -((-estimate + 500) / 1000)
+        return Int(exactly: seconds)
+    }
+}
+
 /// What a download knows of the meter's clock: the last measurement remembered, the one taken now, a
 /// write of the clock, and every record of this download placed so far (`ClockPlacer`).
 struct MeterClockTrack {
@@ -42,12 +62,12 @@ struct MeterClockTrack {
 }
 
 extension MeterDownload.Run {
-    /// Measures F from the clock value just read (before any write) and loads the meter's last measurement.
-    /// A store that cannot be read leaves the placement off: the times are then those of the zone rules
-    /// corrected by the skew, as before the clock history.
-    func measureClock(_ shown: GlucoseDateTime, zone: MeterTimeZone) async {
+    /// Measures F from the clock value just read (before any write), asked for at `asked` and answered at
+    /// `answered`, and loads the meter's last measurement. A store that cannot be read leaves the placement
+    /// off: the times are then those of the zone rules corrected by the skew, as before the clock history.
+    func measureClock(_ shown: GlucoseDateTime, asked: UnixMillis, answered: UnixMillis, zone: MeterTimeZone) async {
         guard download.options.clinical.clockSkewCorrection, !handling.contains(.reversedSequence),
-              let f = ClockSync.offset(clock: shown, now: download.now()) else { return }
+              let f = ClockSync.offset(read: shown, asked: asked, answered: answered) else { return }
         do {
             let history = try await download.store.clockHistory(meter.address)
             meterClock.history = history

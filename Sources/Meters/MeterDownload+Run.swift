@@ -192,22 +192,28 @@ extension MeterDownload {
             handling = MeterHandling(for: seen)
             if !handling.isEmpty { logger.info("meter \(meter.address): handling: \(handling)") }
 
+            // When the clock was asked for and when its answer came: the meter read it in between.
             var clockValue: [UInt8]?
+            var clockAsked = download.now()
             if await link.hasCharacteristic(.currentTime) {
+                clockAsked = download.now()
                 clockValue = try await optionalRead(.currentTime)
             }
             if clockValue == nil, await link.hasCharacteristic(.dateTime) {
+                clockAsked = download.now()
                 clockValue = try await optionalRead(.dateTime)
             }
             if clockValue == nil, let vendor = await VendorClock.characteristic(on: link) {
+                clockAsked = download.now()
                 clockValue = try await readVendorClock(vendor)
             }
+            let clockAnswered = download.now()
             if let clockValue, let zone = interpreter.zone {
                 if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
                     report.skew = skew
                     report.skewBeyondThreshold = skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds)
                     interpreter.skew = skew
-                    await measureClock(skew.meterClock, zone: zone)
+                    await measureClock(skew.meterClock, asked: clockAsked, answered: clockAnswered, zone: zone)
                     if interpreter.correctionSeconds != 0 {
                         logger.notice("meter \(meter.address): clock is off by \(skew.seconds) s; reading times are corrected")
                         await log(.clockSkew, code: skew.seconds, "meter clock off by \(skew.seconds) s; times corrected")

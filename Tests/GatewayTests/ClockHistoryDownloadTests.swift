@@ -97,6 +97,30 @@ struct ClockHistoryDownloadTests {
         #expect(placements.first { $0.sequence == 22 }?.summary == "clock: +02:00 since sync 2024-10-23 (same clock)")
     }
 
+    @Test("a clock that shows whole seconds, read 0.7 s into a second: F is the clock's, the readings after the switch exact")
+    func clockReadWithinASecond() async throws {
+        let s = try await Scenario()
+        // As on the real stack: the meter's clock is exactly UTC+2, and the gateway's clock is 0.7 s past
+        // the second the meter shows when the answer comes.
+        for day in 0..<42 {
+            s.take(at: P.utc(2024, 10, 6, 6) + Int64(day) * 86_400_000, f: 2 * Self.hour)
+            if day % 7 == 3 || day == 41 { try await s.sync(at: P.utc(2024, 10, 6, 12) + Int64(day) * 86_400_000 + 700, f: 2 * Self.hour) }
+        }
+        try await s.expectAllExact()
+        #expect(try await s.store.clockHistory(Self.address).map(\.offsetSeconds) == Array(repeating: 7200, count: 7))
+        // The middle of the read counts: shown 12:00:00 (F 0 at the instant it ticked), asked at 0.2 s and
+        // answered at 1.0 s: the meter read it within 12:00:00.0-1.0, the middle 0.6 s: F rounds to 0.
+        let noon = P.utc(2024, 10, 6, 12)
+        let shown = GlucoseDateTime(naiveSeconds: noon / 1000)
+        #expect(ClockSync.offset(read: shown, asked: noon + 200, answered: noon + 1000) == 0)
+        #expect(ClockSync.offset(read: shown, asked: noon, answered: noon) == 0)
+        #expect(ClockSync.offset(read: shown, asked: noon + 999, answered: noon + 999) == 0)
+        #expect(ClockSync.offset(read: shown, asked: noon + 1600, answered: noon + 1600) == -1)
+        #expect(ClockSync.offset(read: shown, asked: noon - 600, answered: noon - 600) == 1)
+        #expect(ClockSync.offset(read: shown, asked: .min, answered: .min) == nil)
+        #expect(ClockSync.offset(read: shown, asked: .min, answered: .max) != nil)
+    }
+
     @Test("the same meter synced once six weeks after the switch: the pre-switch readings time-uncertain, never uploaded an hour off",
           arguments: [1000, 1])
     func unawareOneBacklog(batch: Int) async throws {

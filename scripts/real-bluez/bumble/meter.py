@@ -15,7 +15,8 @@ from a meter file in the simulator's format (meter_file.py); how it pairs and mi
 "pairing", the options after the file name (meter_options) or the command line's defaults. What it does is
 printed one event a line on stdout, each after the meter's address ("ready METHOD", "connected PEER",
 "paired METHOD", "racp REQUEST", "disconnected REASON", ...); lines written to the control FIFO steer every
-meter ("forget": drop every bond; "advertise on|off|always"; "bursts ON OFF"; "disconnect").
+meter ("forget": drop every bond; "advertise on|off|always"; "bursts ON OFF"; "disconnect"; "load FILE": the
+meter of FILE's address now holds FILE's records and runs its clock, bonds kept).
 
 Bumble is pinned (0.0.236): stack.py reaches into its emulator's internals.
 """
@@ -369,6 +370,22 @@ class Meter:
             self.event(f"advertising in bursts: {on:g} s on, {off:g} s off")
         elif line == "disconnect" and self.connection is not None:
             await self.connection.disconnect()
+        elif line.startswith("load "):
+            # Time passing between syncs: the readings taken since, and the clock as the user left it (set
+            # forward or back, or untouched). The meter keeps its bonds, as a real one does, and its GATT
+            # database: the clock's kind and everything but the records and the clock's time stay as started.
+            try:
+                new = meter_file.load(line[5:])
+            except meter_file.MeterFileError as e:
+                self.event(f"load failed: {e}")
+                return
+            if new.address != self.m.address:
+                return
+            self.m.records = new.records
+            self.m.clock_utc_offset = new.clock_utc_offset
+            self.clock_skew = new.clock_skew
+            self.event(f"loaded {len(new.records)} records, clock UTC{new.clock_utc_offset:+d} min"
+                       f"{new.clock_skew:+g} s")
         elif line:
             self.event(f"unknown command {line}")
 
@@ -417,7 +434,7 @@ async def gateway_controller(args, link):
 
 async def control(path, meters):
     """Commands, one a line, for every meter: forget (every bond), advertise on|off|always, bursts ON OFF,
-    disconnect."""
+    disconnect, load FILE."""
     loop = asyncio.get_running_loop()
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
     reader = asyncio.StreamReader()
@@ -482,7 +499,7 @@ def arguments(argv=None):
     p.add_argument("--disconnect-after-racp", action="store_true", help="drop the link right after a report's response")
     p.add_argument("--gateway-address", default="00:AA:01:00:00:00",
                    help='the public address of the kernel\'s controller ("none": no public address)')
-    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off|always, bursts ON OFF, disconnect)")
+    p.add_argument("--control", help="a FIFO of commands (forget, advertise on|off|always, bursts ON OFF, disconnect, load FILE)")
     p.add_argument("--debug", action="store_true")
     return p.parse_args(argv)
 
