@@ -169,17 +169,18 @@ extension MeterDownload.Run {
     }
 
     /// Remembers this download's measurement, and the gateway's write of the clock. Only after a download
-    /// that completed is the meter's highest record known, which says which records came before them; after
-    /// one that did not, the measurement is kept without it (records of the next download are then not
-    /// assumed to come after it) and a write is not kept as a known event: the next download sees a clock
-    /// change it must place from the records, or keep `time-uncertain`.
+    /// that completed is the meter's highest record known, which says which records came before them. After
+    /// one that did not, neither carries it (records of the next download are then not assumed to come after
+    /// them), and a write is kept as `meters set-clock` keeps its own: the clock as read and as written, each
+    /// at its time, so that the next download places the records around the write by their times
+    /// (`ClockPlacer.place(_:base:unsequenced:upper:)`) and keeps `time-uncertain` those both clocks explain.
     func rememberClock(highest: Int?) async {
         guard var current = meterClock.current else { return }
         let complete = report.outcome.isComplete
         current.highestSequence = complete ? highest : nil
         var syncs = [current]
-        if complete, var written = meterClock.written {
-            written.highestSequence = highest
+        if var written = meterClock.written {
+            written.highestSequence = complete ? highest : nil
             syncs.append(written)
         }
         do {

@@ -200,30 +200,43 @@ struct ClockHistoryDownloadTests {
         #expect(placements.first { $0.sequence == 5 }?.reason == "set by the gateway")
     }
 
-    @Test("set_meter_clock in a download the link dropped: the records left behind are never uploaded at the new clock's time")
+    @Test("set_meter_clock in a download the link dropped: the write is kept like `meters set-clock`, the records around it placed by its time")
     func gatewaySetsTheClockAndTheLinkDrops() async throws {
         let s = try await Scenario()
         let fast = 2 * Self.hour + 10 * 60
         for day in 1...5 { s.take(at: P.utc(2024, 9, day, 7), f: fast) }
+        // Five minutes before the sync: on the old clock before the write, or on the new one ten minutes
+        // later, after it; both fit, so it is never guessed.
+        s.take(at: P.utc(2024, 9, 5, 11, 55), f: fast)
         s.meter.update { $0.disconnectAfterRecords = 2 }
-        let first = try await s.sync(at: P.utc(2024, 9, 5, 12), f: fast, setClock: true)
+        let writtenAt = P.utc(2024, 9, 5, 12)
+        let first = try await s.sync(at: writtenAt, f: fast, setClock: true)
         #expect(first.clockSet != nil)
         #expect(!first.outcome.isComplete)
+        // The clock as read and as written, neither knowing the meter's highest record (not all of it came).
+        let kept = try await s.store.clockHistory(Self.address)
+        #expect(kept.map(\.setByGateway) == [false, true])
+        #expect(kept.map(\.offsetSeconds) == [fast, 2 * Self.hour])
+        #expect(kept.map(\.at) == [writtenAt, writtenAt])
+        #expect(kept.allSatisfy { $0.highestSequence == nil })
         s.meter.update { $0.disconnectAfterRecords = nil }
         for day in 6...10 { s.take(at: P.utc(2024, 9, day, 7), f: 2 * Self.hour) }
         try await s.sync(at: P.utc(2024, 9, 12, 12), f: 2 * Self.hour)
         let stored = try await s.readings()
-        #expect(stored.count == 10)
-        for (sequence, t) in s.truth {
-            let r = try #require(stored[sequence])
-            // Exact, or kept out with no time: records 2 to 4 were taken on the old clock, and nothing in
-            // their order tells the daily readings on either side of the write apart.
-            #expect(r.instant == t || (r.exclusion == .timeUncertain && r.instant == nil), "record \(sequence)")
+        #expect(stored.count == 11)
+        // Records 2 to 4 were taken days before the write: on either clock they lie before it, where only
+        // the old clock ran. Records 6 to 10 lie after it on either clock, where only the new one ran.
+        for (sequence, t) in s.truth where sequence != 5 {
+            #expect(stored[sequence]?.instant == t && stored[sequence]?.exclusion == nil, "record \(sequence)")
         }
-        #expect(stored[0]?.instant == s.truth[0] && stored[1]?.instant == s.truth[1])
-        #expect(stored[3]?.exclusion == .timeUncertain)
-        let uploads = try await s.uploads()
-        #expect(uploads.allSatisfy { body in s.truth.contains { body == "{\"seq\":\($0.key),\"date\":\($0.value)}" } })
+        let justBefore = try #require(s.truth[5])
+        #expect(stored[5]?.exclusion == .timeUncertain && stored[5]?.instant == nil)
+        let placements = Dictionary(uniqueKeysWithValues: try await s.store.placements(Self.address).map { ($0.sequence, $0) })
+        #expect(placements[5]?.candidates == [justBefore, justBefore + 600_000])
+        #expect(placements[3]?.offsetSeconds == fast)
+        #expect(placements[6]?.reason == "set by the gateway")
+        let uploads = Set(try await s.uploads())
+        #expect(uploads == Set(s.truth.filter { $0.key != 5 }.map { "{\"seq\":\($0.key),\"date\":\($0.value)}" }))
     }
 
     @Test("a clock reset to 2000-01-01 by a battery change: the readings before it exact, those after placed by the new F")
