@@ -123,16 +123,20 @@ public enum MeterClockWriter {
 // MARK: - In a download
 
 extension MeterDownload.Run {
-    /// Asks the vendor clock for the time and waits (bounded) for the answer. Notifications on 0xFFF1 are
-    /// left on until the link ends: they are not in `subscribed`, which is stopped on the way out.
-    func readVendorClock(_ vendor: GATTUUID) async throws(Stop) -> [UInt8]? {
+    /// Asks the vendor clock for the time and waits (bounded) for the answer, with when the time was asked
+    /// for: as the request is written, after notifications are on (switching them on can take a while, and
+    /// the meter reads its clock only once asked). Notifications on 0xFFF1 are left on until the link ends:
+    /// they are not in `subscribed`, which is stopped on the way out.
+    func readVendorClock(_ vendor: GATTUUID) async throws(Stop) -> (answer: [UInt8]?, asked: UnixMillis) {
+        var asked = download.now()
         do {
             try await link.subscribe(vendor)
+            asked = download.now()
             try await link.write(vendor, VendorClock.getTimeCommand)
         } catch {
             if error.kind == .disconnected { throw .disconnected(error.message) }
             logger.info("meter \(meter.address): cannot ask the vendor clock for the time: \(error.message)")
-            return nil
+            return (nil, asked)
         }
         let deadline = clock.now.advanced(by: VendorClock.answerTimeout)
         let answer = try await nextValue(deadline: deadline) { uuid, bytes in
@@ -141,7 +145,7 @@ extension MeterDownload.Run {
         if answer == nil {
             logger.info("meter \(meter.address): the vendor clock did not answer within \(VendorClock.answerTimeout)")
         }
-        return answer
+        return (answer, asked)
     }
 
     /// With `set_meter_clock` on and a skew beyond the threshold, writes the gateway's time as the local

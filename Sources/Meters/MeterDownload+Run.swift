@@ -204,8 +204,7 @@ extension MeterDownload {
                 clockValue = try await optionalRead(.dateTime)
             }
             if clockValue == nil, let vendor = await VendorClock.characteristic(on: link) {
-                clockAsked = download.now()
-                clockValue = try await readVendorClock(vendor)
+                (clockValue, clockAsked) = try await readVendorClock(vendor)
             }
             let clockAnswered = download.now()
             if let clockValue, let zone = interpreter.zone {

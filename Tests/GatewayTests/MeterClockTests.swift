@@ -2,6 +2,7 @@ import GatewayCore
 import GlucoseProfile
 import Support
 import Synchronization
+import SQLiteStore
 import Testing
 import TestSupport
 @testable import Meters
@@ -86,6 +87,25 @@ struct MeterClockTests {
         #expect(report.outcome == .completed)
         #expect(store.readings.count == 1)
         #expect(Self.clockWrites(meter).count == 1)
+    }
+
+    @Test func theVendorClockReadStartsWhenTheTimeIsAskedForNotWhenNotificationsAreSwitchedOn() async throws {
+        // Switching notifications on takes a second on the gateway's clock; then the time request is written
+        // and answered at once, at 08:00:01.000 UTC, with 10:00:01 CEST: a clock exactly at UTC+2. Timing the
+        // read from before the switch-on puts its middle half a second early, and F a second high.
+        let meter = Self.vendorMeter(shows: Self.time(2024, 5, 1, 10, 0, 1))
+        let clock = ManualClock()
+        let start = clock.now
+        meter.update { $0.onSubscribe = { uuid in if uuid == .isensVendorClock { clock.advance(by: .seconds(1)) } } }
+        let base = Self.utc(Self.time(2024, 5, 1, 8, 0))
+        let now: @Sendable () -> UnixMillis = { base + (clock.now - start).components.seconds * 1000 }
+        let info = MeterInfo(address: meter.address, timeZone: Self.zone)
+        let store = try SQLiteStore(path: ":memory:")
+        try await store.saveMeter(info)
+        let report = try await MeterDownload(store: store, options: DownloadOptions(), logger: .silent, now: now, clock: clock)
+            .run(link: meter.connect(), meter: info)
+        #expect(report.outcome == .completed)
+        #expect(try await store.clockHistory(meter.address).map(\.offsetSeconds) == [7200])
     }
 
     // MARK: Keeping it right during a download

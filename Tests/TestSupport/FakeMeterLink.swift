@@ -75,6 +75,9 @@ public struct FakeMeterScript: Sendable {
     public var disconnectAfterRecords: Int?
     /// Goes silent (no more notifications, no RACP response) after this many records.
     public var silentAfterRecords: Int?
+    /// Called as each subscription is made, before it takes effect (a test advances its manual clock here
+    /// for a switch-on that takes time).
+    public var onSubscribe: (@Sendable (GATTUUID) -> Void)?
     /// Characteristics whose subscription the meter refuses (ATT 0x0E).
     public var refusedSubscriptions: Set<GATTUUID> = []
     /// ATT errors thrown by the next RACP writes, in order (0 = no error for that write).
@@ -204,6 +207,7 @@ public final class FakeMeterLink: MeterLink {
 
     public func subscribe(_ uuid: GATTUUID) async throws(MeterLinkError) {
         meter.record("subscribe \(uuid)")
+        meter.script.onSubscribe?(uuid)
         try checkConnected()
         guard meter.script.characteristics.contains(uuid) else { throw MeterLinkError(.notSupported, "no characteristic \(uuid)") }
         if meter.script.refusedSubscriptions.contains(uuid) {
