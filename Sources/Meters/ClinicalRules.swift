@@ -42,12 +42,19 @@ public struct ClockSkew: Sendable, Equatable {
     /// Reads a Current Time (0x2A2B, 10 bytes) or Date Time (0x2A08, 7 bytes) value and compares it with
     /// `gatewayNow`; nil when the value is too short, not a valid date, or the zone cannot place it.
     public static func measure(clockValue: [UInt8], zone: MeterTimeZone, gatewayNow: UnixMillis) -> ClockSkew? {
+        measure(clockValue: clockValue, zone: zone, asked: gatewayNow, answered: gatewayNow)
+    }
+
+    /// As `measure(clockValue:zone:gatewayNow:)` for a value asked for at `asked` and answered at `answered`:
+    /// the clock is compared with the middle of the read, by the rule F is measured by
+    /// (`ClockSync.offset(read:asked:answered:)`), so the skew shown and the F readings are placed with agree.
+    public static func measure(clockValue: [UInt8], zone: MeterTimeZone, asked: UnixMillis, answered: UnixMillis) -> ClockSkew? {
         // Current Time begins with a Date Time; the day of week and fractions after it are not needed.
         guard let local = try? GlucoseDateTime(bytes: clockValue) else { return nil }
-        guard let resolved = zone.resolve(local) else { return nil }
-        let delta = resolved.instant - gatewayNow
-        let seconds = delta >= 0 ? (delta + 500) / 1000 : -((-delta + 500) / 1000)
-        return ClockSkew(meterClock: local, seconds: Int(seconds))
+        guard let resolved = zone.resolve(local),
+              let seconds = ClockSync.secondsAhead(resolved.instant, of: ClockSync.middle(asked, answered)),
+              let exact = Int(exactly: seconds) else { return nil }
+        return ClockSkew(meterClock: local, seconds: exact)
     }
 }
 

@@ -282,12 +282,13 @@ public struct MeterClockSession: Sendable {
             }
         }
         let before: [UInt8]?
+        let askedAt = now()
         switch await read(readable) {
         case .value(let v): before = v
         case .stop(let o): return o
         }
         let readAt = now()
-        guard let before, let skew = ClockSkew.measure(clockValue: before, zone: zone, gatewayNow: readAt) else {
+        guard let before, let skew = ClockSkew.measure(clockValue: before, zone: zone, asked: askedAt, answered: readAt) else {
             logger.warning("meter \(address): its clock value is not a usable date; the clock is left as it is")
             return .unusableClock
         }
@@ -299,7 +300,7 @@ public struct MeterClockSession: Sendable {
             let line = MeterClockWriter.describe(written, zone: zone.identifier, skewSeconds: skew.seconds)
             logger.notice("meter \(address): \(line)")
             try? await store.log(GatewayEvent(at: now(), kind: .clockSet, meterAddress: address, code: skew.seconds, message: line))
-            await rememberWrite(address: address, read: skew.meterClock, readAt: readAt, written: new, writtenAt: writeAt)
+            await rememberWrite(address: address, read: skew.meterClock, askedAt: askedAt, readAt: readAt, written: new, writtenAt: writeAt)
             // The vendor clock answers a set with its new time; the others are read again.
             var after: GlucoseDateTime?
             switch access {
@@ -325,8 +326,11 @@ extension MeterClockSession {
     /// session downloads nothing): the next download places the records around the write by its time and
     /// their order, and keeps the ones that cannot be placed `time-uncertain`
     /// (`ClockPlacer.place(_:base:unsequenced:upper:)`).
-    func rememberWrite(address: String, read: GlucoseDateTime, readAt: UnixMillis, written: GlucoseDateTime, writtenAt: UnixMillis) async {
-        guard let old = ClockSync.offset(clock: read, now: readAt), let new = ClockSync.offset(clock: written, now: writtenAt) else { return }
+    func rememberWrite(address: String, read: GlucoseDateTime, askedAt: UnixMillis, readAt: UnixMillis, written: GlucoseDateTime,
+                       writtenAt: UnixMillis) async {
+        // The clock as read, by the rule every measurement follows; as written, the value set at `writtenAt`.
+        guard let old = ClockSync.offset(read: read, asked: askedAt, answered: readAt),
+              let new = ClockSync.offset(clock: written, now: writtenAt) else { return }
         do {
             try await store.rememberClock(address, [
                 ClockSync(at: readAt, offsetSeconds: old, highestSequence: nil),

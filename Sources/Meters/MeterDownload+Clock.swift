@@ -25,15 +25,26 @@ extension ClockSync {
     /// time for a clock that is exactly right, and every reading it places is then uploaded a second late.
     static func offset(read shown: GlucoseDateTime, asked: UnixMillis, answered: UnixMillis) -> Int? {
         guard shown.isValid else { return nil }
-        let (clockMillis, o1) = shown.naiveSeconds.multipliedReportingOverflow(by: 1000)
-        // The middle of the read, in a form that cannot overflow.
-        let middle = asked / 2 + answered / 2 + (asked % 2 + answered % 2) / 2
-        let (delta, o2) = clockMillis.subtractingReportingOverflow(middle)
-        let (estimate, o3) = delta.addingReportingOverflow(500)
-        guard !o1, !o2, !o3 else { return nil }
-        // Nearest second, a half rounding down: a clock read the instant it ticked keeps the F it shows.
-        let seconds = estimate >= 0 ? (estimate + 499) / 1000 : -((-estimate + 500) / 1000)
+        let (clockMillis, overflow) = shown.naiveSeconds.multipliedReportingOverflow(by: 1000)
+        guard !overflow, let seconds = secondsAhead(clockMillis, of: middle(asked, answered)) else { return nil }
         return Int(exactly: seconds)
+    }
+
+    /// The middle of a read asked for at `asked` and answered at `answered`, in a form that cannot overflow.
+    static func middle(_ asked: UnixMillis, _ answered: UnixMillis) -> UnixMillis {
+        asked / 2 + answered / 2 + (asked % 2 + answered % 2) / 2
+    }
+
+    /// How far a clock showing the whole second `shownMillis` at `moment` runs ahead, in seconds: the clock
+    /// was somewhere in the second after the one shown, so `shownMillis` + 0.5 s against `moment`, to the
+    /// nearest second with a half rounding down (a clock read the instant it ticked keeps what it shows).
+    /// Nil on overflow. The skew against the zone (`ClockSkew`) and F against UTC both use it, so the two
+    /// never disagree by the second a rounding could put between them.
+    static func secondsAhead(_ shownMillis: Int64, of moment: UnixMillis) -> Int64? {
+        let (delta, o1) = shownMillis.subtractingReportingOverflow(moment)
+        let (estimate, o2) = delta.addingReportingOverflow(500)
+        guard !o1, !o2 else { return nil }
+        return estimate >= 0 ? (estimate + 499) / 1000 : -((-estimate + 500) / 1000)
     }
 }
 

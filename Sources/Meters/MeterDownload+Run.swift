@@ -208,7 +208,7 @@ extension MeterDownload {
             }
             let clockAnswered = download.now()
             if let clockValue, let zone = interpreter.zone {
-                if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, gatewayNow: download.now()) {
+                if let skew = ClockSkew.measure(clockValue: clockValue, zone: zone, asked: clockAsked, answered: clockAnswered) {
                     report.skew = skew
                     report.skewBeyondThreshold = skew.isBeyond(download.options.clinical.clockSkewThresholdSeconds)
                     interpreter.skew = skew

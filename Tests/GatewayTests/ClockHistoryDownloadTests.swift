@@ -121,6 +121,16 @@ struct ClockHistoryDownloadTests {
         #expect(ClockSync.offset(read: shown, asked: .min, answered: .max) != nil)
     }
 
+    @Test("the skew a sync reports is measured as F is: a clock exactly right, read 0.7 s into a second, is off by 0 s")
+    func skewAgreesWithF() async throws {
+        let s = try await Scenario()
+        s.take(at: P.utc(2024, 9, 1, 6), f: 2 * Self.hour)
+        // Europe/Berlin in September is UTC+2, so a clock at F +02:00 shows the zone's time exactly.
+        let report = try await s.sync(at: P.utc(2024, 9, 1, 12) + 700, f: 2 * Self.hour)
+        #expect(report.skew?.seconds == 0)
+        #expect(try await s.store.clockHistory(Self.address).map(\.offsetSeconds) == [7200])
+    }
+
     @Test("the same meter synced once six weeks after the switch: the pre-switch readings time-uncertain, never uploaded an hour off",
           arguments: [1000, 1])
     func unawareOneBacklog(batch: Int) async throws {
