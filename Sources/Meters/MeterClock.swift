@@ -263,6 +263,9 @@ public struct MeterClockSession: Sendable {
         let available = await MeterClockAccess.available(on: link)
         guard let readable = available.first else { return .noClock }
         enum Read { case value([UInt8]?), stop(Outcome) }
+        // When the time was asked for: as the read starts, or for the vendor clock as its time request is
+        // written, after its notifications are on.
+        var askedAt = now()
         func read(_ access: MeterClockAccess) async -> Read {
             switch access {
             case .currentTime, .dateTime:
@@ -274,6 +277,7 @@ public struct MeterClockSession: Sendable {
                 guard let uuid = await VendorClock.characteristic(on: link) else { return .value(nil) }
                 do {
                     try await link.subscribe(uuid)
+                    askedAt = now()
                     try await link.write(uuid, VendorClock.getTimeCommand)
                 } catch {
                     return error.kind == .disconnected ? .stop(.unreachable(error.message)) : .value(nil)
@@ -282,7 +286,7 @@ public struct MeterClockSession: Sendable {
             }
         }
         let before: [UInt8]?
-        let askedAt = now()
+        askedAt = now()
         switch await read(readable) {
         case .value(let v): before = v
         case .stop(let o): return o

@@ -254,6 +254,21 @@ struct MeterClockTests {
         #expect(!meter.callLog.contains("unsubscribe 0xfff1"))
     }
 
+    @Test func setClockTimesTheVendorClockReadFromTheTimeRequest() async throws {
+        // As in a download: notifications take a second to switch on, then the meter answers 10:00:01 CEST at
+        // once, at 08:00:01.000 UTC. Timed from before the switch-on, the skew came out a second.
+        let meter = Self.vendorMeter(shows: Self.time(2024, 5, 1, 10, 0, 1))
+        let clock = ManualClock()
+        let start = clock.now
+        meter.update { $0.onSubscribe = { uuid in if uuid == .isensVendorClock { clock.advance(by: .seconds(1)) } } }
+        let base = Self.utc(Self.time(2024, 5, 1, 8, 0))
+        let info = MeterInfo(address: meter.address, timeZone: Self.zone)
+        let session = MeterClockSession(radio: FakeMeterRadio(meters: [meter]), store: MemoryReadingStore(meters: [info]), logger: .silent,
+                                        now: { base + (clock.now - start).components.seconds * 1000 }, clock: clock)
+        guard case .set(_, let skew, _) = await session.run(info) else { Issue.record("the clock was not set"); return }
+        #expect(skew == 0)
+    }
+
     @Test func setClockRefusals() async throws {
         let now = Self.utc(Self.time(2024, 5, 1, 8, 0))
         let plain = FakeMeter(script: FakeMeterScript())
