@@ -1,4 +1,5 @@
 import GatewayCore
+import Support
 
 /// One session with a meter as a file a user can attach to a bug report (docs/captures.md): every GATT
 /// operation of the session and every value the meter sent, in order, with its time since the session
@@ -99,12 +100,4 @@ public struct CaptureEvent: Sendable, Equatable {
 }
 
 /// Why a capture file could not be read: the member and what is wrong with it, in one line.
-public struct CaptureError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var field: String
-    public var message: String
-    public init(_ field: String, _ message: String) {
-        self.field = field
-        self.message = message
-    }
-    public var description: String { field.isEmpty ? message : "\(field): \(message)" }
-}
+public typealias CaptureError = JSONFieldError

@@ -3,15 +3,7 @@ import GlucoseProfile
 import Support
 
 /// A meter file or meter flag that could not be used; the message names the field.
-public struct MeterFileError: Error, Sendable, CustomStringConvertible, Equatable {
-    public var field: String
-    public var message: String
-    public init(_ field: String, _ message: String) {
-        self.field = field
-        self.message = message
-    }
-    public var description: String { field.isEmpty ? message : "\(field): \(message)" }
-}
+public typealias MeterFileError = JSONFieldError
 
 /// Reads the JSON meter format (documented in `glucose-gateway-simulator --help` and the simulator notes).
 ///
