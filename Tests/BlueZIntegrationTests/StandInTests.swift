@@ -168,14 +168,7 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         if await link.hasCharacteristic(.glucoseMeasurementContext) { try await link.subscribe(.glucoseMeasurementContext) }
         try await link.subscribe(.recordAccessControlPoint)
         try await link.write(.recordAccessControlPoint, [0x01, 0x01])
-        let events = try await withTimeout(20) { () -> [MeterLinkEvent] in
-            var out: [MeterLinkEvent] = []
-            for await event in link.events {
-                out.append(event)
-                if case .value(.recordAccessControlPoint, _) = event { break }
-            }
-            return out
-        }
+        let events = try await eventsUntilRACPAnswer(link)
         let sequences = events.compactMap { event -> Int? in
             if case .value(.glucoseMeasurement, let bytes) = event { return sequenceNumber(bytes) }
             return nil
@@ -339,14 +332,7 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         try await link.subscribe(.glucoseMeasurement)
         try await link.subscribe(.recordAccessControlPoint)
         try await link.write(.recordAccessControlPoint, [0x01, 0x01])
-        let events = try await withTimeout(20) { () -> [MeterLinkEvent] in
-            var out: [MeterLinkEvent] = []
-            for await event in link.events {
-                out.append(event)
-                if case .value(.recordAccessControlPoint, _) = event { break }
-            }
-            return out
-        }
+        let events = try await eventsUntilRACPAnswer(link)
         #expect(events.compactMap { if case .value(.glucoseMeasurement, let b) = $0 { sequenceNumber(b) } else { nil } } == Array(1...5))
         // A real drop afterwards is still seen (the Connected=false signal does come).
         try await rig.standIn.dropLink(StandInRig.address)
@@ -501,5 +487,17 @@ func sequenceNumber(_ bytes: [UInt8]) -> Int? {
         #expect(Self.calls(log, "StartNotify").count == 3)
         await link.disconnect()
         await rig.close()
+    }
+}
+
+/// The link's events up to and including the RACP answer (at most 20 s).
+private func eventsUntilRACPAnswer(_ link: BlueZMeterLink) async throws -> [MeterLinkEvent] {
+    try await withTimeout(20) { () -> [MeterLinkEvent] in
+        var out: [MeterLinkEvent] = []
+        for await event in link.events {
+            out.append(event)
+            if case .value(.recordAccessControlPoint, _) = event { break }
+        }
+        return out
     }
 }

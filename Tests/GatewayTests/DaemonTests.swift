@@ -263,16 +263,23 @@ struct DaemonTests {
         await f.store.close()
     }
 
-    @Test("SIGTERM while a connect is still pending: run returns after the stop grace, not when the connect ends")
-    func stopDuringConnect() async throws {
-        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
+    /// A daemon on a manual clock with one meter (3 records) whose connect waits for `gate`; returned once
+    /// that connect is pending.
+    static func connectPending(gate: TestEvent = TestEvent()) async throws -> (FakeMeter, ManualClock, Fixture) {
+        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: records(1...3)))
         let clock = ManualClock()
         let f = try await Fixture(meters: [meter], clock: clock)
-        // bluetoothd takes its time to connect (seen under emulation: 9 s); the unit allows 5 s for a stop.
-        // This connect finishes only when the session is cancelled.
-        f.radio.set { $0.connectGate = TestEvent() }
+        f.radio.set { $0.connectGate = gate }
         f.radio.send(.meterSeen(address: meter.address, connected: false))
         try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
+        return (meter, clock, f)
+    }
+
+    @Test("SIGTERM while a connect is still pending: run returns after the stop grace, not when the connect ends")
+    func stopDuringConnect() async throws {
+        // bluetoothd takes its time to connect (seen under emulation: 9 s); the unit allows 5 s for a stop.
+        // This connect finishes only when the session is cancelled.
+        let (_, clock, f) = try await Self.connectPending()
         let returned = Mutex(false)
         let runner = f.runner
         let watcher = Task {
@@ -294,13 +301,8 @@ struct DaemonTests {
 
     @Test("SIGTERM while a connect is pending: the link that comes up starts no download and is disconnected")
     func linkUpWhileStoppingIsDisconnected() async throws {
-        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
-        let clock = ManualClock()
-        let f = try await Fixture(meters: [meter], clock: clock)
         let gate = TestEvent()
-        f.radio.set { $0.connectGate = gate }
-        f.radio.send(.meterSeen(address: meter.address, connected: false))
-        try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
+        let (meter, _, f) = try await Self.connectPending(gate: gate)
         await f.daemon.stop()
         // The connection comes up within the stop grace (the manual clock does not move).
         gate.signal()
@@ -312,14 +314,9 @@ struct DaemonTests {
 
     @Test("SIGTERM: a meter whose session outlived the stop grace is disconnected before the daemon exits")
     func stopDisconnectsLeftoverLinks() async throws {
-        let meter = FakeMeter(address: "AA:BB:CC:DD:EE:01", script: FakeMeterScript(records: Self.records(1...3)))
-        let clock = ManualClock()
-        let f = try await Fixture(meters: [meter], clock: clock)
         // The session's connect never returns in time; meanwhile bluetoothd brought the link up (its
         // Connect went on although ours was cancelled), so the session's own disconnect never comes.
-        f.radio.set { $0.connectGate = TestEvent() }
-        f.radio.send(.meterSeen(address: meter.address, connected: false))
-        try await Fixture.until("connecting") { f.radio.calls.contains("connect \(meter.address)") }
+        let (meter, clock, f) = try await Self.connectPending()
         f.radio.set { $0.connected = [meter.address] }
         await f.daemon.stop()
         let graceEnds = clock.now + Fixture.settings.stopGrace
